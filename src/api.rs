@@ -1,0 +1,138 @@
+//! The control API the agent runtime talks to: `GET /v1/tools`, `GET /healthz`.
+//!
+//! Owns HTTP concerns only (routes, auth, status codes, caching headers); what the body says
+//! comes from `render` and the snapshot. Errors are JSON `{"error": {"type", "message"}}`.
+
+use crate::app::AppState;
+use crate::render::{Format, llm_tools};
+use axum::extract::{Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+
+/// Header carrying the catalog version on `/v1/tools`.
+pub const VERSION_HEADER: &str = "x-catalog-version";
+
+pub fn router(state: AppState) -> Router {
+    let protected = Router::new()
+        .route("/v1/tools", get(tools))
+        .layer(middleware::from_fn_with_state(state.clone(), require_key));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .merge(protected)
+        .fallback(not_found)
+        .with_state(state)
+}
+
+/// An error as the API reports it.
+pub fn error(status: StatusCode, kind: &str, message: impl Into<String>) -> Response {
+    let body = json!({"error": {"type": kind, "message": message.into()}});
+    (status, Json(body)).into_response()
+}
+
+async fn not_found() -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no such endpoint; see README.md for the API",
+    )
+}
+
+/// With `PTC_API_KEY` set, requires it as `X-API-Key` or `Authorization: Bearer`.
+async fn require_key(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let Some(key) = state.config.api_key.as_deref() else {
+        return next.run(request).await;
+    };
+    if presented_key(request.headers())
+        .is_some_and(|given| constant_time_eq(given.as_bytes(), key.as_bytes()))
+    {
+        next.run(request).await
+    } else {
+        error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "this sidecar requires its API key as X-API-Key or Authorization: Bearer",
+        )
+    }
+}
+
+pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
+    if let Some(key) = headers.get("x-api-key").and_then(|v| v.to_str().ok()) {
+        return Some(key);
+    }
+    headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+}
+
+/// Compares without leaking where the first difference is.
+pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn healthz(State(state): State<AppState>) -> Response {
+    let snap = state.current();
+    Json(json!({
+        "status": "ok",
+        "ptc_enabled": snap.catalog.ptc_enabled,
+        "catalog": {
+            "version": snap.catalog.version,
+            "tools": snap.catalog.tools().len(),
+            "ptc_tools": snap.catalog.ptc().count(),
+            "problems": snap.catalog.report().len(),
+        }
+    }))
+    .into_response()
+}
+
+#[derive(Deserialize)]
+struct ToolsQuery {
+    format: Option<String>,
+}
+
+async fn tools(
+    State(state): State<AppState>,
+    Query(q): Query<ToolsQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let format: Format = match q.format.as_deref().unwrap_or("anthropic").parse() {
+        Ok(f) => f,
+        Err(message) => return error(StatusCode::BAD_REQUEST, "bad_request", message),
+    };
+    let snap = state.current();
+    let etag = snap.catalog.etag();
+    let mut response = if if_none_match(&headers, &etag) {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        let tools = llm_tools(&snap.catalog, &snap.rendered, format, state.config.timeout);
+        Json(json!({
+            "version": snap.catalog.version,
+            "etag": etag,
+            "ptc_enabled": snap.catalog.ptc_enabled,
+            "tools": tools,
+        }))
+        .into_response()
+    };
+    let h = response.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        h.insert(header::ETAG, v);
+    }
+    h.insert(VERSION_HEADER, HeaderValue::from(snap.catalog.version));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    response
+}
+
+fn if_none_match(headers: &HeaderMap, etag: &str) -> bool {
+    headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().trim_start_matches("W/"))
+        .any(|t| t == etag || t == "*")
+}

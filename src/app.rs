@@ -1,0 +1,197 @@
+//! Wiring: reads the configured sources into a catalog snapshot, and runs the control API.
+//!
+//! Owns the current [`Snapshot`] (catalog plus its rendering) behind a watch channel: readers
+//! take an `Arc` of the snapshot they started with; a reload sends a new one.
+
+use crate::api;
+use crate::catalog::source::{self, Problem, SourceError};
+use crate::catalog::{Catalog, CatalogInput, Policy, ServerTools};
+use crate::config::{Config, Listen};
+use crate::render::{self, Rendered};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// How long in-flight requests get to finish once shutdown starts.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// One catalog version and what the model sees of it.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub catalog: Catalog,
+    pub rendered: Rendered,
+}
+
+impl Snapshot {
+    pub fn new(catalog: Catalog) -> Snapshot {
+        let rendered = render::render(&catalog);
+        Snapshot { catalog, rendered }
+    }
+}
+
+/// A saved MCP `tools/list` result standing in for a server (`--mcp-catalog NAME=FILE`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SavedCatalog {
+    pub server: String,
+    pub path: PathBuf,
+}
+
+impl std::str::FromStr for SavedCatalog {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (server, path) = s
+            .split_once('=')
+            .ok_or_else(|| format!("{s:?} is not NAME=FILE (e.g. github=corpus/github.json)"))?;
+        check_server_name(server)?;
+        if path.is_empty() {
+            return Err(format!("{s:?} names no file after '='"));
+        }
+        Ok(SavedCatalog {
+            server: server.to_string(),
+            path: PathBuf::from(path),
+        })
+    }
+}
+
+/// MCP server names become tool-name prefixes (`server__tool`), so they are kept plain.
+pub fn check_server_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && !name.contains("__")
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "MCP server name {name:?} must be non-empty, use only A-Z a-z 0-9 - _ . and not contain \"__\""
+        ))
+    }
+}
+
+/// Reads the host manifest and any saved MCP catalogs.
+pub fn load_input(config: &Config, saved: &[SavedCatalog]) -> Result<CatalogInput, SourceError> {
+    let mut input = CatalogInput::default();
+    if let Some(path) = &config.tools_file {
+        let (manifest, problems) = source::read_manifest(path)?;
+        input.host_tools = manifest.tools;
+        input.callback = manifest.callback;
+        input.problems.extend(problems);
+    }
+    for s in saved {
+        let (tools, problems) = source::read_saved_tool_list(&s.path)?;
+        input.problems.extend(problems);
+        input.servers.push(ServerTools {
+            server: s.server.clone(),
+            tools,
+        });
+    }
+    Ok(input)
+}
+
+/// Builds the first snapshot from the configuration.
+pub fn initial_snapshot(config: &Config, saved: &[SavedCatalog]) -> Result<Snapshot, SourceError> {
+    let input = load_input(config, saved)?;
+    Ok(Snapshot::new(Catalog::build(
+        input,
+        &Policy::from(config),
+        1,
+    )))
+}
+
+/// Logs what a person should know about a snapshot.
+pub fn log_report(snapshot: &Snapshot) {
+    for line in snapshot.catalog.report() {
+        tracing::warn!("{line}");
+    }
+    for note in &snapshot.rendered.notes {
+        tracing::info!("{note}");
+    }
+}
+
+/// Shared state of the running sidecar.
+#[derive(Clone)]
+pub struct AppState {
+    pub config: Arc<Config>,
+    pub snapshot: watch::Receiver<Arc<Snapshot>>,
+}
+
+impl AppState {
+    pub fn current(&self) -> Arc<Snapshot> {
+        self.snapshot.borrow().clone()
+    }
+}
+
+/// A bound control-API listener.
+pub enum Listener {
+    Tcp(tokio::net::TcpListener),
+    Unix(tokio::net::UnixListener),
+}
+
+impl Listener {
+    pub async fn bind(listen: &Listen) -> std::io::Result<Listener> {
+        Ok(match listen {
+            Listen::Tcp(addr) => Listener::Tcp(tokio::net::TcpListener::bind(addr).await?),
+            Listen::Unix(path) => {
+                // A stale socket from a previous run would make bind fail.
+                if path.exists() {
+                    std::fs::remove_file(path)?;
+                }
+                Listener::Unix(tokio::net::UnixListener::bind(path)?)
+            }
+        })
+    }
+
+    pub fn local_addr(&self) -> String {
+        match self {
+            Listener::Tcp(l) => l.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+            Listener::Unix(l) => l
+                .local_addr()
+                .ok()
+                .and_then(|a| a.as_pathname().map(|p| format!("unix:{}", p.display())))
+                .unwrap_or_default(),
+        }
+    }
+}
+
+/// Serves the control API on `listener` until `shutdown` is cancelled, then lets in-flight
+/// requests finish for at most [`SHUTDOWN_GRACE`].
+pub async fn run(
+    listener: Listener,
+    state: AppState,
+    shutdown: CancellationToken,
+) -> std::io::Result<()> {
+    let router = api::router(state);
+    let graceful = {
+        let shutdown = shutdown.clone();
+        async move { shutdown.cancelled().await }
+    };
+    let serve = async {
+        match listener {
+            Listener::Tcp(l) => {
+                axum::serve(l, router)
+                    .with_graceful_shutdown(graceful)
+                    .await
+            }
+            Listener::Unix(l) => {
+                axum::serve(l, router)
+                    .with_graceful_shutdown(graceful)
+                    .await
+            }
+        }
+    };
+    tokio::select! {
+        result = serve => result,
+        _ = async { shutdown.cancelled().await; tokio::time::sleep(SHUTDOWN_GRACE).await } => {
+            tracing::warn!("in-flight requests did not finish within {SHUTDOWN_GRACE:?}; stopping");
+            Ok(())
+        }
+    }
+}
+
+/// Problems as strings, for responses.
+pub fn problem_lines(problems: &[Problem]) -> Vec<String> {
+    problems.iter().map(ToString::to_string).collect()
+}

@@ -1,0 +1,174 @@
+//! Python names for tools: the name the model writes in code, mapped back to the name that is
+//! dispatched.
+//!
+//! The normalisation is the one the LibreChat client and codeapi use (`[-\s]` → `_`, other
+//! non-identifier characters dropped, `_` before a leading digit, `_tool` after a keyword), so a
+//! tool has the same Python name here as there. Collisions are resolved deterministically: a
+//! tool whose name already is its normalised form keeps it, the others get `_2`, `_3`, … in
+//! order of their original names. Every rename is reported.
+
+use std::collections::{BTreeMap, HashSet};
+
+/// Python's hard keywords (and the soft ones that would shadow builtins in the SDK).
+const KEYWORDS: &[&str] = &[
+    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue",
+    "def", "del", "elif", "else", "except", "finally", "for", "from", "global", "if", "import",
+    "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "try", "while",
+    "with", "yield",
+];
+
+/// Names the SDK itself defines in the run's globals; a tool may not take them.
+pub const SDK_RESERVED: &[&str] = &[
+    "tools",
+    "call_tool",
+    "describe",
+    "ToolError",
+    "ToolInputError",
+    "asyncio",
+    "json",
+    "re",
+    "print",
+];
+
+/// `get-weather` → `get_weather`, `my tool` → `my_tool`, `for` → `for_tool`, `123data` →
+/// `_123data`, `a.b` → `ab`, `` → `tool`.
+pub fn python_name(name: &str) -> String {
+    let mut out: String = name
+        .chars()
+        .filter_map(|c| match c {
+            '-' => Some('_'),
+            c if c.is_whitespace() => Some('_'),
+            c if c.is_ascii_alphanumeric() || c == '_' => Some(c),
+            _ => None,
+        })
+        .collect();
+    if out.is_empty() {
+        out.push_str("tool");
+    }
+    if out.starts_with(|c: char| c.is_ascii_digit()) {
+        out.insert(0, '_');
+    }
+    if KEYWORDS.contains(&out.as_str()) || SDK_RESERVED.contains(&out.as_str()) {
+        out.push_str("_tool");
+    }
+    out
+}
+
+/// A tool whose Python name is not simply [`python_name`] of its name, because of a collision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rename {
+    pub name: String,
+    pub python_name: String,
+    pub collided_with: String,
+}
+
+/// Assigns a unique Python name to each name (which must be unique). Returns the names in input
+/// order and the renames made.
+pub fn assign<'a>(names: impl IntoIterator<Item = &'a str>) -> (Vec<String>, Vec<Rename>) {
+    let names: Vec<&str> = names.into_iter().collect();
+    let mut groups: BTreeMap<String, Vec<usize>> = BTreeMap::new();
+    for (i, name) in names.iter().enumerate() {
+        groups.entry(python_name(name)).or_default().push(i);
+    }
+    let mut taken: HashSet<String> = groups.keys().cloned().collect();
+    let mut assigned = vec![String::new(); names.len()];
+    let mut renames = Vec::new();
+    for (base, mut members) in groups {
+        // Exact matches first, then by original name: independent of input order.
+        members.sort_by_key(|&i| (names[i] != base, names[i]));
+        let winner = names[members[0]];
+        assigned[members[0]] = base.clone();
+        let mut n = 2;
+        for &i in &members[1..] {
+            let candidate = loop {
+                let candidate = format!("{base}_{n}");
+                n += 1;
+                if taken.insert(candidate.clone()) {
+                    break candidate;
+                }
+            };
+            renames.push(Rename {
+                name: names[i].to_string(),
+                python_name: candidate.clone(),
+                collided_with: winner.to_string(),
+            });
+            assigned[i] = candidate;
+        }
+    }
+    (assigned, renames)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn normalises_like_the_design_says() {
+        let cases = [
+            ("get-weather", "get_weather"),
+            ("my tool", "my_tool"),
+            ("for", "for_tool"),
+            ("123data", "_123data"),
+            ("a.b", "ab"),
+            ("github__list_issues", "github__list_issues"),
+            (
+                "sequential-thinking__sequentialthinking",
+                "sequential_thinking__sequentialthinking",
+            ),
+            ("API-get-user", "API_get_user"),
+            ("ünïcode", "ncode"),
+            ("!!!", "tool"),
+            ("describe", "describe_tool"),
+        ];
+        for (name, want) in cases {
+            assert_eq!(python_name(name), want, "{name}");
+        }
+    }
+
+    #[test]
+    fn collisions_are_resolved_the_same_whatever_the_order() {
+        let a = ["get-weather", "get_weather", "get weather", "get_weather_2"];
+        let (names, renames) = assign(a);
+        assert_eq!(
+            names,
+            [
+                "get_weather_4",
+                "get_weather",
+                "get_weather_3",
+                "get_weather_2"
+            ]
+        );
+        assert_eq!(
+            renames,
+            vec![
+                Rename {
+                    name: "get weather".into(),
+                    python_name: "get_weather_3".into(),
+                    collided_with: "get_weather".into()
+                },
+                Rename {
+                    name: "get-weather".into(),
+                    python_name: "get_weather_4".into(),
+                    collided_with: "get_weather".into()
+                },
+            ]
+        );
+        let reversed: Vec<&str> = a.iter().rev().copied().collect();
+        let (names_rev, _) = assign(reversed);
+        let mut forward: Vec<_> = a.iter().zip(&names).collect();
+        let mut backward: Vec<_> = a.iter().rev().zip(&names_rev).collect();
+        forward.sort();
+        backward.sort();
+        assert_eq!(forward, backward);
+    }
+
+    #[test]
+    fn assigned_names_are_unique_identifiers() {
+        let input = ["a", "a!", "a?", "a-", "a_", "1", "_1", "", " "];
+        let (names, _) = assign(input);
+        let unique: HashSet<_> = names.iter().collect();
+        assert_eq!(unique.len(), names.len(), "{names:?}");
+        assert!(names.iter().all(|n| crate::render::ty::is_identifier(n)));
+    }
+}

@@ -1,0 +1,470 @@
+//! Tool sources: the host manifest (`PTC_TOOLS_FILE`) and MCP `tools/list` results.
+//!
+//! Owns reading and checking what others wrote. A file that cannot be used at all is a
+//! [`SourceError`] naming the file; a single bad tool is a [`Problem`] naming the file, the
+//! tool's index and name, and is skipped without hiding the good ones. Accepts tool entries in
+//! Anthropic (`input_schema`), OpenAI (`parameters`, or `{type: "function", function: {...}}`)
+//! and MCP (`inputSchema`) shapes.
+
+use serde_json::{Map, Value, json};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// Largest tool file read; a manifest is a few hundred kB even for hundreds of tools, so a
+/// bigger file is a mistake (a log, a binary) that would otherwise be held in memory.
+pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Longest tool name accepted; providers cap names at 64–128 characters.
+pub const MAX_NAME_CHARS: usize = 256;
+
+/// One tool as a source describes it, in one shape whatever the source's dialect.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolDef {
+    pub name: String,
+    pub title: Option<String>,
+    pub description: String,
+    pub input_schema: Value,
+    pub output_schema: Option<Value>,
+    pub annotations: Option<Value>,
+}
+
+/// Where the runtime wants host tool calls POSTed (host protocol 1).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Callback {
+    pub url: String,
+    pub headers: BTreeMap<String, String>,
+}
+
+/// The parsed `PTC_TOOLS_FILE`.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HostManifest {
+    pub callback: Option<Callback>,
+    pub tools: Vec<ToolDef>,
+}
+
+/// Something wrong with one tool, or worth knowing about it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Problem {
+    /// The file, or `mcp server NAME`.
+    pub origin: String,
+    pub index: Option<usize>,
+    pub tool: Option<String>,
+    pub message: String,
+    /// The tool was left out; otherwise it is kept and this is a warning.
+    pub skipped: bool,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.origin)?;
+        match (self.index, &self.tool) {
+            (Some(i), Some(name)) => write!(f, ": tool #{i} {name:?}")?,
+            (Some(i), None) => write!(f, ": tool #{i}")?,
+            (None, Some(name)) => write!(f, ": tool {name:?}")?,
+            (None, None) => {}
+        }
+        write!(f, ": {}", self.message)?;
+        if self.skipped {
+            f.write_str(" (skipped)")?;
+        }
+        Ok(())
+    }
+}
+
+/// A tool file that cannot be used at all.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path} is {size} bytes, over the {MAX_FILE_BYTES}-byte limit for a tool file")]
+    TooLarge { path: PathBuf, size: u64 },
+    #[error("{path} is not valid JSON: {source}")]
+    Json {
+        path: PathBuf,
+        source: serde_json::Error,
+    },
+    #[error("{path}: {message}")]
+    Shape { path: PathBuf, message: String },
+}
+
+/// Reads a tool file with the size cap.
+pub fn read_json(path: &Path) -> Result<Value, SourceError> {
+    let read_err = |source| SourceError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let meta = std::fs::metadata(path).map_err(read_err)?;
+    if meta.is_dir() {
+        return Err(SourceError::Shape {
+            path: path.to_path_buf(),
+            message: "is a directory, expected a JSON file".into(),
+        });
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(SourceError::TooLarge {
+            path: path.to_path_buf(),
+            size: meta.len(),
+        });
+    }
+    let text = std::fs::read_to_string(path).map_err(read_err)?;
+    serde_json::from_str(&text).map_err(|source| SourceError::Json {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// Reads and checks `PTC_TOOLS_FILE`.
+pub fn read_manifest(path: &Path) -> Result<(HostManifest, Vec<Problem>), SourceError> {
+    parse_manifest(path, &read_json(path)?)
+}
+
+/// `{"callback": {"url", "headers"}?, "tools": [...]}`; a bare array of tools is accepted too.
+pub fn parse_manifest(
+    path: &Path,
+    value: &Value,
+) -> Result<(HostManifest, Vec<Problem>), SourceError> {
+    let shape = |message: String| SourceError::Shape {
+        path: path.to_path_buf(),
+        message,
+    };
+    let (callback, tools) = match value {
+        Value::Array(_) => (None, value),
+        Value::Object(obj) => {
+            let tools = obj.get("tools").ok_or_else(|| {
+                shape(
+                    r#"has no "tools" array; expected {"callback": {...}?, "tools": [...]}"#.into(),
+                )
+            })?;
+            let callback = match obj.get("callback") {
+                None | Some(Value::Null) => None,
+                Some(cb) => Some(parse_callback(cb).map_err(shape)?),
+            };
+            (callback, tools)
+        }
+        other => {
+            return Err(shape(format!(
+                r#"is a JSON {}; expected {{"callback": {{...}}?, "tools": [...]}}"#,
+                kind(other)
+            )));
+        }
+    };
+    let origin = path.display().to_string();
+    let (tools, problems) = parse_tool_list(&origin, tools).map_err(shape)?;
+    Ok((HostManifest { callback, tools }, problems))
+}
+
+/// Reads a saved MCP `tools/list` result (`{"tools": [...]}`), as from `../shared/corpus/`.
+pub fn read_saved_tool_list(path: &Path) -> Result<(Vec<ToolDef>, Vec<Problem>), SourceError> {
+    let value = read_json(path)?;
+    let shape = |message: String| SourceError::Shape {
+        path: path.to_path_buf(),
+        message,
+    };
+    let tools = match &value {
+        Value::Object(obj) => obj.get("tools").ok_or_else(|| {
+            shape(r#"has no "tools" array; expected a tools/list result {"tools": [...]}"#.into())
+        })?,
+        Value::Array(_) => &value,
+        other => {
+            return Err(shape(format!(
+                r#"is a JSON {}; expected a tools/list result {{"tools": [...]}}"#,
+                kind(other)
+            )));
+        }
+    };
+    parse_tool_list(&path.display().to_string(), tools).map_err(shape)
+}
+
+/// Parses an array of tool entries; bad entries become problems.
+pub fn parse_tool_list(
+    origin: &str,
+    tools: &Value,
+) -> Result<(Vec<ToolDef>, Vec<Problem>), String> {
+    let Value::Array(entries) = tools else {
+        return Err(format!(
+            r#""tools" is a JSON {}, expected an array"#,
+            kind(tools)
+        ));
+    };
+    let mut defs = Vec::with_capacity(entries.len());
+    let mut problems = Vec::new();
+    for (index, entry) in entries.iter().enumerate() {
+        match parse_tool(entry) {
+            Ok((def, warnings)) => {
+                problems.extend(warnings.into_iter().map(|message| Problem {
+                    origin: origin.to_string(),
+                    index: Some(index),
+                    tool: Some(def.name.clone()),
+                    message,
+                    skipped: false,
+                }));
+                defs.push(def);
+            }
+            Err((tool, message)) => problems.push(Problem {
+                origin: origin.to_string(),
+                index: Some(index),
+                tool,
+                message,
+                skipped: true,
+            }),
+        }
+    }
+    Ok((defs, problems))
+}
+
+type ToolResult = Result<(ToolDef, Vec<String>), (Option<String>, String)>;
+
+fn parse_tool(entry: &Value) -> ToolResult {
+    let Value::Object(obj) = entry else {
+        return Err((
+            None,
+            format!("is a JSON {}, expected an object", kind(entry)),
+        ));
+    };
+    // OpenAI chat-completions wraps the tool: {"type": "function", "function": {...}}.
+    let obj = match obj.get("function") {
+        Some(Value::Object(inner))
+            if obj.get("type").and_then(Value::as_str) == Some("function") =>
+        {
+            inner
+        }
+        _ => obj,
+    };
+    let name = match obj.get("name") {
+        Some(Value::String(name)) if name.trim().is_empty() => {
+            return Err((None, "has an empty name".into()));
+        }
+        Some(Value::String(name)) if name.chars().count() > MAX_NAME_CHARS => {
+            return Err((
+                Some(name.chars().take(40).collect::<String>() + "…"),
+                format!("has a name longer than {MAX_NAME_CHARS} characters"),
+            ));
+        }
+        Some(Value::String(name)) => name.clone(),
+        Some(other) => {
+            return Err((
+                None,
+                format!(r#""name" is a JSON {}, expected a string"#, kind(other)),
+            ));
+        }
+        None => return Err((None, r#"has no "name""#.into())),
+    };
+    let fail = |message: String| Err((Some(name.clone()), message));
+    let mut warnings = Vec::new();
+
+    let schema_keys = ["input_schema", "inputSchema", "parameters"];
+    let given: Vec<&str> = schema_keys
+        .iter()
+        .copied()
+        .filter(|k| obj.contains_key(*k))
+        .collect();
+    if given.len() > 1 {
+        warnings.push(format!(
+            "gives {}; using {:?}",
+            given.join(" and "),
+            given[0]
+        ));
+    }
+    let input_schema = match given.first().and_then(|k| obj.get(*k)) {
+        Some(schema @ Value::Object(_)) => schema.clone(),
+        Some(Value::Bool(true)) => json!({"type": "object"}),
+        Some(other) => {
+            return fail(format!(
+                "input schema is a JSON {}, expected a JSON Schema object",
+                kind(other)
+            ));
+        }
+        None => {
+            warnings.push(
+                "has no input schema (input_schema, inputSchema or parameters); \
+                 treated as taking no arguments"
+                    .into(),
+            );
+            json!({"type": "object", "properties": {}})
+        }
+    };
+    if let Some(t) = input_schema.get("type").and_then(Value::as_str)
+        && t != "object"
+    {
+        return fail(format!(
+            r#"input schema has "type": {t:?}; a tool's arguments must be an "object""#
+        ));
+    }
+
+    let output_schema = match obj.get("output_schema").or_else(|| obj.get("outputSchema")) {
+        None | Some(Value::Null) => None,
+        Some(schema @ Value::Object(_)) => Some(schema.clone()),
+        Some(other) => {
+            warnings.push(format!("output schema is a JSON {}, ignored", kind(other)));
+            None
+        }
+    };
+    let description = match obj.get("description") {
+        None | Some(Value::Null) => String::new(),
+        Some(Value::String(d)) => d.clone(),
+        Some(other) => {
+            warnings.push(format!(
+                r#""description" is a JSON {}, ignored"#,
+                kind(other)
+            ));
+            String::new()
+        }
+    };
+    let title = obj.get("title").and_then(Value::as_str).map(str::to_string);
+    let annotations = match obj.get("annotations") {
+        Some(a @ Value::Object(_)) => Some(a.clone()),
+        _ => None,
+    };
+    Ok((
+        ToolDef {
+            name,
+            title,
+            description,
+            input_schema,
+            output_schema,
+            annotations,
+        },
+        warnings,
+    ))
+}
+
+fn parse_callback(value: &Value) -> Result<Callback, String> {
+    let Value::Object(obj) = value else {
+        return Err(format!(
+            r#""callback" is a JSON {}; expected {{"url": "http://...", "headers": {{...}}}}"#,
+            kind(value)
+        ));
+    };
+    let url = match obj.get("url") {
+        Some(Value::String(url)) if url.starts_with("http://") || url.starts_with("https://") => {
+            url.clone()
+        }
+        Some(Value::String(url)) => {
+            return Err(format!(
+                r#""callback.url" {url:?} must start with http:// or https://"#
+            ));
+        }
+        _ => return Err(r#""callback" needs a "url" string"#.into()),
+    };
+    let headers = match obj.get("headers") {
+        None | Some(Value::Null) => BTreeMap::new(),
+        Some(Value::Object(h)) => string_map(h)
+            .ok_or_else(|| r#""callback.headers" must map header names to strings"#.to_string())?,
+        Some(other) => {
+            return Err(format!(
+                r#""callback.headers" is a JSON {}, expected an object"#,
+                kind(other)
+            ));
+        }
+    };
+    Ok(Callback { url, headers })
+}
+
+fn string_map(map: &Map<String, Value>) -> Option<BTreeMap<String, String>> {
+    map.iter()
+        .map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+        .collect()
+}
+
+/// A JSON value's kind, for messages.
+pub fn kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    fn manifest(value: Value) -> Result<(HostManifest, Vec<Problem>), SourceError> {
+        parse_manifest(Path::new("tools.json"), &value)
+    }
+
+    #[test]
+    fn accepts_every_dialect() {
+        let (m, problems) = manifest(json!({
+            "callback": {"url": "http://127.0.0.1:9/tools", "headers": {"X-Key": "k"}},
+            "tools": [
+                {"name": "a", "description": "A.", "input_schema": {"type": "object", "properties": {"x": {"type": "string"}}}},
+                {"name": "b", "parameters": {"type": "object"}},
+                {"type": "function", "function": {"name": "c", "parameters": {"type": "object"}}},
+                {"name": "d", "inputSchema": {"type": "object"}, "outputSchema": {"type": "object"},
+                 "annotations": {"readOnlyHint": true}, "title": "Dee"}
+            ]
+        }))
+        .unwrap();
+        assert_eq!(problems, vec![]);
+        let names: Vec<_> = m.tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["a", "b", "c", "d"]);
+        assert_eq!(m.callback.unwrap().headers["X-Key"], "k");
+        assert_eq!(m.tools[3].title.as_deref(), Some("Dee"));
+        assert!(m.tools[3].output_schema.is_some());
+    }
+
+    #[test]
+    fn one_bad_tool_is_skipped_and_named() {
+        let (m, problems) = manifest(json!({"tools": [
+            {"name": "good", "input_schema": {"type": "object"}},
+            {"name": "bad", "input_schema": "nope"},
+            {"description": "no name"},
+            7,
+            {"name": "arr", "input_schema": {"type": "array"}},
+            {"name": "noschema"}
+        ]}))
+        .unwrap();
+        assert_eq!(m.tools.len(), 2);
+        let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text,
+            [
+                r#"tools.json: tool #1 "bad": input schema is a JSON string, expected a JSON Schema object (skipped)"#,
+                r#"tools.json: tool #2: has no "name" (skipped)"#,
+                r#"tools.json: tool #3: is a JSON number, expected an object (skipped)"#,
+                r#"tools.json: tool #4 "arr": input schema has "type": "array"; a tool's arguments must be an "object" (skipped)"#,
+                r#"tools.json: tool #5 "noschema": has no input schema (input_schema, inputSchema or parameters); treated as taking no arguments"#,
+            ]
+        );
+    }
+
+    #[test]
+    fn whole_file_errors_say_what_to_fix() {
+        let err = manifest(json!({"tool": []})).unwrap_err().to_string();
+        assert!(err.contains(r#"has no "tools" array"#), "{err}");
+        let err = manifest(json!("x")).unwrap_err().to_string();
+        assert!(err.contains("is a JSON string"), "{err}");
+        let err = manifest(json!({"tools": [], "callback": {"url": "ftp://x"}}))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("must start with http://"), "{err}");
+        let err = manifest(json!({"tools": {}})).unwrap_err().to_string();
+        assert!(err.contains("expected an array"), "{err}");
+    }
+
+    #[test]
+    fn reads_files_with_clear_errors() {
+        let dir = std::env::temp_dir().join(format!("ptc-source-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let bad = dir.join("bad.json");
+        std::fs::write(&bad, "{\"tools\": [").unwrap();
+        let err = read_manifest(&bad).unwrap_err().to_string();
+        assert!(err.contains("bad.json is not valid JSON"), "{err}");
+        let err = read_manifest(&dir.join("missing.json"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("cannot read"), "{err}");
+        let err = read_manifest(&dir).unwrap_err().to_string();
+        assert!(err.contains("is a directory"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

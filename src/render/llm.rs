@@ -1,0 +1,89 @@
+//! The tool list an agent runtime hands its LLM, in the provider's shape: the direct tools with
+//! their full schemas, plus `exec_code` when PTC is on.
+
+use super::description::Rendered;
+use crate::catalog::Catalog;
+use serde_json::{Value, json};
+use std::str::FromStr;
+use std::time::Duration;
+
+/// The tool the model runs code with.
+pub const EXEC_CODE: &str = "exec_code";
+
+/// Provider shapes of a tool list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// `[{name, description, input_schema}]`
+    Anthropic,
+    /// `[{type: "function", function: {name, description, parameters}}]` (chat completions)
+    Openai,
+    /// `[{name, description, inputSchema}]` (MCP `tools/list`)
+    Mcp,
+}
+
+impl FromStr for Format {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "anthropic" => Ok(Format::Anthropic),
+            "openai" => Ok(Format::Openai),
+            "mcp" => Ok(Format::Mcp),
+            other => Err(format!(
+                "unknown format {other:?}; expected anthropic, openai or mcp"
+            )),
+        }
+    }
+}
+
+/// The input schema of `exec_code`; `timeout` is capped by `PTC_TIMEOUT`.
+pub fn exec_code_schema(max_timeout: Duration) -> Value {
+    let max = max_timeout.as_secs().max(1);
+    json!({
+        "type": "object",
+        "properties": {
+            "code": {"type": "string", "description": "Python source to run."},
+            "timeout": {
+                "type": "integer",
+                "minimum": 1,
+                "maximum": max,
+                "description": format!("Seconds before the run is stopped (default and maximum {max}).")
+            }
+        },
+        "required": ["code"]
+    })
+}
+
+/// The tool list for the LLM.
+pub fn llm_tools(
+    catalog: &Catalog,
+    rendered: &Rendered,
+    format: Format,
+    max_timeout: Duration,
+) -> Value {
+    let mut tools: Vec<Value> = catalog
+        .direct()
+        .map(|t| shape(format, &t.name, &t.description, &t.input_schema))
+        .collect();
+    if catalog.ptc_enabled {
+        tools.push(shape(
+            format,
+            EXEC_CODE,
+            &rendered.description,
+            &exec_code_schema(max_timeout),
+        ));
+    }
+    Value::Array(tools)
+}
+
+fn shape(format: Format, name: &str, description: &str, schema: &Value) -> Value {
+    match format {
+        Format::Anthropic => {
+            json!({"name": name, "description": description, "input_schema": schema})
+        }
+        Format::Openai => json!({
+            "type": "function",
+            "function": {"name": name, "description": description, "parameters": schema}
+        }),
+        Format::Mcp => json!({"name": name, "description": description, "inputSchema": schema}),
+    }
+}

@@ -1,0 +1,512 @@
+//! The lossless check: reads a rendered description back and compares what each line says with
+//! the tool's source schema.
+//!
+//! Deliberately independent of `lower`: both sides are reduced to *facts* — for every path
+//! (`.edits[].oldText`), the JSON types allowed there, whether the property is required, and
+//! the enum/const values — and the two fact sets must be equal. A parameter lost, made
+//! optional, retyped or missing an enum value anywhere is a difference. Validation-only keywords
+//! (`minimum`, `format`, …) and descriptions are not facts: `describe()` carries them.
+
+use super::description::TYPES_HEADER;
+use super::lower::resolve_pointer;
+use super::ty::{Params, ParseError, Signature, Ty, parse_definition, parse_signature};
+use crate::catalog::Catalog;
+use serde_json::{Map, Value};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+/// Deepest path compared; matches the renderer's own bound with room to spare.
+const MAX_DEPTH: usize = 64;
+
+/// Keywords that make a schema say something about type.
+const TYPEFUL: &[&str] = &[
+    "type",
+    "enum",
+    "const",
+    "properties",
+    "items",
+    "additionalProperties",
+    "$ref",
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "nullable",
+];
+
+/// What a description says, read back.
+#[derive(Debug, Default)]
+pub struct ParsedDescription {
+    pub definitions: HashMap<String, Ty>,
+    /// By Python name.
+    pub signatures: BTreeMap<String, Signature>,
+}
+
+/// Reads the catalog part of an `exec_code` description (everything after the first `## `).
+pub fn parse_description(text: &str) -> Result<ParsedDescription, ParseError> {
+    let mut parsed = ParsedDescription::default();
+    let mut section: Option<&str> = None;
+    for line in text.lines() {
+        if let Some(header) = line.strip_prefix("## ") {
+            section = Some(header);
+            continue;
+        }
+        if line.trim().is_empty() {
+            continue;
+        }
+        match section {
+            None => {}
+            Some(header) if format!("## {header}") == TYPES_HEADER => {
+                let (name, ty) = parse_definition(line)?;
+                parsed.definitions.insert(name, ty);
+            }
+            Some(_) => {
+                let sig = parse_signature(line)?;
+                parsed.signatures.insert(sig.name.clone(), sig);
+            }
+        }
+    }
+    Ok(parsed)
+}
+
+/// Checks every PTC tool of a catalog against the description; returns the differences, none
+/// when the description is lossless.
+pub fn check_catalog(catalog: &Catalog, description: &str) -> Vec<String> {
+    let parsed = match parse_description(description) {
+        Ok(parsed) => parsed,
+        Err(e) => return vec![format!("the description does not parse: {e}")],
+    };
+    let mut problems = Vec::new();
+    let mut expected = BTreeSet::new();
+    for tool in catalog.ptc() {
+        expected.insert(tool.python_name.as_str());
+        let Some(sig) = parsed.signatures.get(&tool.python_name) else {
+            problems.push(format!("{}: no signature line", tool.name));
+            continue;
+        };
+        let found = params_facts(&sig.params, &parsed.definitions);
+        let want = schema_facts(&tool.input_schema);
+        problems.extend(compare(&tool.name, "input", &want, &found));
+        match (&tool.output_schema, &sig.returns) {
+            (Some(schema), Some(ret)) => {
+                let found = ty_facts(ret, &parsed.definitions);
+                problems.extend(compare(&tool.name, "output", &schema_facts(schema), &found));
+            }
+            (Some(_), None) => problems.push(format!("{}: output schema not shown", tool.name)),
+            (None, Some(_)) => problems.push(format!("{}: shows an output it has not", tool.name)),
+            (None, None) => {}
+        }
+    }
+    for name in parsed.signatures.keys() {
+        if !expected.contains(name.as_str()) {
+            problems.push(format!("{name}: a line for a tool code cannot call"));
+        }
+    }
+    problems
+}
+
+/// Facts at one path.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Fact {
+    pub types: BTreeSet<&'static str>,
+    pub required: BTreeSet<bool>,
+    pub values: BTreeSet<String>,
+}
+
+pub type Facts = BTreeMap<Vec<String>, Fact>;
+
+fn compare(tool: &str, side: &str, want: &Facts, found: &Facts) -> Vec<String> {
+    let mut out = Vec::new();
+    for path in want.keys().chain(found.keys()).collect::<BTreeSet<_>>() {
+        let (w, f) = (want.get(path), found.get(path));
+        if w != f {
+            out.push(format!(
+                "{tool} {side} at {:?}: schema says {w:?}, line says {f:?}",
+                path.concat()
+            ));
+        }
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// Facts of a schema
+
+pub fn schema_facts(schema: &Value) -> Facts {
+    let mut facts = Facts::new();
+    SchemaWalk {
+        root: schema,
+        stack: Vec::new(),
+    }
+    .walk(schema, &mut Vec::new(), &mut facts, 0, false);
+    facts
+}
+
+struct SchemaWalk<'a> {
+    root: &'a Value,
+    stack: Vec<String>,
+}
+
+impl<'a> SchemaWalk<'a> {
+    /// Records facts of `schema` at `path`; with `cut`, only its own types (a recursion point).
+    fn walk(
+        &mut self,
+        schema: &Value,
+        path: &mut Vec<String>,
+        facts: &mut Facts,
+        depth: usize,
+        cut: bool,
+    ) {
+        if depth > MAX_DEPTH {
+            return;
+        }
+        let Some(obj) = schema
+            .as_object()
+            .filter(|o| TYPEFUL.iter().any(|k| o.contains_key(*k)))
+        else {
+            facts.entry(path.clone()).or_default().types.insert("any");
+            return;
+        };
+        if obj.get("nullable") == Some(&Value::Bool(true)) {
+            facts.entry(path.clone()).or_default().types.insert("null");
+        }
+        if let Some(pointer) = obj.get("$ref").and_then(Value::as_str) {
+            match resolve_pointer(self.root, pointer) {
+                None => {
+                    facts.entry(path.clone()).or_default().types.insert("any");
+                }
+                Some(target) => {
+                    let again = self.stack.iter().any(|p| p == pointer);
+                    self.stack.push(pointer.to_string());
+                    self.walk(target, path, facts, depth + 1, cut || again);
+                    self.stack.pop();
+                }
+            }
+            return;
+        }
+        if let Some(members) = obj.get("allOf").and_then(Value::as_array) {
+            for m in members {
+                self.walk(m, path, facts, depth + 1, cut);
+            }
+            let mut rest = obj.clone();
+            rest.remove("allOf");
+            if TYPEFUL.iter().any(|k| rest.contains_key(*k)) {
+                self.walk(&Value::Object(rest), path, facts, depth + 1, cut);
+            }
+            return;
+        }
+        if let Some(values) = obj.get("enum").and_then(Value::as_array) {
+            for v in values {
+                record_value(facts, path, v);
+            }
+            return;
+        }
+        if let Some(v) = obj.get("const") {
+            record_value(facts, path, v);
+            return;
+        }
+        let branches: Vec<&Value> = ["anyOf", "oneOf"]
+            .iter()
+            .filter_map(|k| obj.get(*k).and_then(Value::as_array))
+            .flatten()
+            .filter(|b| {
+                b.as_object()
+                    .is_some_and(|o| TYPEFUL.iter().any(|k| o.contains_key(*k)))
+            })
+            .collect();
+        if !branches.is_empty() {
+            for b in branches {
+                self.walk(b, path, facts, depth + 1, cut);
+            }
+            return;
+        }
+        let declared: Vec<&str> = match obj.get("type") {
+            Some(Value::String(t)) => vec![t],
+            Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
+            _ if obj.contains_key("properties") || obj.contains_key("additionalProperties") => {
+                vec!["object"]
+            }
+            _ if obj.contains_key("items") => vec!["array"],
+            _ => vec![],
+        };
+        if declared.is_empty() {
+            facts.entry(path.clone()).or_default().types.insert("any");
+        }
+        for t in declared {
+            let t = json_type(t);
+            facts.entry(path.clone()).or_default().types.insert(t);
+            if cut {
+                continue;
+            }
+            match t {
+                "object" => self.walk_object(obj, path, facts, depth),
+                "array" => match obj.get("items") {
+                    Some(Value::Array(items)) => {
+                        for item in items {
+                            self.child(item, path, "[]", facts, depth);
+                        }
+                    }
+                    Some(item @ Value::Object(o)) if TYPEFUL.iter().any(|k| o.contains_key(*k)) => {
+                        self.child(item, path, "[]", facts, depth)
+                    }
+                    _ => {}
+                },
+                _ => {}
+            }
+        }
+    }
+
+    fn walk_object(
+        &mut self,
+        obj: &Map<String, Value>,
+        path: &mut Vec<String>,
+        facts: &mut Facts,
+        depth: usize,
+    ) {
+        match obj.get("properties").and_then(Value::as_object) {
+            Some(props) => {
+                let required: Vec<&str> = obj
+                    .get("required")
+                    .and_then(Value::as_array)
+                    .map(|r| r.iter().filter_map(Value::as_str).collect())
+                    .unwrap_or_default();
+                for (name, prop) in props {
+                    let seg = format!(".{name}");
+                    path.push(seg);
+                    facts
+                        .entry(path.clone())
+                        .or_default()
+                        .required
+                        .insert(required.contains(&name.as_str()));
+                    path.pop();
+                    self.child(prop, path, &format!(".{name}"), facts, depth);
+                }
+            }
+            None => {
+                if let Some(extra @ Value::Object(o)) = obj.get("additionalProperties")
+                    && TYPEFUL.iter().any(|k| o.contains_key(*k))
+                {
+                    self.child(extra, path, ".*", facts, depth);
+                }
+            }
+        }
+    }
+
+    fn child(
+        &mut self,
+        schema: &Value,
+        path: &mut Vec<String>,
+        seg: &str,
+        facts: &mut Facts,
+        depth: usize,
+    ) {
+        path.push(seg.to_string());
+        self.walk(schema, path, facts, depth + 1, false);
+        path.pop();
+    }
+}
+
+fn json_type(t: &str) -> &'static str {
+    match t {
+        "string" => "string",
+        "integer" => "integer",
+        "number" => "number",
+        "boolean" => "boolean",
+        "null" => "null",
+        "array" => "array",
+        "object" => "object",
+        _ => "any",
+    }
+}
+
+fn record_value(facts: &mut Facts, path: &[String], value: &Value) {
+    let fact = facts.entry(path.to_vec()).or_default();
+    fact.types.insert(value_type(value));
+    if !value.is_null() {
+        fact.values.insert(value.to_string());
+    }
+}
+
+fn value_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Facts of a parsed line
+
+fn params_facts(params: &Params, defs: &HashMap<String, Ty>) -> Facts {
+    match params {
+        Params::Fields(fields) => ty_facts(&Ty::Object(fields.clone()), defs),
+        Params::Open(None) => ty_facts(&Ty::Dict(None), defs),
+        Params::Open(Some(ty)) => {
+            // `**kwargs: T`: T is the type of every argument when T is not itself an object.
+            match ty.as_ref() {
+                Ty::Object(_) | Ty::Union(_) | Ty::Named(_) => ty_facts(ty, defs),
+                other => ty_facts(&Ty::Dict(Some(Box::new(other.clone()))), defs),
+            }
+        }
+    }
+}
+
+pub fn ty_facts(ty: &Ty, defs: &HashMap<String, Ty>) -> Facts {
+    let mut facts = Facts::new();
+    TyWalk {
+        defs,
+        stack: Vec::new(),
+    }
+    .walk(ty, &mut Vec::new(), &mut facts, 0, false);
+    facts
+}
+
+struct TyWalk<'a> {
+    defs: &'a HashMap<String, Ty>,
+    stack: Vec<String>,
+}
+
+impl TyWalk<'_> {
+    fn walk(
+        &mut self,
+        ty: &Ty,
+        path: &mut Vec<String>,
+        facts: &mut Facts,
+        depth: usize,
+        cut: bool,
+    ) {
+        if depth > MAX_DEPTH {
+            return;
+        }
+        let add = |t: &'static str, facts: &mut Facts| {
+            facts.entry(path.clone()).or_default().types.insert(t);
+        };
+        match ty {
+            Ty::Any => add("any", facts),
+            Ty::Str => add("string", facts),
+            Ty::Int => add("integer", facts),
+            Ty::Float => add("number", facts),
+            Ty::Bool => add("boolean", facts),
+            Ty::Null => add("null", facts),
+            Ty::List(item) => {
+                add("array", facts);
+                if let (Some(item), false) = (item, cut) {
+                    self.child(item, path, "[]", facts, depth);
+                }
+            }
+            Ty::Dict(value) => {
+                add("object", facts);
+                if let (Some(value), false) = (value, cut) {
+                    self.child(value, path, ".*", facts, depth);
+                }
+            }
+            Ty::Object(fields) => {
+                add("object", facts);
+                if !cut {
+                    for f in fields {
+                        let seg = format!(".{}", f.name);
+                        path.push(seg.clone());
+                        facts
+                            .entry(path.clone())
+                            .or_default()
+                            .required
+                            .insert(f.required);
+                        path.pop();
+                        self.child(&f.ty, path, &seg, facts, depth);
+                    }
+                }
+            }
+            Ty::Literal(values) => {
+                for v in values {
+                    record_value(facts, path, v);
+                }
+            }
+            Ty::Union(members) => {
+                for m in members {
+                    self.walk(m, path, facts, depth + 1, cut);
+                }
+            }
+            Ty::Named(name) => match self.defs.get(name) {
+                None => add("undefined shape", facts),
+                Some(def) => {
+                    let again = self.stack.iter().any(|n| n == name);
+                    self.stack.push(name.clone());
+                    self.walk(def, path, facts, depth + 1, cut || again);
+                    self.stack.pop();
+                }
+            },
+        }
+    }
+
+    fn child(
+        &mut self,
+        ty: &Ty,
+        path: &mut Vec<String>,
+        seg: &str,
+        facts: &mut Facts,
+        depth: usize,
+    ) {
+        path.push(seg.to_string());
+        self.walk(ty, path, facts, depth + 1, false);
+        path.pop();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render::ty::parse_ty;
+    use serde_json::json;
+
+    fn facts_equal(schema: Value, line_ty: &str) -> bool {
+        let ty = parse_ty(line_ty).unwrap();
+        schema_facts(&schema) == ty_facts(&ty, &HashMap::new())
+    }
+
+    #[test]
+    fn a_lost_anything_is_a_difference() {
+        let schema = json!({"type": "object", "properties": {
+            "a": {"type": "string", "enum": ["x", "y"]},
+            "b": {"type": "array", "items": {"type": "object", "properties": {"c": {"type": "integer"}}, "required": ["c"]}}
+        }, "required": ["a"]});
+        assert!(facts_equal(
+            schema.clone(),
+            "{a: Literal['x', 'y'], b?: list[{c: int}]}"
+        ));
+        // Each of these loses or changes one fact.
+        for wrong in [
+            "{a: Literal['x'], b?: list[{c: int}]}",
+            "{a?: Literal['x', 'y'], b?: list[{c: int}]}",
+            "{a: Literal['x', 'y'], b?: list[{c?: int}]}",
+            "{a: Literal['x', 'y'], b?: list[{c: float}]}",
+            "{a: Literal['x', 'y'], b?: list[dict]}",
+            "{a: Literal['x', 'y'], b?: list}",
+            "{a: Literal['x', 'y']}",
+            "{a: str, b?: list[{c: int}]}",
+            "{a: Literal['x', 'y'], b?: list[{c: int}], d?: str}",
+        ] {
+            assert!(!facts_equal(schema.clone(), wrong), "{wrong} should differ");
+        }
+    }
+
+    #[test]
+    fn cycles_are_compared_up_to_the_recursion_point() {
+        let schema = json!({"$ref": "#/$defs/N", "$defs": {"N": {"type": "object",
+            "properties": {"next": {"$ref": "#/$defs/N"}, "v": {"type": "integer"}}}}});
+        let defs: HashMap<String, Ty> =
+            [("N".to_string(), parse_ty("{next?: N, v?: int}").unwrap())].into();
+        assert_eq!(
+            schema_facts(&schema),
+            ty_facts(&Ty::Named("N".into()), &defs)
+        );
+        let wrong: HashMap<String, Ty> =
+            [("N".to_string(), parse_ty("{next?: N, v?: str}").unwrap())].into();
+        assert_ne!(
+            schema_facts(&schema),
+            ty_facts(&Ty::Named("N".into()), &wrong)
+        );
+    }
+}

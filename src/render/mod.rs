@@ -1,0 +1,15 @@
+//! Rendering: what the model sees of the catalog.
+//!
+//! `ty` is the signature language, `lower` turns JSON Schema into it, `signature` makes one
+//! line per tool, `description` the whole `exec_code` description, `llm` the provider-shaped
+//! tool list, and `lossless` checks that nothing a call needs was lost. All pure.
+
+pub mod description;
+pub mod llm;
+pub mod lossless;
+pub mod lower;
+pub mod signature;
+pub mod ty;
+
+pub use description::{Rendered, render};
+pub use llm::{EXEC_CODE, Format, llm_tools};
