@@ -7,24 +7,26 @@
 
 use super::lower::{Shapes, is_reserved, shape_name};
 use super::signature::signature;
-use super::ty::{Params, Signature, Ty};
+use super::ty::{Params, Signature, Ty, is_identifier};
 use crate::catalog::Catalog;
 use std::collections::HashMap;
 
 /// What the model is told once, before the signatures.
 pub const PREAMBLE: &str = "\
-Run Python that calls the tools below. Each tool is an async function: `await` it (top-level \
-`await` works) and run independent calls together with `await asyncio.gather(...)`. Only what \
-the code prints comes back, so print just what the answer needs. A failed call raises ToolError \
-(a bad argument: ToolInputError). `describe(\"name\")` prints a tool's full schema and docs. In \
-signatures `?` marks an optional parameter and `{k: T}` a dict with those keys; without `->` a \
-tool returns what it gives, often a str. asyncio, json and re are imported.";
+Python with the tools below as async functions (top-level `await` works; run independent calls \
+together with `asyncio.gather`). Only printed output comes back: print just what is needed. \
+Failed calls raise ToolError (bad arguments: ToolInputError). `describe(\"name\")` prints a \
+tool's full schema and docs. Signatures: `?` optional, bare name = str, `{k: T}` a dict with \
+those keys, no `->`: returns what the tool gives, often a str. Under `## s__`, call `f` as \
+`s__f`. asyncio, json, re are imported.";
 
 /// Said instead of the signatures when no tool is callable from code.
 pub const NO_TOOLS: &str = "No tools are callable from code right now.";
 
 /// Header of the named-shapes section.
 pub const TYPES_HEADER: &str = "## types";
+/// A section header ending in this is a prefix of every name in the section (`## github__`).
+pub const SECTION_PREFIX_END: &str = "__";
 /// Header of the host tools' section.
 pub const HOST_HEADER: &str = "## tools";
 
@@ -33,7 +35,8 @@ pub const HOST_HEADER: &str = "## tools";
 pub struct Rendered {
     /// The whole `exec_code` description.
     pub description: String,
-    /// `(tool name, signature line)` for each PTC tool, in catalog order.
+    /// `(tool name, signature line)` for each PTC tool, in catalog order, with its whole
+    /// Python name (the description leaves a section's prefix out).
     pub lines: Vec<(String, String)>,
     /// Named shapes, as `Name = type` lines.
     pub definitions: Vec<(String, Ty)>,
@@ -81,20 +84,30 @@ pub fn render(catalog: &Catalog) -> Rendered {
         }
     }
     let mut lines = Vec::with_capacity(tools.len());
-    let mut group: Option<Option<&str>> = None;
-    for (tool, sig) in tools.iter().zip(&sigs) {
-        if group != Some(tool.server()) {
-            group = Some(tool.server());
-            out.push_str("\n\n");
-            match tool.server() {
-                Some(server) => out.push_str(&format!("## {server}")),
-                None => out.push_str(HOST_HEADER),
-            }
+    let mut start = 0;
+    while start < tools.len() {
+        let server = tools[start].server();
+        let end = start
+            + tools[start..]
+                .iter()
+                .take_while(|t| t.server() == server)
+                .count();
+        let group = &sigs[start..end];
+        let prefix = server.and_then(|_| section_prefix(group)).unwrap_or("");
+        out.push_str("\n\n");
+        match (server, prefix) {
+            (_, p) if !p.is_empty() => out.push_str(&format!("## {p}")),
+            (Some(server), _) => out.push_str(&format!("## {server}")),
+            (None, _) => out.push_str(HOST_HEADER),
         }
-        let line = sig.to_string();
-        out.push('\n');
-        out.push_str(&line);
-        lines.push((tool.name.clone(), line));
+        for (tool, sig) in tools[start..end].iter().zip(group) {
+            let line = sig.to_string();
+            out.push('\n');
+            // The section header says the prefix once; each line leaves it out.
+            out.push_str(&line[prefix.len()..]);
+            lines.push((tool.name.clone(), line));
+        }
+        start = end;
     }
     Rendered {
         description: out,
@@ -102,6 +115,16 @@ pub fn render(catalog: &Catalog) -> Rendered {
         definitions,
         notes,
     }
+}
+
+/// The `server__` prefix all Python names of a server's section share, when each name is an
+/// identifier without it; `None` means the lines keep their whole names.
+fn section_prefix(sigs: &[Signature]) -> Option<&str> {
+    let first = &sigs.first()?.name;
+    let prefix = &first[..first.find(SECTION_PREFIX_END)? + SECTION_PREFIX_END.len()];
+    sigs.iter()
+        .all(|s| s.name.strip_prefix(prefix).is_some_and(is_identifier))
+        .then_some(prefix)
 }
 
 /// Names object shapes that repeat, while naming one saves characters: greedily, the best
@@ -124,7 +147,7 @@ fn share_shapes(sigs: &mut [Signature], definitions: &mut Vec<(String, Ty)>) {
                     Ty::Object(fields) if fields.len() == 1 => fields[0].name.clone(),
                     _ => sig.name.rsplit('_').next().unwrap_or("Result").to_string(),
                 };
-                seen.visit(ret, &hint);
+                seen.visit_return(ret, &hint);
             }
         }
         for (_, ty) in definitions.iter() {
@@ -139,7 +162,7 @@ fn share_shapes(sigs: &mut [Signature], definitions: &mut Vec<(String, Ty)>) {
             .shapes
             .iter()
             .map(|s| {
-                let name = unique_name(&s.hint, &taken);
+                let name = unique_name(&s.hint, s.is_return, &taken);
                 let (n, len, m) = (s.count as i64, s.text.len() as i64, name.len() as i64);
                 // Inline: n·len. Named: a definition line (m + len + 4) and n·m.
                 (n * len - (m + len + 4) - n * m, name, s)
@@ -175,8 +198,13 @@ fn share_shapes(sigs: &mut [Signature], definitions: &mut Vec<(String, Ty)>) {
     }
 }
 
-fn unique_name(hint: &str, taken: &[&str]) -> String {
-    let base = shape_name(hint);
+fn unique_name(hint: &str, is_return: bool, taken: &[&str]) -> String {
+    let mut base = shape_name(hint);
+    // A result shape named after its tool (`delete_entities`) must not pass for the thing the
+    // tool works on (`Entity`).
+    if is_return && taken.contains(&base.as_str()) {
+        base.push_str("Result");
+    }
     let mut name = base.clone();
     let mut n = 2;
     while taken.contains(&name.as_str()) || is_reserved(&name) {
@@ -205,6 +233,8 @@ struct Shape {
     text: String,
     ty: Ty,
     hint: String,
+    /// First seen as a tool's whole return type, its hint taken from the tool's name.
+    is_return: bool,
     count: usize,
     first: usize,
 }
@@ -216,6 +246,16 @@ struct ShapeCounts {
 }
 
 impl ShapeCounts {
+    fn visit_return(&mut self, ty: &Ty, hint: &str) {
+        let known = self.shapes.len();
+        self.visit(ty, hint);
+        if let Some(shape) = self.shapes.get_mut(known)
+            && shape.text == ty.to_string()
+        {
+            shape.is_return = true;
+        }
+    }
+
     fn visit(&mut self, ty: &Ty, hint: &str) {
         match ty {
             Ty::Object(fields) => {
@@ -229,6 +269,7 @@ impl ShapeCounts {
                             text,
                             ty: ty.clone(),
                             hint: hint.to_string(),
+                            is_return: false,
                             count: 1,
                             first,
                         });

@@ -7,7 +7,7 @@
 //! optional, retyped or missing an enum value anywhere is a difference. Validation-only keywords
 //! (`minimum`, `format`, …) and descriptions are not facts: `describe()` carries them.
 
-use super::description::TYPES_HEADER;
+use super::description::{SECTION_PREFIX_END, TYPES_HEADER};
 use super::lower::resolve_pointer;
 use super::ty::{Params, ParseError, Signature, Ty, parse_definition, parse_signature};
 use crate::catalog::Catalog;
@@ -58,8 +58,11 @@ pub fn parse_description(text: &str) -> Result<ParsedDescription, ParseError> {
                 let (name, ty) = parse_definition(line)?;
                 parsed.definitions.insert(name, ty);
             }
-            Some(_) => {
-                let sig = parse_signature(line)?;
+            Some(header) => {
+                let mut sig = parse_signature(line)?;
+                if header.ends_with(SECTION_PREFIX_END) {
+                    sig.name.insert_str(0, header);
+                }
                 parsed.signatures.insert(sig.name.clone(), sig);
             }
         }

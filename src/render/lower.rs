@@ -554,7 +554,7 @@ mod tests {
         });
         assert_eq!(
             lower(schema).0,
-            "{edits: list[{oldText: str, newText: str}], dryRun?: bool = False, url?: str = ...}"
+            "{edits: list[{oldText, newText}], dryRun?: bool = False, url? = ...}"
         );
     }
 
@@ -572,7 +572,7 @@ mod tests {
             }
         });
         let (ty, defs) = lower(schema);
-        assert_eq!(ty, "{root?: TreeNode, meta?: {k?: str}}");
+        assert_eq!(ty, "{root?: TreeNode, meta?: {k?}}");
         assert_eq!(defs.len(), 1);
         assert_eq!(defs[0].0, "TreeNode");
         assert_eq!(
@@ -603,7 +603,7 @@ mod tests {
             ],
             "$defs": {"B": {"properties": {"b": {"type": "integer"}}}}
         });
-        assert_eq!(lower(schema).0, "{a: str, b?: int}");
+        assert_eq!(lower(schema).0, "{a, b?: int}");
     }
 
     #[test]

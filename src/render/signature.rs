@@ -7,7 +7,7 @@ use super::ty::Signature;
 use crate::catalog::Tool;
 
 /// Longest summary kept from a tool's description; the whole text is in `describe()`.
-pub const MAX_SUMMARY_CHARS: usize = 96;
+pub const MAX_SUMMARY_CHARS: usize = 44;
 
 /// Lowers a tool to its signature. Recursive shapes go into `shapes`; notes worth reporting
 /// (unresolvable refs, depth cuts) are returned.
@@ -116,14 +116,14 @@ mod tests {
             json!({"type": "object", "properties": {"file_path": {"type": "string"}}, "required": ["file_path"]}),
             None,
         );
-        assert_eq!(line(&read), "read(file_path: str) — Read a file.");
+        assert_eq!(line(&read), "read(file_path) — Read a file.");
         let bash = tool(
             "bash",
             "",
             json!({"type": "object", "properties": {"timeout": {"type": "integer"}, "command": {"type": "string"}}, "required": ["command"]}),
             None,
         );
-        assert_eq!(line(&bash), "bash(command: str, timeout?: int)");
+        assert_eq!(line(&bash), "bash(command, timeout?: int)");
         let issues = tool(
             "github__list_issues",
             "List issues in a GitHub repository",
@@ -135,7 +135,7 @@ mod tests {
         );
         assert_eq!(
             line(&issues),
-            "github__list_issues(owner: str, repo: str, state?: Literal['open', 'closed', 'all']) -> dict — List issues in a GitHub repository"
+            "github__list_issues(owner, repo, state?: Literal['open', 'closed', 'all']) -> dict — List issues in a GitHub repository"
         );
     }
 
@@ -157,7 +157,7 @@ mod tests {
         );
         assert_eq!(
             line(&edit),
-            "edit_file(path: str, edits: list[{oldText: str, newText: str}], dryRun?: bool = False) -> {content: str} — Make line-based edits to a text file."
+            "edit_file(path, edits: list[{oldText, newText}], dryRun?: bool = False) -> {content} — Make line-based edits to a text file."
         );
     }
 
@@ -181,14 +181,14 @@ mod tests {
             ]}),
             None,
         );
-        assert_eq!(line(&union), "u(**kwargs: {a: str} | {b: int})");
+        assert_eq!(line(&union), "u(**kwargs: {a} | {b: int})");
         let quoted = tool(
             "q",
             "",
             json!({"type": "object", "properties": {"x-api-key": {"type": "string"}}}),
             None,
         );
-        assert_eq!(line(&quoted), "q('x-api-key'?: str)");
+        assert_eq!(line(&quoted), "q('x-api-key'?)");
     }
 
     #[test]

@@ -33,7 +33,8 @@ pub enum Ty {
     Named(String),
 }
 
-/// One parameter of a signature, or one field of an object shape.
+/// One parameter of a signature, or one field of an object shape. A field of type `str` prints
+/// bare (`owner`, `sha?`): strings are most parameters, and `: str` costs two tokens each.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Field {
     pub name: String,
@@ -128,7 +129,10 @@ impl fmt::Display for Field {
         if !self.required {
             f.write_char('?')?;
         }
-        write!(f, ": {}", self.ty)?;
+        // The commonest type goes unwritten: a bare name is a `str`.
+        if self.ty != Ty::Str {
+            write!(f, ": {}", self.ty)?;
+        }
         match &self.default {
             None => Ok(()),
             Some(DefaultValue::Elided) => f.write_str(" = ..."),
@@ -375,8 +379,7 @@ impl<'a> Parser<'a> {
         loop {
             let name = self.name()?;
             let required = !self.eat("?");
-            self.expect(": ")?;
-            let ty = self.ty()?;
+            let ty = if self.eat(": ") { self.ty()? } else { Ty::Str };
             let default = if self.eat(" = ") {
                 if self.eat("...") {
                     Some(DefaultValue::Elided)
@@ -586,16 +589,22 @@ mod tests {
         let line = sig.to_string();
         assert_eq!(
             line,
-            "fs__edit_file(path: str, edits: list[{oldText: str, newText: str}], \
+            "fs__edit_file(path, edits: list[{oldText, newText}], \
              dryRun?: bool = False, 'x-mode'?: Literal['a\\'b', 1, None] | None, \
-             meta?: dict[str, int], node?: Node = ...) -> {content: str} — Edit a file."
+             meta?: dict[str, int], node?: Node = ...) -> {content} — Edit a file."
         );
         assert_eq!(parse_signature(&line).unwrap(), sig);
     }
 
     #[test]
     fn open_params_and_no_summary() {
-        for line in ["f(**kwargs)", "f(**kwargs: int)", "f()", "f() -> list"] {
+        for line in [
+            "f(**kwargs)",
+            "f(**kwargs: int)",
+            "f()",
+            "f() -> list",
+            "f(a, b? = 'x')",
+        ] {
             assert_eq!(parse_signature(line).unwrap().to_string(), line);
         }
     }
@@ -604,6 +613,7 @@ mod tests {
     fn parse_errors_say_where() {
         let err = parse_signature("f(a str)").unwrap_err();
         assert_eq!(err.at, 3);
+        assert!(parse_signature("f(a:str)").is_err());
         assert!(parse_signature("f(a: str").is_err());
         assert!(parse_ty("list[str").is_err());
         assert!(parse_ty("Literal['x]").is_err());
