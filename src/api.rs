@@ -1,18 +1,22 @@
-//! The control API the agent runtime talks to: `GET /v1/tools`, `GET /healthz`.
+//! The control API the agent runtime talks to: `GET /v1/tools`, `POST /v1/exec_code`,
+//! `GET /healthz`.
 //!
 //! Owns HTTP concerns only (routes, auth, status codes, caching headers); what the body says
 //! comes from `render` and the snapshot. Errors are JSON `{"error": {"type", "message"}}`.
 
 use crate::app::AppState;
 use crate::render::{Format, llm_tools};
+use crate::run::ExecRequest;
+use axum::body::to_bytes;
 use axum::extract::{Query, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
 use serde_json::json;
+use std::time::Duration;
 
 /// Header carrying the catalog version on `/v1/tools`.
 pub const VERSION_HEADER: &str = "x-catalog-version";
@@ -20,6 +24,7 @@ pub const VERSION_HEADER: &str = "x-catalog-version";
 pub fn router(state: AppState) -> Router {
     let protected = Router::new()
         .route("/v1/tools", get(tools))
+        .route("/v1/exec_code", post(exec_code))
         .layer(middleware::from_fn_with_state(state.clone(), require_key));
     Router::new()
         .route("/healthz", get(healthz))
@@ -135,4 +140,80 @@ fn if_none_match(headers: &HeaderMap, etag: &str) -> bool {
         .flat_map(|v| v.split(','))
         .map(|t| t.trim().trim_start_matches("W/"))
         .any(|t| t == etag || t == "*")
+}
+
+/// Largest `POST /v1/exec_code` body: code is text a model wrote, not a file upload.
+pub const MAX_EXEC_BYTES: usize = 1 << 20;
+
+#[derive(Deserialize)]
+struct ExecBody {
+    code: String,
+    /// Milliseconds (DESIGN.md); capped by `PTC_TIMEOUT`.
+    timeout_ms: Option<u64>,
+    /// Seconds, as the `exec_code` tool's own input has it; `timeout_ms` wins when both are given.
+    timeout: Option<u64>,
+    session_id: Option<String>,
+}
+
+/// Reads a JSON body with a size cap, answering what was wrong.
+pub async fn json_body<T: serde::de::DeserializeOwned>(
+    request: Request,
+    limit: usize,
+    shape: &str,
+) -> Result<T, Response> {
+    let bytes = to_bytes(request.into_body(), limit).await.map_err(|_| {
+        error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("the body is limited to {limit} bytes"),
+        )
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        error(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            format!("expected {shape}: {e}"),
+        )
+    })
+}
+
+async fn exec_code(State(state): State<AppState>, request: Request) -> Response {
+    let Some(runner) = state.runner.clone() else {
+        return error(
+            StatusCode::CONFLICT,
+            "ptc_disabled",
+            "PTC_ENABLED is false on this sidecar: every tool is direct and there is no exec_code",
+        );
+    };
+    let body: ExecBody = match json_body(
+        request,
+        MAX_EXEC_BYTES,
+        r#"{"code": "...", "timeout_ms"?: N}"#,
+    )
+    .await
+    {
+        Ok(b) => b,
+        Err(response) => return response,
+    };
+    let timeout = match (body.timeout_ms, body.timeout) {
+        (Some(0), _) | (None, Some(0)) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                "timeout_ms must be at least 1",
+            );
+        }
+        (Some(ms), _) => Some(Duration::from_millis(ms)),
+        (None, Some(s)) => Some(Duration::from_secs(s)),
+        (None, None) => None,
+    };
+    let result = runner
+        .exec(ExecRequest {
+            code: body.code,
+            timeout,
+            session_id: body.session_id,
+            ..ExecRequest::default()
+        })
+        .await;
+    Json(result).into_response()
 }

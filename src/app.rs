@@ -7,7 +7,9 @@ use crate::api;
 use crate::catalog::source::{self, Problem, SourceError};
 use crate::catalog::{Catalog, CatalogInput, Policy, ServerTools};
 use crate::config::{Config, Listen};
-use crate::render::{self, Rendered};
+pub use crate::render::Snapshot;
+use crate::run::child::{self, Limits};
+use crate::run::{Backends, Runner, RunnerConfig};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,20 +18,6 @@ use tokio_util::sync::CancellationToken;
 
 /// How long in-flight requests get to finish once shutdown starts.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-
-/// One catalog version and what the model sees of it.
-#[derive(Debug)]
-pub struct Snapshot {
-    pub catalog: Catalog,
-    pub rendered: Rendered,
-}
-
-impl Snapshot {
-    pub fn new(catalog: Catalog) -> Snapshot {
-        let rendered = render::render(&catalog);
-        Snapshot { catalog, rendered }
-    }
-}
 
 /// A saved MCP `tools/list` result standing in for a server (`--mcp-catalog NAME=FILE`).
 #[derive(Debug, Clone, PartialEq)]
@@ -116,6 +104,95 @@ pub fn log_report(snapshot: &Snapshot) {
 pub struct AppState {
     pub config: Arc<Config>,
     pub snapshot: watch::Receiver<Arc<Snapshot>>,
+    /// Present when PTC is on.
+    pub runner: Option<Runner>,
+}
+
+/// Tool calls one run may make: enough for real batch work, a stop for a runaway loop.
+pub const MAX_CALLS_PER_RUN: usize = 10_000;
+/// Tool calls of one run in flight at once: bounds what one script can load onto backends.
+pub const MAX_IN_FLIGHT_PER_RUN: usize = 64;
+/// Largest file a child may write.
+pub const CHILD_MAX_FILE_BYTES: u64 = 256 << 20;
+/// Open files of a child.
+pub const CHILD_MAX_OPEN_FILES: u64 = 256;
+/// CPU seconds a child gets beyond `PTC_TIMEOUT` before the kernel stops it.
+pub const CHILD_CPU_GRACE_SECS: u64 = 5;
+
+/// The runner's settings from the configuration; resolves the interpreter (once).
+pub async fn runner_config(config: &Config) -> Result<RunnerConfig, String> {
+    let python = child::resolve_python(&config.python).await?;
+    let runtime_dir = config.runtime_dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("ptc-sidecar-{}", std::process::id()))
+    });
+    Ok(RunnerConfig {
+        python,
+        timeout: config.timeout,
+        tool_timeout: config.tool_timeout,
+        max_output_bytes: config.max_output_bytes,
+        runtime_dir,
+        warm_workers: config.warm_workers,
+        max_runs: config.max_runs,
+        max_calls_per_run: MAX_CALLS_PER_RUN,
+        max_in_flight_per_run: MAX_IN_FLIGHT_PER_RUN,
+        limits: Limits {
+            address_space: config.memory_mb << 20,
+            cpu_secs: config.timeout.as_secs() + CHILD_CPU_GRACE_SECS,
+            file_size: CHILD_MAX_FILE_BYTES,
+            open_files: CHILD_MAX_OPEN_FILES,
+        },
+        path_env: std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
+        allow_subprocess: config.allow_subprocess,
+    })
+}
+
+/// A started sidecar: its state, and the token that stops everything it started.
+pub struct Sidecar {
+    pub state: AppState,
+    pub shutdown: CancellationToken,
+    /// Sends a new snapshot (reload).
+    pub snapshots: watch::Sender<Arc<Snapshot>>,
+    owned_runtime_dir: Option<PathBuf>,
+}
+
+impl Sidecar {
+    /// Loads the catalog and, with PTC on, starts the runner (IPC bridge, warm pool).
+    pub async fn start(config: Config, saved: &[SavedCatalog]) -> anyhow::Result<Sidecar> {
+        let snapshot = Arc::new(initial_snapshot(&config, saved)?);
+        log_report(&snapshot);
+        let (tx, rx) = watch::channel(snapshot);
+        let shutdown = CancellationToken::new();
+        let mut owned_runtime_dir = None;
+        let runner = if config.enabled {
+            let rc = runner_config(&config).await.map_err(anyhow::Error::msg)?;
+            if config.runtime_dir.is_none() {
+                owned_runtime_dir = Some(rc.runtime_dir.clone());
+            }
+            let backends = Backends::new(config.tool_timeout);
+            Some(Runner::start(rc, rx.clone(), backends, shutdown.child_token()).await?)
+        } else {
+            None
+        };
+        Ok(Sidecar {
+            state: AppState {
+                config: Arc::new(config),
+                snapshot: rx,
+                runner,
+            },
+            shutdown,
+            snapshots: tx,
+            owned_runtime_dir,
+        })
+    }
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+        if let Some(dir) = self.owned_runtime_dir.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
 }
 
 impl AppState {

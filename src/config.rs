@@ -30,6 +30,11 @@ pub struct RawConfig {
     ptc_read_only_tools: Option<String>,
     ptc_events_stream_maxlen: Option<String>,
     ptc_events_bodies: Option<String>,
+    ptc_warm_workers: Option<String>,
+    ptc_max_runs: Option<String>,
+    ptc_memory_mb: Option<String>,
+    ptc_allow_subprocess: Option<String>,
+    ptc_runtime_dir: Option<String>,
 }
 
 /// Where the control API listens.
@@ -60,6 +65,16 @@ pub struct Config {
     pub read_only_tools: bool,
     pub events_stream_maxlen: usize,
     pub events_bodies: bool,
+    /// Pre-started interpreters kept ready (beyond DESIGN.md).
+    pub warm_workers: usize,
+    /// `exec_code` runs at once; more wait for a slot within their own deadline.
+    pub max_runs: usize,
+    /// Address-space limit of one child, in MiB.
+    pub memory_mb: u64,
+    /// Let code start processes; off, the SDK refuses fork/exec/spawn.
+    pub allow_subprocess: bool,
+    /// Where SDK and scratch directories go; default a fresh directory under the system temp.
+    pub runtime_dir: Option<PathBuf>,
 }
 
 pub const DEFAULT_DIRECT_TOOLS: &str = "complete,fail,onboarding_handoff";
@@ -155,6 +170,12 @@ impl RawConfig {
                 (1, 100_000_000),
             )? as usize,
             events_bodies: parse_bool("PTC_EVENTS_BODIES", self.ptc_events_bodies, false)?,
+            warm_workers: parse_range("PTC_WARM_WORKERS", self.ptc_warm_workers, 2, (0, 64))?
+                as usize,
+            max_runs: parse_range("PTC_MAX_RUNS", self.ptc_max_runs, 32, (1, 4096))? as usize,
+            memory_mb: parse_range("PTC_MEMORY_MB", self.ptc_memory_mb, 2048, (64, 1 << 20))?,
+            allow_subprocess: parse_bool("PTC_ALLOW_SUBPROCESS", self.ptc_allow_subprocess, false)?,
+            runtime_dir: non_empty(self.ptc_runtime_dir).map(PathBuf::from),
         })
     }
 }

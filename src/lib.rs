@@ -9,3 +9,4 @@ pub mod app;
 pub mod catalog;
 pub mod config;
 pub mod render;
+pub mod run;

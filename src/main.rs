@@ -2,12 +2,11 @@
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use ptc_sidecar::app::{self, AppState, Listener, SavedCatalog};
+use ptc_sidecar::app::{self, Listener, SavedCatalog};
 use ptc_sidecar::config::Config;
 use ptc_sidecar::render::{Format, llm_tools};
+use ptc_sidecar::run::{ExecRequest, ExecStatus};
 use std::process::ExitCode;
-use std::sync::Arc;
-use tokio_util::sync::CancellationToken;
 
 #[derive(Parser)]
 #[command(version, about = "Programmatic tool calling for any agent runtime", long_about = None)]
@@ -26,6 +25,15 @@ enum Command {
         #[arg(long, default_value = "anthropic")]
         format: String,
         /// Add a saved MCP tools/list result as if it came from MCP server NAME (repeatable).
+        #[arg(long = "mcp-catalog", value_name = "NAME=FILE")]
+        mcp_catalog: Vec<SavedCatalog>,
+    },
+    /// Run a Python script against the configured tools; prints its output and exits with its
+    /// exit code. PTC is treated as on.
+    Exec {
+        /// The script, or - for standard input.
+        file: String,
+        /// Add a saved MCP tools/list result as MCP server NAME (its tools are listed, not callable).
         #[arg(long = "mcp-catalog", value_name = "NAME=FILE")]
         mcp_catalog: Vec<SavedCatalog>,
     },
@@ -56,11 +64,56 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             format,
             mcp_catalog,
         } => print_tools(&config, &format, &mcp_catalog),
-        Command::Serve => tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()?
-            .block_on(serve(config)),
+        Command::Serve => runtime()?.block_on(serve(config)),
+        Command::Exec { file, mcp_catalog } => {
+            let code = exec_code_of(&file)?;
+            let exit = runtime()?.block_on(exec(config, code, mcp_catalog))?;
+            std::process::exit(exit);
+        }
     }
+}
+
+fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+}
+
+fn exec_code_of(file: &str) -> anyhow::Result<String> {
+    if file == "-" {
+        let mut code = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin(), &mut code)
+            .context("cannot read the script from standard input")?;
+        Ok(code)
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("cannot read {file}"))
+    }
+}
+
+async fn exec(mut config: Config, code: String, saved: Vec<SavedCatalog>) -> anyhow::Result<i32> {
+    config.enabled = true;
+    config.warm_workers = 0;
+    let sidecar = app::Sidecar::start(config, &saved).await?;
+    let runner = sidecar
+        .state
+        .runner
+        .clone()
+        .context("the runner did not start")?;
+    let result = runner
+        .exec(ExecRequest {
+            code,
+            ..ExecRequest::default()
+        })
+        .await;
+    print!("{}", result.stdout);
+    eprint!("{}", result.stderr);
+    use std::io::Write;
+    std::io::stdout().flush()?;
+    Ok(match result.status {
+        ExecStatus::Ok => 0,
+        ExecStatus::Timeout => 124,
+        ExecStatus::Error => result.exit_code.filter(|c| *c > 0).unwrap_or(1),
+    })
 }
 
 fn print_tools(config: &Config, format: &str, saved: &[SavedCatalog]) -> anyhow::Result<()> {
@@ -91,18 +144,19 @@ fn print_tools(config: &Config, format: &str, saved: &[SavedCatalog]) -> anyhow:
 }
 
 async fn serve(config: Config) -> anyhow::Result<()> {
-    let snapshot = Arc::new(app::initial_snapshot(&config, &[])?);
-    app::log_report(&snapshot);
-    let (_snapshot_tx, snapshot_rx) = tokio::sync::watch::channel(snapshot);
-    let listener = Listener::bind(&config.listen)
+    let listen = config.listen.clone();
+    let sidecar = app::Sidecar::start(config, &[]).await?;
+    let listener = Listener::bind(&listen)
         .await
-        .with_context(|| format!("cannot listen on PTC_LISTEN={:?}", config.listen))?;
-    tracing::info!(listen = %listener.local_addr(), ptc_enabled = config.enabled, "ptc-sidecar serving");
-    let state = AppState {
-        config: Arc::new(config),
-        snapshot: snapshot_rx,
-    };
-    let shutdown = CancellationToken::new();
+        .with_context(|| format!("cannot listen on PTC_LISTEN={listen:?}"))?;
+    tracing::info!(
+        listen = %listener.local_addr(),
+        ptc_enabled = sidecar.state.config.enabled,
+        ipc = %sidecar.state.runner.as_ref().map(|r| r.ipc_addr().to_string()).unwrap_or_default(),
+        "ptc-sidecar serving"
+    );
+    let state = sidecar.state.clone();
+    let shutdown = sidecar.shutdown.clone();
     let signal = shutdown.clone();
     tokio::spawn(async move {
         wait_for_signal().await;
@@ -110,6 +164,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         signal.cancel();
     });
     app::run(listener, state, shutdown).await?;
+    drop(sidecar);
     Ok(())
 }
 

@@ -32,6 +32,10 @@ const TYPEFUL: &[&str] = &[
     "nullable",
 ];
 
+/// The fact recorded where a shape refers back to itself, so that a recursive reference and a
+/// plain `dict` at that point differ.
+const RECURSION: &str = "<recursion>";
+
 /// What a description says, read back.
 #[derive(Debug, Default)]
 pub struct ParsedDescription {
@@ -178,6 +182,13 @@ impl<'a> SchemaWalk<'a> {
                 }
                 Some(target) => {
                     let again = self.stack.iter().any(|p| p == pointer);
+                    if again {
+                        facts
+                            .entry(path.clone())
+                            .or_default()
+                            .values
+                            .insert(RECURSION.into());
+                    }
                     self.stack.push(pointer.to_string());
                     self.walk(target, path, facts, depth + 1, cut || again);
                     self.stack.pop();
@@ -436,6 +447,13 @@ impl TyWalk<'_> {
                 None => add("undefined shape", facts),
                 Some(def) => {
                     let again = self.stack.iter().any(|n| n == name);
+                    if again {
+                        facts
+                            .entry(path.clone())
+                            .or_default()
+                            .values
+                            .insert(RECURSION.into());
+                    }
                     self.stack.push(name.clone());
                     self.walk(def, path, facts, depth + 1, cut || again);
                     self.stack.pop();

@@ -65,6 +65,13 @@ impl Shapes {
         name
     }
 
+    fn forget(&mut self, name: &str) {
+        if let Some(i) = self.definitions.iter().position(|(n, _)| n == name) {
+            self.definitions.remove(i);
+            self.keys.remove(i);
+        }
+    }
+
     fn define(&mut self, name: &str, ty: Ty) {
         if let Some(slot) = self.definitions.iter_mut().find(|(n, _)| n == name) {
             slot.1 = ty;
@@ -268,6 +275,14 @@ impl<'a> Lowerer<'a> {
         self.expanding.pop();
         if self.recursive.iter().any(|p| p == pointer) {
             let name = self.shapes.name_for(self.owner, pointer);
+            if matches!(&ty, Ty::Named(n) if *n == name) {
+                // `A → B → A` with nothing in between: a cycle of aliases describes no shape.
+                self.shapes.forget(&name);
+                self.note(format!(
+                    "$ref {pointer:?} only refers to itself and is shown as Any"
+                ));
+                return Ty::Any;
+            }
             self.shapes.define(&name, ty);
             ty = Ty::Named(name);
         }

@@ -13,3 +13,19 @@ pub mod ty;
 
 pub use description::{Rendered, render};
 pub use llm::{EXEC_CODE, Format, llm_tools};
+
+use crate::catalog::Catalog;
+
+/// One catalog version and what the model sees of it; immutable, shared as `Arc<Snapshot>`.
+#[derive(Debug)]
+pub struct Snapshot {
+    pub catalog: Catalog,
+    pub rendered: Rendered,
+}
+
+impl Snapshot {
+    pub fn new(catalog: Catalog) -> Snapshot {
+        let rendered = render(&catalog);
+        Snapshot { catalog, rendered }
+    }
+}

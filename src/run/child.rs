@@ -1,0 +1,207 @@
+//! Python children: how one is started (scrubbed environment, own process group, resource
+//! limits, a scratch directory) and how it is stopped (its whole group killed, however the run
+//! ends, including when the run's future is dropped).
+//!
+//! Must not leave a process behind: [`Child`] kills its process group on drop.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
+
+/// Resource limits of one child (setrlimit, before exec).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Address space in bytes: `bytearray(10**10)` fails with MemoryError instead of swapping.
+    pub address_space: u64,
+    /// CPU seconds: a busy loop that somehow outlives its deadline still ends.
+    pub cpu_secs: u64,
+    /// Largest file the child may write, in bytes: a runaway writer cannot fill the disk.
+    pub file_size: u64,
+    /// Open file descriptors: bounds sockets and files a script can hold.
+    pub open_files: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            address_space: 2 << 30,
+            cpu_secs: 300,
+            file_size: 256 << 20,
+            open_files: 256,
+        }
+    }
+}
+
+/// How to start children.
+#[derive(Debug, Clone)]
+pub struct SpawnSpec {
+    /// The real interpreter (resolved once at startup, never a shim).
+    pub python: PathBuf,
+    /// Where each child's scratch directory (its cwd, HOME and TMPDIR) is made.
+    pub scratch_root: PathBuf,
+    /// `PATH` for the child.
+    pub path_env: String,
+    pub limits: Limits,
+}
+
+/// A started child. Dropping it kills its whole process group and removes its scratch dir.
+#[derive(Debug)]
+pub struct Child {
+    process: tokio::process::Child,
+    pgid: i32,
+    pub stdin: Option<ChildStdin>,
+    pub stdout: Option<ChildStdout>,
+    pub stderr: Option<ChildStderr>,
+    scratch: PathBuf,
+}
+
+/// Starts `python -I -u -B SDK_DIR/ptc_bootstrap.py` (see docs/runner-protocol.md).
+pub fn spawn(spec: &SpawnSpec, sdk_dir: &Path, id: &str) -> std::io::Result<Child> {
+    let scratch = spec.scratch_root.join(id);
+    std::fs::create_dir_all(&scratch)?;
+    let mut cmd = tokio::process::Command::new(&spec.python);
+    cmd.arg("-I")
+        .arg("-u")
+        .arg("-B")
+        .arg(sdk_dir.join("ptc_bootstrap.py"))
+        .env_clear()
+        .env("PATH", &spec.path_env)
+        .env("LANG", "C.UTF-8")
+        .env("HOME", &scratch)
+        .env("TMPDIR", &scratch)
+        .current_dir(&scratch)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let limits = spec.limits;
+    // SAFETY: the closure runs between fork and exec and calls only setrlimit, which is
+    // async-signal-safe; it allocates nothing and takes no lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            set_limit(libc::RLIMIT_AS, limits.address_space)?;
+            set_limit(libc::RLIMIT_CPU, limits.cpu_secs)?;
+            set_limit(libc::RLIMIT_FSIZE, limits.file_size)?;
+            set_limit(libc::RLIMIT_NOFILE, limits.open_files)?;
+            set_limit(libc::RLIMIT_CORE, 0)?;
+            Ok(())
+        });
+    }
+    let mut process = match cmd.spawn() {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&scratch);
+            return Err(e);
+        }
+    };
+    let pgid = process.id().map(|p| p as i32).unwrap_or(0);
+    Ok(Child {
+        stdin: process.stdin.take(),
+        stdout: process.stdout.take(),
+        stderr: process.stderr.take(),
+        process,
+        pgid,
+        scratch,
+    })
+}
+
+fn set_limit(resource: libc::__rlimit_resource_t, value: u64) -> std::io::Result<()> {
+    let limit = libc::rlimit {
+        rlim_cur: value as libc::rlim_t,
+        rlim_max: value as libc::rlim_t,
+    };
+    // SAFETY: a plain syscall with a valid pointer to a local.
+    if unsafe { libc::setrlimit(resource, &limit) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+impl Child {
+    pub fn pid(&self) -> i32 {
+        self.pgid
+    }
+
+    /// Waits for the child itself to exit; its exit code, or `-signal` when a signal ended it.
+    pub async fn wait(&mut self) -> std::io::Result<i32> {
+        let status = self.process.wait().await?;
+        use std::os::unix::process::ExitStatusExt;
+        Ok(status
+            .code()
+            .or_else(|| status.signal().map(|s| -s))
+            .unwrap_or(-1))
+    }
+
+    /// Whether the child already exited (a warm child that died while waiting).
+    pub fn has_exited(&mut self) -> bool {
+        !matches!(self.process.try_wait(), Ok(None))
+    }
+
+    /// Kills every process in the child's group, the child and anything it started.
+    pub fn kill_group(&self) {
+        kill_group(self.pgid);
+    }
+}
+
+/// SIGKILL to a whole process group; a group already gone is fine.
+pub fn kill_group(pgid: i32) {
+    if pgid > 0 {
+        // SAFETY: kill(2) with a negative pid signals the group; no memory is involved.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+        }
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        self.kill_group();
+        let scratch = std::mem::take(&mut self.scratch);
+        if scratch.as_os_str().is_empty() {
+            return;
+        }
+        // Removing a tree can take a while; keep it off the async worker when we can.
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn_blocking(move || {
+                    let _ = std::fs::remove_dir_all(scratch);
+                });
+            }
+            Err(_) => {
+                let _ = std::fs::remove_dir_all(scratch);
+            }
+        }
+    }
+}
+
+/// Resolves an interpreter name (`python3`, a pyenv shim, a path) to the real binary once, by
+/// asking it: a shim costs ~100 ms per spawn, the binary nothing.
+pub async fn resolve_python(name: &str) -> Result<PathBuf, String> {
+    let output = tokio::process::Command::new(name)
+        .args([
+            "-I",
+            "-c",
+            "import sys; print(sys.executable); print(sys.version_info[:2] >= (3, 9))",
+        ])
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(std::time::Duration::from_secs(20), output)
+        .await
+        .map_err(|_| format!("PTC_PYTHON={name:?} did not answer within 20 s"))?
+        .map_err(|e| format!("PTC_PYTHON={name:?} cannot be started: {e}"))?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    let mut lines = text.lines();
+    match (output.status.success(), lines.next(), lines.next()) {
+        (true, Some(exe), Some("True")) if !exe.is_empty() => {
+            Ok(std::fs::canonicalize(exe).unwrap_or_else(|_| PathBuf::from(exe)))
+        }
+        (true, Some(_), Some(_)) => Err(format!("PTC_PYTHON={name:?} is older than Python 3.9")),
+        _ => Err(format!(
+            "PTC_PYTHON={name:?} is not a working Python 3 interpreter: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        )),
+    }
+}

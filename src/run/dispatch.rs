@@ -1,0 +1,373 @@
+//! Dispatch: one tool call from code, from name to result.
+//!
+//! Looks the tool up in the run's own catalog snapshot (direct tools and unknown names are
+//! refused with the closest names), checks the arguments against the tool's input schema
+//! before anything leaves the sidecar, enforces the run's call limits and `PTC_TOOL_TIMEOUT`,
+//! and routes the call to the tool's backend: the host callback, the run's attached caller, or
+//! an MCP server.
+
+use crate::catalog::source::Callback;
+use crate::catalog::{Catalog, Class, Origin, Tool};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+
+/// Largest answer read from a host callback: a tool result is data for code, not a download.
+pub const MAX_CALLBACK_BYTES: usize = 16 << 20;
+
+/// The error a model's code sees for one call (`ToolError` / `ToolInputError` in Python).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CallError {
+    /// The arguments do not match the schema; nothing was dispatched.
+    #[error("{0}")]
+    Input(String),
+    #[error("{0}")]
+    UnknownTool(String),
+    /// The tool ran and failed.
+    #[error("{0}")]
+    Tool(String),
+    #[error("{0}")]
+    Timeout(String),
+    /// A per-run bound was reached.
+    #[error("{0}")]
+    Limit(String),
+    /// Nothing can reach the tool right now.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+impl CallError {
+    /// The `error.type` of the wire format.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            CallError::Input(_) => "input",
+            CallError::UnknownTool(_) => "unknown_tool",
+            CallError::Tool(_) => "tool",
+            CallError::Timeout(_) => "timeout",
+            CallError::Limit(_) => "limit",
+            CallError::Unavailable(_) => "unavailable",
+        }
+    }
+
+    pub fn to_json(&self) -> Value {
+        json!({"type": self.kind(), "message": self.to_string()})
+    }
+}
+
+/// A host tool call waiting for an outside answer (attached and continuation protocols).
+#[derive(Debug)]
+pub struct PendingCall {
+    pub id: String,
+    pub tool: String,
+    pub input: Value,
+    pub reply: oneshot::Sender<Result<Value, CallError>>,
+}
+
+/// Where an MCP call goes; implemented by the MCP hub.
+pub trait McpCaller: Send + Sync {
+    fn call<'a>(
+        &'a self,
+        server: &'a str,
+        tool: &'a str,
+        args: Value,
+    ) -> Pin<Box<dyn Future<Output = Result<Value, CallError>> + Send + 'a>>;
+}
+
+/// Compiled argument validators of one catalog snapshot, built on first use.
+#[derive(Default)]
+pub struct Validators {
+    compiled: Mutex<HashMap<String, Option<Arc<jsonschema::Validator>>>>,
+}
+
+impl Validators {
+    fn get(&self, tool: &Tool) -> Option<Arc<jsonschema::Validator>> {
+        let mut map = self.compiled.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry(tool.name.clone())
+            .or_insert_with(|| match jsonschema::validator_for(&tool.input_schema) {
+                Ok(v) => Some(Arc::new(v)),
+                Err(e) => {
+                    tracing::warn!(tool = %tool.name, "input schema does not compile, arguments pass unchecked: {e}");
+                    None
+                }
+            })
+            .clone()
+    }
+}
+
+/// Checks arguments against a tool's schema; the message says where and what.
+pub fn check_args(validators: &Validators, tool: &Tool, args: &Value) -> Result<(), CallError> {
+    if !args.is_object() {
+        return Err(CallError::Input(format!(
+            "{}: arguments must be keyword arguments (a JSON object)",
+            tool.python_name
+        )));
+    }
+    let Some(validator) = validators.get(tool) else {
+        return Ok(());
+    };
+    let errors: Vec<String> = validator
+        .iter_errors(args)
+        .take(5)
+        .map(|e| {
+            let at = e.instance_path().to_string();
+            if at.is_empty() {
+                e.to_string()
+            } else {
+                format!("{}: {e}", at.trim_start_matches('/').replace('/', "."))
+            }
+        })
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(CallError::Input(format!(
+            "{}(): {} (describe(\"{}\") shows the schema)",
+            tool.python_name,
+            errors.join("; "),
+            tool.python_name
+        )))
+    }
+}
+
+/// Finds a PTC tool by the name code sent, or says which names are close.
+pub fn lookup<'c>(catalog: &'c Catalog, name: &str) -> Result<&'c Tool, CallError> {
+    match catalog.get(name).or_else(|| catalog.by_python_name(name)) {
+        Some(tool) if tool.class == Class::Ptc => Ok(tool),
+        Some(tool) => Err(CallError::UnknownTool(format!(
+            "{:?} is a direct tool: the model calls it itself, code cannot",
+            tool.name
+        ))),
+        None => {
+            let close = closest(catalog, name);
+            let hint = if close.is_empty() {
+                String::new()
+            } else {
+                format!("; closest: {}", close.join(", "))
+            };
+            Err(CallError::UnknownTool(format!(
+                "no tool named {name:?}{hint}"
+            )))
+        }
+    }
+}
+
+fn closest(catalog: &Catalog, name: &str) -> Vec<String> {
+    let mut scored: Vec<(usize, &str)> = catalog
+        .ptc()
+        .map(|t| {
+            let tail = t.python_name.rsplit("__").next().unwrap_or(&t.python_name);
+            let d = edit_distance(name, &t.python_name).min(edit_distance(name, tail) + 1);
+            (d, t.python_name.as_str())
+        })
+        .filter(|(d, _)| *d <= name.len().max(3) / 2 + 1)
+        .collect();
+    scored.sort();
+    scored
+        .into_iter()
+        .take(3)
+        .map(|(_, n)| n.to_string())
+        .collect()
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.iter().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != cb))
+                .min(prev[j + 1] + 1)
+                .min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// Backends shared by all runs.
+#[derive(Clone)]
+pub struct Backends {
+    pub http: reqwest::Client,
+    pub mcp: Option<Arc<dyn McpCaller>>,
+    pub tool_timeout: Duration,
+}
+
+impl Backends {
+    pub fn new(tool_timeout: Duration) -> Backends {
+        let http = reqwest::Client::builder()
+            .no_proxy()
+            .pool_idle_timeout(Duration::from_secs(30))
+            .build()
+            // Building a client without TLS roots or proxies does not fail.
+            .expect("reqwest client builds");
+        Backends {
+            http,
+            mcp: None,
+            tool_timeout,
+        }
+    }
+}
+
+/// Runs one validated call on its backend, within `PTC_TOOL_TIMEOUT`.
+pub async fn route(
+    backends: &Backends,
+    catalog: &Catalog,
+    host: Option<&mpsc::Sender<PendingCall>>,
+    call_id: &str,
+    tool: &Tool,
+    args: Value,
+) -> Result<Value, CallError> {
+    let timeout = backends.tool_timeout;
+    let call = async {
+        match &tool.origin {
+            Origin::Mcp { server, tool: t } => match &backends.mcp {
+                Some(mcp) => mcp.call(server, t, args).await,
+                None => Err(CallError::Unavailable(format!(
+                    "MCP server {server:?} is not connected"
+                ))),
+            },
+            Origin::Host => match (&catalog.callback, host) {
+                (Some(cb), _) => {
+                    callback(&backends.http, cb, call_id, &tool.name, args, timeout).await
+                }
+                (None, Some(host)) => attached(host, call_id, &tool.name, args).await,
+                (None, None) => Err(CallError::Unavailable(format!(
+                    "host tool {:?} has no way to run: PTC_TOOLS_FILE names no callback URL \
+                     and this run has no attached caller",
+                    tool.name
+                ))),
+            },
+        }
+    };
+    match tokio::time::timeout(timeout, call).await {
+        Ok(result) => result,
+        Err(_) => Err(CallError::Timeout(format!(
+            "{} did not answer within {} s (PTC_TOOL_TIMEOUT)",
+            tool.python_name,
+            timeout.as_secs_f64()
+        ))),
+    }
+}
+
+async fn attached(
+    host: &mpsc::Sender<PendingCall>,
+    call_id: &str,
+    tool: &str,
+    input: Value,
+) -> Result<Value, CallError> {
+    let (reply, answer) = oneshot::channel();
+    let pending = PendingCall {
+        id: call_id.to_string(),
+        tool: tool.to_string(),
+        input,
+        reply,
+    };
+    host.send(pending)
+        .await
+        .map_err(|_| CallError::Unavailable("the attached caller went away".into()))?;
+    answer.await.unwrap_or_else(|_| {
+        Err(CallError::Unavailable(
+            "the attached caller went away".into(),
+        ))
+    })
+}
+
+/// Host protocol 1: POST `{id, tool, input}`, expect `{result}` or `{error}`.
+pub async fn callback(
+    http: &reqwest::Client,
+    cb: &Callback,
+    id: &str,
+    tool: &str,
+    input: Value,
+    timeout: Duration,
+) -> Result<Value, CallError> {
+    let mut request = http
+        .post(&cb.url)
+        .timeout(timeout)
+        .json(&json!({"id": id, "tool": tool, "input": input}));
+    for (k, v) in &cb.headers {
+        request = request.header(k, v);
+    }
+    let mut response = request.send().await.map_err(|e| {
+        CallError::Unavailable(format!(
+            "host callback {} is unreachable: {}",
+            cb.url,
+            root_cause(&e)
+        ))
+    })?;
+    let status = response.status();
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| {
+        CallError::Tool(format!(
+            "host callback {} broke off its answer: {}",
+            cb.url,
+            root_cause(&e)
+        ))
+    })? {
+        if body.len() + chunk.len() > MAX_CALLBACK_BYTES {
+            return Err(CallError::Tool(format!(
+                "host callback answer for {tool} is over {MAX_CALLBACK_BYTES} bytes"
+            )));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    let preview = || String::from_utf8_lossy(&body[..body.len().min(200)]).into_owned();
+    if !status.is_success() {
+        return Err(CallError::Tool(format!(
+            "host callback answered HTTP {status} for {tool}: {}",
+            preview()
+        )));
+    }
+    let answer: Value = serde_json::from_slice(&body).map_err(|_| {
+        CallError::Tool(format!(
+            "host callback answered something that is not JSON for {tool}: {:?}",
+            preview()
+        ))
+    })?;
+    match answer {
+        Value::Object(mut obj) if obj.contains_key("error") && !obj["error"].is_null() => {
+            let error = obj.remove("error").unwrap_or_default();
+            let message = match &error {
+                Value::String(s) => s.clone(),
+                Value::Object(e) => e
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+                    .unwrap_or_else(|| error.to_string()),
+                other => other.to_string(),
+            };
+            Err(CallError::Tool(message))
+        }
+        Value::Object(mut obj) if obj.contains_key("result") => {
+            Ok(obj.remove("result").unwrap_or_default())
+        }
+        _ => Err(CallError::Tool(format!(
+            "host callback answered neither {{\"result\": ...}} nor {{\"error\": ...}} for {tool}: {:?}",
+            preview()
+        ))),
+    }
+}
+
+fn root_cause(e: &dyn std::error::Error) -> String {
+    let mut cause = e;
+    while let Some(next) = cause.source() {
+        cause = next;
+    }
+    cause.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn edit_distances() {
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("same", "same"), 0);
+    }
+}

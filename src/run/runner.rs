@@ -1,0 +1,587 @@
+//! The runner: one `exec_code` run from code to result.
+//!
+//! Owns the live runs (each with its random bearer token, valid only while the run lives), the
+//! warm pool of pre-started interpreters, and the per-snapshot preparation (the SDK directory,
+//! the argument validators). A run keeps the snapshot it started with.
+
+use super::child::{self, Child, Limits, SpawnSpec};
+use super::dispatch::{self, Backends, CallError, PendingCall, Validators};
+use super::output::CappedBuffer;
+use super::sdk;
+use crate::render::Snapshot;
+use serde::Serialize;
+use serde_json::{Value, json};
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{Notify, Semaphore, mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+/// How long a child's pipes may stay open after it exited (a grandchild holding them) before
+/// the run stops reading: a run must not hang on a stray process.
+pub const DRAIN_GRACE: Duration = Duration::from_millis(300);
+
+/// Extra seconds the SDK waits for a `/call` answer beyond `PTC_TOOL_TIMEOUT`, so the sidecar's
+/// own timeout (with its clear message) fires first.
+pub const CALL_TIMEOUT_MARGIN: Duration = Duration::from_secs(5);
+
+/// Read size for a child's pipes.
+const PIPE_CHUNK: usize = 64 * 1024;
+
+/// Everything the runner needs, validated.
+#[derive(Debug, Clone)]
+pub struct RunnerConfig {
+    pub python: PathBuf,
+    /// Default and ceiling of one run (`PTC_TIMEOUT`).
+    pub timeout: Duration,
+    pub tool_timeout: Duration,
+    pub max_output_bytes: usize,
+    /// Where SDK directories and scratch directories go.
+    pub runtime_dir: PathBuf,
+    /// Pre-started interpreters kept ready; 0 starts every run cold.
+    pub warm_workers: usize,
+    /// Runs at once; more wait for a slot within their own deadline.
+    pub max_runs: usize,
+    /// Tool calls one run may make: a runaway loop stops with `limit`.
+    pub max_calls_per_run: usize,
+    /// Tool calls of one run in flight at once.
+    pub max_in_flight_per_run: usize,
+    pub limits: Limits,
+    pub path_env: String,
+    /// Let code start processes (off: the SDK refuses fork/exec/spawn).
+    pub allow_subprocess: bool,
+}
+
+/// One request to run code.
+#[derive(Debug, Default)]
+pub struct ExecRequest {
+    pub code: String,
+    /// Capped by `PTC_TIMEOUT`.
+    pub timeout: Option<Duration>,
+    pub session_id: Option<String>,
+    /// Where host tool calls go when the catalog has no callback (attached protocols).
+    pub host: Option<mpsc::Sender<PendingCall>>,
+    /// Receives output chunks as they come (attached protocol).
+    pub output: Option<mpsc::UnboundedSender<OutputChunk>>,
+}
+
+/// A piece of a run's output, as it is printed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OutputChunk {
+    Stdout(String),
+    Stderr(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ExecStatus {
+    Ok,
+    Error,
+    Timeout,
+}
+
+/// One tool call of a run, as the result lists it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CallRecord {
+    pub id: String,
+    pub tool: String,
+    pub ok: bool,
+    pub duration_ms: f64,
+}
+
+/// What a run gives back (DESIGN.md "Running code").
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExecResult {
+    pub status: ExecStatus,
+    pub stdout: String,
+    pub stderr: String,
+    pub exit_code: Option<i32>,
+    pub duration_ms: f64,
+    pub tool_calls: Vec<CallRecord>,
+    pub truncated: bool,
+}
+
+/// What is derived once per catalog snapshot for running code against it.
+pub struct Prepared {
+    pub snapshot: Arc<Snapshot>,
+    pub sdk_dir: PathBuf,
+    pub validators: Validators,
+}
+
+/// A live run, reachable by its token from the IPC server.
+pub struct RunCtx {
+    pub id: String,
+    pub prepared: Arc<Prepared>,
+    host: Option<mpsc::Sender<PendingCall>>,
+    calls: Mutex<Vec<CallRecord>>,
+    started_calls: AtomicUsize,
+    in_flight: Semaphore,
+    max_calls: usize,
+}
+
+impl RunCtx {
+    pub fn calls(&self) -> Vec<CallRecord> {
+        self.calls.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// A cloneable handle to the runner.
+#[derive(Clone)]
+pub struct Runner {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    cfg: RunnerConfig,
+    spawn: SpawnSpec,
+    backends: Backends,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
+    prepared: Mutex<Option<Arc<Prepared>>>,
+    runs: Mutex<HashMap<String, Arc<RunCtx>>>,
+    slots: Semaphore,
+    pool: Mutex<VecDeque<(u64, Child)>>,
+    refill: Arc<Notify>,
+    ipc_addr: Mutex<Option<SocketAddr>>,
+    counter: AtomicU64,
+}
+
+impl Runner {
+    /// Starts the IPC server on `127.0.0.1:0` and the warm pool; both stop with `shutdown`.
+    pub async fn start(
+        cfg: RunnerConfig,
+        snapshots: watch::Receiver<Arc<Snapshot>>,
+        backends: Backends,
+        shutdown: CancellationToken,
+    ) -> std::io::Result<Runner> {
+        std::fs::create_dir_all(&cfg.runtime_dir)?;
+        let spawn = SpawnSpec {
+            python: cfg.python.clone(),
+            scratch_root: cfg.runtime_dir.join("runs"),
+            path_env: cfg.path_env.clone(),
+            limits: cfg.limits,
+        };
+        let inner = Arc::new(Inner {
+            slots: Semaphore::new(cfg.max_runs.max(1)),
+            cfg,
+            spawn,
+            backends,
+            snapshots,
+            prepared: Mutex::new(None),
+            runs: Mutex::new(HashMap::new()),
+            pool: Mutex::new(VecDeque::new()),
+            refill: Arc::new(Notify::new()),
+            ipc_addr: Mutex::new(None),
+            counter: AtomicU64::new(0),
+        });
+        let runner = Runner { inner };
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+        *runner
+            .inner
+            .ipc_addr
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(listener.local_addr()?);
+        tokio::spawn(super::ipc::serve(
+            listener,
+            runner.clone(),
+            shutdown.clone(),
+        ));
+        if runner.inner.cfg.warm_workers > 0 {
+            tokio::spawn(refill_loop(Arc::downgrade(&runner.inner), shutdown.clone()));
+        }
+        let inner = runner.inner.clone();
+        tokio::spawn(async move {
+            shutdown.cancelled().await;
+            inner.pool.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        });
+        Ok(runner)
+    }
+
+    pub fn ipc_addr(&self) -> SocketAddr {
+        self.inner
+            .ipc_addr
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 0)))
+    }
+
+    pub fn config(&self) -> &RunnerConfig {
+        &self.inner.cfg
+    }
+
+    /// The live run a token belongs to.
+    pub fn run_for_token(&self, token: &str) -> Option<Arc<RunCtx>> {
+        self.inner
+            .runs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(token)
+            .cloned()
+    }
+
+    /// Number of live runs.
+    pub fn live_runs(&self) -> usize {
+        self.inner
+            .runs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
+    }
+
+    /// One tool call of a run: limits, lookup, argument check, backend.
+    pub async fn call(&self, run: &RunCtx, tool: &str, args: Value) -> Result<Value, CallError> {
+        let n = run.started_calls.fetch_add(1, Ordering::Relaxed);
+        if n >= run.max_calls {
+            return Err(CallError::Limit(format!(
+                "this run already made {} tool calls, its limit; batch the work into fewer calls",
+                run.max_calls
+            )));
+        }
+        let catalog = &run.prepared.snapshot.catalog;
+        let found = dispatch::lookup(catalog, tool)?;
+        dispatch::check_args(&run.prepared.validators, found, &args)?;
+        let id = format!("{}-{n}", run.id);
+        let started = Instant::now();
+        let _permit = run
+            .in_flight
+            .acquire()
+            .await
+            .map_err(|_| CallError::Unavailable("the run is over".into()))?;
+        let result = dispatch::route(
+            &self.inner.backends,
+            catalog,
+            run.host.as_ref(),
+            &id,
+            found,
+            args,
+        )
+        .await;
+        run.calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(CallRecord {
+                id,
+                tool: found.name.clone(),
+                ok: result.is_ok(),
+                duration_ms: ms(started.elapsed()),
+            });
+        result
+    }
+
+    /// Runs code to completion, timeout or error. Never panics on the code's behalf and leaves
+    /// no process behind, even if this future is dropped.
+    pub async fn exec(&self, req: ExecRequest) -> ExecResult {
+        let started = Instant::now();
+        let cfg = &self.inner.cfg;
+        let timeout = req.timeout.map_or(cfg.timeout, |t| t.min(cfg.timeout));
+        let deadline = tokio::time::Instant::now() + timeout;
+        let fail = |status: ExecStatus, stderr: String| ExecResult {
+            status,
+            stdout: String::new(),
+            stderr,
+            exit_code: None,
+            duration_ms: ms(started.elapsed()),
+            tool_calls: Vec::new(),
+            truncated: false,
+        };
+
+        let Ok(Ok(_slot)) = tokio::time::timeout_at(deadline, self.inner.slots.acquire()).await
+        else {
+            return fail(
+                ExecStatus::Timeout,
+                format!(
+                    "the run waited {:.1} s for one of the {} run slots and timed out before starting",
+                    timeout.as_secs_f64(),
+                    cfg.max_runs
+                ),
+            );
+        };
+        let prepared = match self.inner.prepared() {
+            Ok(p) => p,
+            Err(e) => {
+                return fail(
+                    ExecStatus::Error,
+                    format!("ptc-sidecar could not prepare the SDK: {e}"),
+                );
+            }
+        };
+        let id = format!("r{}", self.inner.counter.fetch_add(1, Ordering::Relaxed));
+        let token = new_token();
+        let ctx = Arc::new(RunCtx {
+            id: id.clone(),
+            prepared: prepared.clone(),
+            host: req.host,
+            calls: Mutex::new(Vec::new()),
+            started_calls: AtomicUsize::new(0),
+            in_flight: Semaphore::new(cfg.max_in_flight_per_run.max(1)),
+            max_calls: cfg.max_calls_per_run,
+        });
+        let _registered = Registered::new(&self.inner, token.clone(), ctx.clone());
+
+        let job = json!({
+            "code": req.code,
+            "ipc": self.ipc_addr().to_string(),
+            "token": token,
+            "call_timeout": (cfg.tool_timeout + CALL_TIMEOUT_MARGIN).as_secs_f64(),
+            "allow_subprocess": cfg.allow_subprocess,
+        })
+        .to_string();
+        let mut child = match self.inner.start_child(&prepared, &id, job.as_bytes()).await {
+            Ok(c) => c,
+            Err(e) => {
+                return fail(
+                    ExecStatus::Error,
+                    format!("ptc-sidecar could not start {}: {e}", cfg.python.display()),
+                );
+            }
+        };
+
+        let stdout = Arc::new(Mutex::new(CappedBuffer::new(cfg.max_output_bytes)));
+        let stderr = Arc::new(Mutex::new(CappedBuffer::new(cfg.max_output_bytes)));
+        let out_task = child.stdout.take().map(|pipe| {
+            tokio::spawn(drain(
+                pipe,
+                stdout.clone(),
+                req.output.clone(),
+                OutputChunk::Stdout,
+            ))
+        });
+        let err_task = child.stderr.take().map(|pipe| {
+            tokio::spawn(drain(
+                pipe,
+                stderr.clone(),
+                req.output.clone(),
+                OutputChunk::Stderr,
+            ))
+        });
+
+        let (status, exit_code) = match tokio::time::timeout_at(deadline, child.wait()).await {
+            Ok(Ok(code)) => (
+                if code == 0 {
+                    ExecStatus::Ok
+                } else {
+                    ExecStatus::Error
+                },
+                Some(code),
+            ),
+            Ok(Err(e)) => {
+                stderr_note(
+                    &stderr,
+                    &format!("ptc-sidecar lost track of the child: {e}"),
+                );
+                (ExecStatus::Error, None)
+            }
+            Err(_) => {
+                child.kill_group();
+                let _ = child.wait().await;
+                stderr_note(
+                    &stderr,
+                    &format!(
+                        "ptc-sidecar: stopped after {:.1} s (timeout)",
+                        timeout.as_secs_f64()
+                    ),
+                );
+                (ExecStatus::Timeout, None)
+            }
+        };
+        // Anything the code left running dies with the run.
+        child.kill_group();
+        for task in [out_task, err_task].into_iter().flatten() {
+            let abort = task.abort_handle();
+            if tokio::time::timeout(DRAIN_GRACE, task).await.is_err() {
+                abort.abort();
+            }
+        }
+        drop(child);
+
+        let (stdout, stderr) = (
+            stdout.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            stderr.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+        );
+        ExecResult {
+            status,
+            truncated: stdout.truncated() || stderr.truncated(),
+            stdout: stdout.text(),
+            stderr: stderr.text(),
+            exit_code,
+            duration_ms: ms(started.elapsed()),
+            tool_calls: ctx.calls(),
+        }
+    }
+}
+
+impl Inner {
+    /// The preparation of the current snapshot, made when the snapshot changed.
+    fn prepared(&self) -> std::io::Result<Arc<Prepared>> {
+        let snapshot = self.snapshots.borrow().clone();
+        let mut slot = self.prepared.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(p) = slot.as_ref()
+            && Arc::ptr_eq(&p.snapshot, &snapshot)
+        {
+            return Ok(p.clone());
+        }
+        let sdk_dir = sdk::write(&self.cfg.runtime_dir, &snapshot)?;
+        let prepared = Arc::new(Prepared {
+            snapshot,
+            sdk_dir,
+            validators: Validators::default(),
+        });
+        *slot = Some(prepared.clone());
+        // Warm children of the old snapshot would run the old SDK: drop them.
+        self.pool.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.refill.notify_one();
+        Ok(prepared)
+    }
+
+    /// A warm child of this snapshot when one is ready, else a cold one; the job written and
+    /// stdin closed.
+    async fn start_child(
+        &self,
+        prepared: &Arc<Prepared>,
+        id: &str,
+        job: &[u8],
+    ) -> std::io::Result<Child> {
+        let key = prepared.snapshot.catalog.fingerprint ^ prepared.snapshot.catalog.version;
+        let warm = {
+            let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
+            let mut found = None;
+            while let Some((k, mut c)) = pool.pop_front() {
+                if k == key && !c.has_exited() {
+                    found = Some(c);
+                    break;
+                }
+            }
+            found
+        };
+        if self.cfg.warm_workers > 0 {
+            self.refill.notify_one();
+        }
+        if let Some(mut c) = warm
+            && write_job(&mut c, job).await.is_ok()
+        {
+            return Ok(c);
+        }
+        let mut c = child::spawn(&self.spawn, &prepared.sdk_dir, id)?;
+        write_job(&mut c, job).await?;
+        Ok(c)
+    }
+}
+
+async fn write_job(child: &mut Child, job: &[u8]) -> std::io::Result<()> {
+    let mut stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| std::io::Error::other("child has no stdin"))?;
+    stdin.write_all(job).await?;
+    stdin.shutdown().await?;
+    Ok(())
+}
+
+/// Keeps `warm_workers` children of the current snapshot ready.
+async fn refill_loop(inner: std::sync::Weak<Inner>, shutdown: CancellationToken) {
+    loop {
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
+        let want = strong.cfg.warm_workers;
+        if let Ok(prepared) = strong.prepared() {
+            let key = prepared.snapshot.catalog.fingerprint ^ prepared.snapshot.catalog.version;
+            loop {
+                let have = strong.pool.lock().unwrap_or_else(|p| p.into_inner()).len();
+                if have >= want || shutdown.is_cancelled() {
+                    break;
+                }
+                let id = format!("w{}", strong.counter.fetch_add(1, Ordering::Relaxed));
+                match child::spawn(&strong.spawn, &prepared.sdk_dir, &id) {
+                    Ok(c) => strong
+                        .pool
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push_back((key, c)),
+                    Err(e) => {
+                        tracing::warn!("cannot pre-start a python worker: {e}");
+                        break;
+                    }
+                }
+            }
+        }
+        let refill = strong.refill.clone();
+        drop(strong);
+        tokio::select! {
+            _ = refill.notified() => {}
+            _ = shutdown.cancelled() => return,
+            // A worker may die while waiting; look again now and then.
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+    }
+}
+
+async fn drain(
+    mut pipe: impl AsyncRead + Unpin,
+    buffer: Arc<Mutex<CappedBuffer>>,
+    forward: Option<mpsc::UnboundedSender<OutputChunk>>,
+    wrap: fn(String) -> OutputChunk,
+) {
+    let mut chunk = vec![0u8; PIPE_CHUNK];
+    loop {
+        match pipe.read(&mut chunk).await {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                buffer
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(&chunk[..n]);
+                if let Some(tx) = &forward {
+                    let _ = tx.send(wrap(String::from_utf8_lossy(&chunk[..n]).into_owned()));
+                }
+            }
+        }
+    }
+}
+
+fn stderr_note(stderr: &Arc<Mutex<CappedBuffer>>, note: &str) {
+    let mut b = stderr.lock().unwrap_or_else(|p| p.into_inner());
+    let sep = if b.total() > 0 { "\n" } else { "" };
+    b.push(format!("{sep}{note}\n").as_bytes());
+}
+
+/// Keeps a run's token valid exactly as long as this value lives.
+struct Registered<'a> {
+    inner: &'a Inner,
+    token: String,
+}
+
+impl<'a> Registered<'a> {
+    fn new(inner: &'a Inner, token: String, ctx: Arc<RunCtx>) -> Self {
+        inner
+            .runs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(token.clone(), ctx);
+        Registered { inner, token }
+    }
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.inner
+            .runs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&self.token);
+    }
+}
+
+/// 256 random bits, hex.
+pub fn new_token() -> String {
+    let mut bytes = [0u8; 32];
+    rand::fill(&mut bytes);
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn ms(d: Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}

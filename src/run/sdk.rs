@@ -1,0 +1,70 @@
+//! The SDK a run loads: the Python files of `sdk-template/`, embedded in the binary, written
+//! with the catalog's `catalog.json` into one directory per catalog version.
+//!
+//! Rust only fills in the catalog; everything the child does is in the Python files.
+
+use crate::catalog::Catalog;
+use crate::render::Snapshot;
+use serde_json::{Value, json};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// The SDK's files, as shipped in this binary.
+pub const FILES: &[(&str, &str)] = &[
+    (
+        "ptc_bootstrap.py",
+        include_str!("../../sdk-template/ptc_bootstrap.py"),
+    ),
+    ("ptc_sdk.py", include_str!("../../sdk-template/ptc_sdk.py")),
+];
+
+/// What `catalog.json` holds: the tools code may call, with everything the stubs need.
+pub fn catalog_json(snapshot: &Snapshot) -> Value {
+    let catalog: &Catalog = &snapshot.catalog;
+    let tools: Vec<Value> = catalog
+        .ptc()
+        .map(|t| {
+            json!({
+                "name": t.name,
+                "python_name": t.python_name,
+                "signature": snapshot.rendered.line(&t.name).unwrap_or_default(),
+                "description": t.description,
+                "input_schema": t.input_schema,
+                "output_schema": t.output_schema,
+            })
+        })
+        .collect();
+    json!({"version": catalog.version, "tools": tools})
+}
+
+/// Writes the SDK for a snapshot under `root` and returns its directory. Idempotent: the
+/// directory is named by version and content, and written through a temporary name then
+/// renamed, so a child never sees half a directory.
+pub fn write(root: &Path, snapshot: &Snapshot) -> std::io::Result<PathBuf> {
+    let name = format!(
+        "sdk-v{}-{:016x}",
+        snapshot.catalog.version, snapshot.catalog.fingerprint
+    );
+    let dir = root.join(&name);
+    if dir.join("catalog.json").exists() {
+        return Ok(dir);
+    }
+    let tmp = root.join(format!(".{name}.{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp)?;
+    for (file, text) in FILES {
+        std::fs::write(tmp.join(file), text)?;
+    }
+    let mut f = std::fs::File::create(tmp.join("catalog.json"))?;
+    f.write_all(catalog_json(snapshot).to_string().as_bytes())?;
+    f.sync_all()?;
+    match std::fs::rename(&tmp, &dir) {
+        Ok(()) => Ok(dir),
+        // Another writer won the race with the same content.
+        Err(_) if dir.join("catalog.json").exists() => {
+            let _ = std::fs::remove_dir_all(&tmp);
+            Ok(dir)
+        }
+        Err(e) => Err(e),
+    }
+}

@@ -1,0 +1,214 @@
+//! Shared test harness: temp dirs, configs built from variables (never the process
+//! environment), an in-process sidecar on port 0, and a host tool server.
+
+#![allow(dead_code)]
+
+use ptc_sidecar::app::{self, Listener, SavedCatalog, Sidecar};
+use ptc_sidecar::config::{Config, Listen};
+use serde_json::{Value, json};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// Every test is bounded: nothing in this suite may wait longer than this.
+pub const TEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub fn corpus_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus")
+}
+
+pub fn corpus() -> Vec<SavedCatalog> {
+    let mut saved: Vec<SavedCatalog> = std::fs::read_dir(corpus_dir())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "json"))
+        .map(|path| SavedCatalog {
+            server: path.file_stem().unwrap().to_string_lossy().into_owned(),
+            path,
+        })
+        .collect();
+    saved.sort_by(|a, b| a.server.cmp(&b.server));
+    saved
+}
+
+/// A directory removed when dropped.
+pub struct TempDir(pub PathBuf);
+
+impl TempDir {
+    pub fn new(label: &str) -> TempDir {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "ptc-test-{label}-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    pub fn write(&self, name: &str, text: &str) -> PathBuf {
+        let path = self.0.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A config from variables, as the process would read them.
+pub fn config(vars: &[(&str, &str)]) -> Config {
+    Config::from_vars(vars.iter().map(|(k, v)| (k.to_string(), v.to_string()))).unwrap()
+}
+
+/// A running sidecar with its control API on a random loopback port.
+pub struct TestSidecar {
+    pub sidecar: Sidecar,
+    pub addr: SocketAddr,
+    pub http: reqwest::Client,
+    pub runtime: TempDir,
+}
+
+impl TestSidecar {
+    pub async fn start(vars: &[(&str, &str)]) -> TestSidecar {
+        Self::start_with(vars, &[]).await
+    }
+
+    pub async fn start_with(vars: &[(&str, &str)], saved: &[SavedCatalog]) -> TestSidecar {
+        let runtime = TempDir::new("runtime");
+        let mut c = config(vars);
+        c.listen = Listen::Tcp("127.0.0.1:0".parse().unwrap());
+        c.runtime_dir = Some(runtime.0.clone());
+        let sidecar = Sidecar::start(c, saved).await.expect("sidecar starts");
+        let listener = Listener::bind(&Listen::Tcp("127.0.0.1:0".parse().unwrap()))
+            .await
+            .unwrap();
+        let addr: SocketAddr = listener.local_addr().parse().unwrap();
+        tokio::spawn(app::run(
+            listener,
+            sidecar.state.clone(),
+            sidecar.shutdown.clone(),
+        ));
+        TestSidecar {
+            sidecar,
+            addr,
+            http: reqwest::Client::builder().no_proxy().build().unwrap(),
+            runtime,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub async fn exec(&self, code: &str) -> Value {
+        self.exec_body(json!({"code": code})).await
+    }
+
+    pub async fn exec_body(&self, body: Value) -> Value {
+        let response = self
+            .http
+            .post(self.url("/v1/exec_code"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        response.json().await.unwrap()
+    }
+}
+
+/// A host tool server for the callback protocol: tools by name, each a function of the input.
+pub struct HostServer {
+    pub addr: SocketAddr,
+    pub calls: Arc<AtomicUsize>,
+    shutdown: tokio_util::sync::CancellationToken,
+}
+
+pub type HostTool = Arc<
+    dyn Fn(Value) -> std::pin::Pin<Box<dyn std::future::Future<Output = Value> + Send>>
+        + Send
+        + Sync,
+>;
+
+impl HostServer {
+    /// Each answer is the raw JSON body the callback returns.
+    pub async fn start(tools: Vec<(&'static str, HostTool)>) -> HostServer {
+        use axum::{Json, Router, extract::State, routing::post};
+        let tools: Arc<std::collections::HashMap<&'static str, HostTool>> =
+            Arc::new(tools.into_iter().collect());
+        let calls = Arc::new(AtomicUsize::new(0));
+        let state = (tools, calls.clone());
+        let router = Router::new()
+            .route(
+                "/tools",
+                post(
+                    |State((tools, calls)): State<(
+                        Arc<std::collections::HashMap<&'static str, HostTool>>,
+                        Arc<AtomicUsize>,
+                    )>,
+                     Json(body): Json<Value>| async move {
+                        calls.fetch_add(1, Ordering::Relaxed);
+                        let name = body["tool"].as_str().unwrap_or_default();
+                        match tools.get(name) {
+                            Some(f) => Json(f(body["input"].clone()).await),
+                            None => Json(json!({"error": format!("no host tool {name}")})),
+                        }
+                    },
+                ),
+            )
+            .with_state(state);
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let stop = shutdown.clone();
+        tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(async move { stop.cancelled().await })
+                .await
+                .unwrap();
+        });
+        HostServer {
+            addr,
+            calls,
+            shutdown,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/tools", self.addr)
+    }
+}
+
+impl Drop for HostServer {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+pub fn tool(f: impl Fn(Value) -> Value + Send + Sync + 'static) -> HostTool {
+    let f = Arc::new(f);
+    Arc::new(move |input| {
+        let f = f.clone();
+        Box::pin(async move { f(input) })
+    })
+}
+
+/// Processes whose command line contains `needle` (to check nothing was left behind).
+pub fn processes_with(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmd) = std::fs::read(entry.path().join("cmdline")) {
+            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+            if cmd.contains(needle) {
+                found.push(format!("{}: {cmd}", entry.file_name().to_string_lossy()));
+            }
+        }
+    }
+    found
+}
