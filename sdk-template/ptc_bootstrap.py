@@ -1,0 +1,196 @@
+"""Entry point of a code run: `python3 -I -u -B SDK_DIR/ptc_bootstrap.py`.
+
+Owns the life of the child (docs/runner-protocol.md): load the SDK and the catalog and build the
+stubs, and only then block on stdin, so that a pre-started (warm) child is ready the moment its
+job arrives; run the job's code in one event loop; print what went wrong the way the model can
+act on it (only the user's frames, hints); leave with the exit code of the table.
+
+It must not print anything of its own on success, and must not run interpreter teardown: the
+exit is `os._exit` once stdout and stderr are flushed.
+"""
+
+import os
+import sys
+
+CODE_FILENAME = "<code>"
+# No job on stdin, or one that is not the protocol's: a sidecar bug, not the user's code.
+EXIT_BAD_JOB = 2
+EXIT_INTERRUPTED = 130
+
+
+def main():
+    sdk_dir = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, sdk_dir)
+    import ptc_sdk
+
+    try:
+        tools = ptc_sdk.load_catalog(os.path.join(sdk_dir, "catalog.json"))
+        stubs, module = ptc_sdk.build(tools)
+    except Exception as e:
+        _leave(EXIT_BAD_JOB, "ptc: cannot load the tool catalog: %s\n" % (e,))
+
+    # Everything loaded so far lives as long as the process: keep the collector from walking
+    # it again during the run and at exit.
+    import gc
+
+    gc.freeze()
+
+    # Ready: everything above is paid before the job exists.
+    raw = sys.stdin.buffer.read()
+    _stdin_to_devnull()
+    if not raw.strip():
+        _leave(0)  # closed without a job: a warm child that was not needed
+    job = None
+    try:
+        job = ptc_sdk.json.loads(raw)
+    except ValueError:
+        pass
+    if not isinstance(job, dict) or not isinstance(job.get("code"), str):
+        _leave(EXIT_BAD_JOB, "ptc: the job on stdin is not {\"code\": str, ...}\n")
+    ptc_sdk.configure(job)
+    _leave(run(job["code"], ptc_sdk, stubs, module))
+
+
+def _stdin_to_devnull():
+    try:
+        fd = os.open(os.devnull, os.O_RDONLY)
+        if fd != 0:
+            os.dup2(fd, 0)
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def run(source, sdk, stubs, module):
+    """Runs the code; returns the exit code after printing whatever the failure needs."""
+    import ast  # these three are loaded by asyncio already
+    import inspect
+    import linecache
+
+    linecache.cache[CODE_FILENAME] = (
+        len(source), None, source.splitlines(True), CODE_FILENAME,
+    )
+    g = sdk.code_globals(stubs, module)
+    # The code's globals are a real `__main__` module (pickle, dataclasses and typing look
+    # classes up there), with nothing in it but what the protocol lists.
+    main_module = type(sys)("__main__")
+    main_module.__dict__.clear()
+    main_module.__dict__.update(g)
+    g = main_module.__dict__
+    sys.modules["__main__"] = main_module
+
+    code = 0
+    error = None
+    try:
+        compiled = compile(
+            source, CODE_FILENAME, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True
+        )
+    except (SyntaxError, ValueError) as e:
+        error = e
+    else:
+        try:
+            if compiled.co_flags & inspect.CO_COROUTINE:
+                sdk.asyncio.run(_await(compiled, g))
+            else:
+                # No top-level await: run outside any loop, so that code doing its own
+                # `asyncio.run(main())` gets the one event loop of the run.
+                eval(compiled, g)
+        except SystemExit as e:
+            code = _exit_code(e)
+        except KeyboardInterrupt as e:
+            error = e
+            code = EXIT_INTERRUPTED
+        except BaseException as e:
+            error = e
+    if error is not None:
+        if code == 0:
+            code = 1
+        _print_error(error, sdk)
+    try:
+        sdk.report_unawaited()
+    except Exception:
+        pass
+    return code
+
+
+async def _await(compiled, g):
+    await eval(compiled, g)
+
+
+def _exit_code(e):
+    """`sys.exit(n)` → n, `sys.exit()` → 0, `sys.exit("msg")` → msg on stderr and 1."""
+    value = e.code
+    if value is None:
+        return 0
+    if isinstance(value, int):
+        return value & 0xFF
+    try:
+        sys.stderr.write("%s\n" % (value,))
+    except Exception:
+        pass
+    return 1
+
+
+def _print_error(error, sdk):
+    import traceback
+
+    _trim(error)
+    try:
+        traceback.print_exception(type(error), error, error.__traceback__)
+        hint = sdk.name_error_hint(error)
+        if hint is None and _is_nested_run(error):
+            hint = ("hint: the code already runs in an event loop; "
+                    "use await main() instead of asyncio.run(main())")
+        if hint:
+            sys.stderr.write(hint + "\n")
+    except Exception:
+        pass
+
+
+def _is_nested_run(error):
+    return isinstance(error, RuntimeError) and str(error).startswith(
+        "asyncio.run() cannot be called from a running event loop"
+    )
+
+
+def _trim(error):
+    """Keeps only the frames of the user's code in `error`'s traceback and in every exception
+    chained to it (cause, context, members of a group)."""
+    seen = set()
+    todo = [error]
+    while todo:
+        exc = todo.pop()
+        if not isinstance(exc, BaseException) or id(exc) in seen:
+            continue
+        seen.add(id(exc))
+        kept = []
+        tb = exc.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == CODE_FILENAME:
+                kept.append(tb)
+            tb = tb.tb_next
+        for before, after in zip(kept, kept[1:]):
+            before.tb_next = after
+        if kept:
+            kept[-1].tb_next = None
+        exc.__traceback__ = kept[0] if kept else None
+        todo.append(exc.__cause__)
+        todo.append(exc.__context__)
+        todo.extend(getattr(exc, "exceptions", None) or ())
+
+
+def _leave(code, message=None):
+    try:
+        if message:
+            sys.stderr.write(message)
+    except Exception:
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    os._exit(code)
+
+if __name__ == "__main__":
+    main()
