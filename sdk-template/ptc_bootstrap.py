@@ -134,6 +134,11 @@ def _exit_code(e):
 def _print_error(error, sdk):
     import traceback
 
+    if isinstance(error, KeyboardInterrupt) and isinstance(
+        error.__context__, sdk.asyncio.CancelledError
+    ):
+        # SIGINT under asyncio.run: the cancellation it used to stop the code is noise.
+        error.__suppress_context__ = True
     _trim(error)
     try:
         traceback.print_exception(type(error), error, error.__traceback__)

@@ -11,7 +11,6 @@ import tempfile
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SDK_TEMPLATE = os.path.join(REPO, "sdk-template")
-SDK_FILES = ("ptc_bootstrap.py", "ptc_sdk.py")
 
 # Bounds one child: a hung child fails its test instead of hanging the suite.
 CHILD_TIMEOUT_SECONDS = 30
@@ -49,8 +48,10 @@ class SdkDirs:
             return found
         path = os.path.join(self.root, "sdk%d" % len(self._dirs))
         os.mkdir(path)
-        for name in SDK_FILES:
-            shutil.copy(os.path.join(SDK_TEMPLATE, name), os.path.join(path, name))
+        # Every file of the template, as the sidecar embeds and writes them all.
+        for name in sorted(os.listdir(SDK_TEMPLATE)):
+            if name.endswith(".py"):
+                shutil.copy(os.path.join(SDK_TEMPLATE, name), os.path.join(path, name))
         with open(os.path.join(path, "catalog.json"), "w", encoding="utf-8") as f:
             f.write(catalog_text)
         self._dirs[catalog_text] = path

@@ -175,6 +175,24 @@ class SdkTest(unittest.TestCase):
             "KeyboardInterrupt\n"
         ))
 
+    def test_exit_sigint_during_top_level_await(self):
+        if sys.version_info >= (3, 11):
+            # asyncio.run's SIGINT handler cancels the code, then raises KeyboardInterrupt.
+            expected = "KeyboardInterrupt\n"
+        else:
+            # The default handler raises where the code is.
+            expected = ("Traceback (most recent call last):\n"
+                        '  File "<code>", line 4, in <module>\n'
+                        "    os.kill(os.getpid(), signal.SIGINT)\n"
+                        "KeyboardInterrupt\n")
+        self.assert_run("""
+            import os, signal
+            await asyncio.sleep(0)
+            os.kill(os.getpid(), signal.SIGINT)
+            await asyncio.sleep(5)
+            print('not reached')
+        """, stderr=expected, exit_code=130)
+
     def test_exit_never_awaited_keeps_exit_code(self):
         self.assert_run(
             "get_weather('Paris')\nprint('done')",
