@@ -19,8 +19,15 @@ EXIT_INTERRUPTED = 130
 
 
 def main():
+    serve(prepare())
+
+
+def prepare():
+    """Loads the SDK and the catalog and builds the stubs: everything paid before a job exists.
+    The fork server (ptc_zygote.py) calls this once and forks children after it."""
     sdk_dir = os.path.dirname(os.path.abspath(__file__))
-    sys.path.insert(0, sdk_dir)
+    if sys.path[:1] != [sdk_dir]:
+        sys.path.insert(0, sdk_dir)
     import ptc_sdk
 
     try:
@@ -34,8 +41,12 @@ def main():
     import gc
 
     gc.freeze()
+    return ptc_sdk, stubs, module
 
-    # Ready: everything above is paid before the job exists.
+
+def serve(prepared):
+    """Reads the job from stdin, runs it, and leaves with its exit code. Never returns."""
+    ptc_sdk, stubs, module = prepared
     raw = sys.stdin.buffer.read()
     _stdin_to_devnull()
     if not raw.strip():
@@ -48,6 +59,10 @@ def main():
     if not isinstance(job, dict) or not isinstance(job.get("code"), str):
         _leave(EXIT_BAD_JOB, "ptc: the job on stdin is not {\"code\": str, ...}\n")
     ptc_sdk.configure(job)
+    if not job.get("allow_subprocess"):
+        import ptc_guard
+
+        ptc_guard.install()
     _leave(run(job["code"], ptc_sdk, stubs, module))
 
 

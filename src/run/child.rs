@@ -6,7 +6,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use tokio::process::{ChildStderr, ChildStdin, ChildStdout};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::oneshot;
+
+pub type Stdin = Box<dyn AsyncWrite + Send + Unpin>;
+pub type Output = Box<dyn AsyncRead + Send + Unpin>;
 
 /// Resource limits of one child (setrlimit, before exec).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,14 +49,24 @@ pub struct SpawnSpec {
 }
 
 /// A started child. Dropping it kills its whole process group and removes its scratch dir.
-#[derive(Debug)]
 pub struct Child {
-    process: tokio::process::Child,
+    exit: Exit,
     pgid: i32,
-    pub stdin: Option<ChildStdin>,
-    pub stdout: Option<ChildStdout>,
-    pub stderr: Option<ChildStderr>,
+    pub stdin: Option<Stdin>,
+    pub stdout: Option<Output>,
+    pub stderr: Option<Output>,
     scratch: PathBuf,
+}
+
+/// Where a child's exit status comes from.
+enum Exit {
+    /// Our own child: waited on directly.
+    Process(tokio::process::Child),
+    /// Forked by the fork server, which reaps it and reports the code.
+    Forked {
+        report: Option<oneshot::Receiver<i32>>,
+        code: Option<i32>,
+    },
 }
 
 /// Starts `python -I -u -B SDK_DIR/ptc_bootstrap.py` (see docs/runner-protocol.md).
@@ -97,10 +111,10 @@ pub fn spawn(spec: &SpawnSpec, sdk_dir: &Path, id: &str) -> std::io::Result<Chil
     };
     let pgid = process.id().map(|p| p as i32).unwrap_or(0);
     Ok(Child {
-        stdin: process.stdin.take(),
-        stdout: process.stdout.take(),
-        stderr: process.stderr.take(),
-        process,
+        stdin: process.stdin.take().map(|p| Box::new(p) as Stdin),
+        stdout: process.stdout.take().map(|p| Box::new(p) as Output),
+        stderr: process.stderr.take().map(|p| Box::new(p) as Output),
+        exit: Exit::Process(process),
         pgid,
         scratch,
     })
@@ -120,23 +134,77 @@ fn set_limit(resource: libc::__rlimit_resource_t, value: u64) -> std::io::Result
 }
 
 impl Child {
+    /// A child the fork server made; its group is its pid.
+    pub fn forked(
+        pid: i32,
+        report: oneshot::Receiver<i32>,
+        stdin: impl AsyncWrite + Send + Unpin + 'static,
+        stdout: impl AsyncRead + Send + Unpin + 'static,
+        stderr: impl AsyncRead + Send + Unpin + 'static,
+        scratch: PathBuf,
+    ) -> std::io::Result<Child> {
+        Ok(Child {
+            exit: Exit::Forked {
+                report: Some(report),
+                code: None,
+            },
+            pgid: pid,
+            stdin: Some(Box::new(stdin)),
+            stdout: Some(Box::new(stdout)),
+            stderr: Some(Box::new(stderr)),
+            scratch,
+        })
+    }
+
     pub fn pid(&self) -> i32 {
         self.pgid
     }
 
     /// Waits for the child itself to exit; its exit code, or `-signal` when a signal ended it.
     pub async fn wait(&mut self) -> std::io::Result<i32> {
-        let status = self.process.wait().await?;
-        use std::os::unix::process::ExitStatusExt;
-        Ok(status
-            .code()
-            .or_else(|| status.signal().map(|s| -s))
-            .unwrap_or(-1))
+        match &mut self.exit {
+            Exit::Process(process) => {
+                let status = process.wait().await?;
+                use std::os::unix::process::ExitStatusExt;
+                Ok(status
+                    .code()
+                    .or_else(|| status.signal().map(|s| -s))
+                    .unwrap_or(-1))
+            }
+            Exit::Forked { report, code } => {
+                if let Some(code) = code {
+                    return Ok(*code);
+                }
+                let got = match report.take() {
+                    Some(rx) => rx
+                        .await
+                        .map_err(|_| std::io::Error::other("the fork server went away"))?,
+                    None => return Err(std::io::Error::other("the fork server went away")),
+                };
+                *code = Some(got);
+                Ok(got)
+            }
+        }
     }
 
     /// Whether the child already exited (a warm child that died while waiting).
     pub fn has_exited(&mut self) -> bool {
-        !matches!(self.process.try_wait(), Ok(None))
+        match &mut self.exit {
+            Exit::Process(process) => !matches!(process.try_wait(), Ok(None)),
+            Exit::Forked { report, code } => {
+                if code.is_some() {
+                    return true;
+                }
+                match report.as_mut().map(|rx| rx.try_recv()) {
+                    Some(Ok(c)) => {
+                        *code = Some(c);
+                        true
+                    }
+                    Some(Err(oneshot::error::TryRecvError::Empty)) => false,
+                    _ => true,
+                }
+            }
+        }
     }
 
     /// Kills every process in the child's group, the child and anything it started.
@@ -145,12 +213,14 @@ impl Child {
     }
 }
 
-/// SIGKILL to a whole process group; a group already gone is fine.
+/// SIGKILL to a whole process group, and to its leader in case it has not made the group yet;
+/// a group already gone is fine.
 pub fn kill_group(pgid: i32) {
     if pgid > 0 {
-        // SAFETY: kill(2) with a negative pid signals the group; no memory is involved.
+        // SAFETY: kill(2) signals processes; no memory is involved.
         unsafe {
             libc::kill(-pgid, libc::SIGKILL);
+            libc::kill(pgid, libc::SIGKILL);
         }
     }
 }

@@ -231,9 +231,7 @@ pub async fn route(
                 ))),
             },
             Origin::Host => match (&catalog.callback, host) {
-                (Some(cb), _) => {
-                    callback(&backends.http, cb, call_id, &tool.name, args, timeout).await
-                }
+                (Some(cb), _) => callback(&backends.http, cb, call_id, &tool.name, args).await,
                 (None, Some(host)) => attached(host, call_id, &tool.name, args).await,
                 (None, None) => Err(CallError::Unavailable(format!(
                     "host tool {:?} has no way to run: PTC_TOOLS_FILE names no callback URL \
@@ -283,11 +281,11 @@ pub async fn callback(
     id: &str,
     tool: &str,
     input: Value,
-    timeout: Duration,
 ) -> Result<Value, CallError> {
+    // No timeout of reqwest's own: the caller's PTC_TOOL_TIMEOUT covers the whole call and
+    // says so; a second timer of the same length would race it with a vaguer message.
     let mut request = http
         .post(&cb.url)
-        .timeout(timeout)
         .json(&json!({"id": id, "tool": tool, "input": input}));
     for (k, v) in &cb.headers {
         request = request.header(k, v);

@@ -8,6 +8,7 @@ pub mod ipc;
 pub mod output;
 pub mod runner;
 pub mod sdk;
+pub mod zygote;
 
 pub use dispatch::{Backends, CallError, PendingCall};
 pub use runner::{ExecRequest, ExecResult, ExecStatus, Runner, RunnerConfig};

@@ -8,6 +8,7 @@ use super::child::{self, Child, Limits, SpawnSpec};
 use super::dispatch::{self, Backends, CallError, PendingCall, Validators};
 use super::output::CappedBuffer;
 use super::sdk;
+use super::zygote::Zygote;
 use crate::render::Snapshot;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -129,6 +130,13 @@ impl RunCtx {
     }
 }
 
+/// The fork server of the current snapshot, keyed by it, and when starting one last failed.
+#[derive(Default)]
+struct ZygoteSlot {
+    current: Option<(u64, Arc<Zygote>)>,
+    failed_at: Option<Instant>,
+}
+
 /// A cloneable handle to the runner.
 #[derive(Clone)]
 pub struct Runner {
@@ -145,6 +153,8 @@ struct Inner {
     slots: Semaphore,
     pool: Mutex<VecDeque<(u64, Child)>>,
     refill: Arc<Notify>,
+    /// The fork server of the current snapshot (with a warm pool only), and when one last failed.
+    zygote: Mutex<ZygoteSlot>,
     ipc_addr: Mutex<Option<SocketAddr>>,
     counter: AtomicU64,
 }
@@ -174,6 +184,7 @@ impl Runner {
             runs: Mutex::new(HashMap::new()),
             pool: Mutex::new(VecDeque::new()),
             refill: Arc::new(Notify::new()),
+            zygote: Mutex::new(ZygoteSlot::default()),
             ipc_addr: Mutex::new(None),
             counter: AtomicU64::new(0),
         });
@@ -196,6 +207,11 @@ impl Runner {
         tokio::spawn(async move {
             shutdown.cancelled().await;
             inner.pool.lock().unwrap_or_else(|p| p.into_inner()).clear();
+            inner
+                .zygote
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .current = None;
         });
         Ok(runner)
     }
@@ -423,7 +439,7 @@ impl Inner {
         {
             return Ok(p.clone());
         }
-        let sdk_dir = sdk::write(&self.cfg.runtime_dir, &snapshot)?;
+        let sdk_dir = sdk::write(&self.cfg.runtime_dir, &snapshot, &self.cfg.python)?;
         let prepared = Arc::new(Prepared {
             snapshot,
             sdk_dir,
@@ -464,9 +480,58 @@ impl Inner {
         {
             return Ok(c);
         }
-        let mut c = child::spawn(&self.spawn, &prepared.sdk_dir, id)?;
+        let mut c = self.fresh_child(prepared, id).await?;
         write_job(&mut c, job).await?;
         Ok(c)
+    }
+
+    /// A new child for this snapshot: forked from its fork server when there is one (~1 ms),
+    /// else started from scratch (~40 ms).
+    async fn fresh_child(&self, prepared: &Arc<Prepared>, id: &str) -> std::io::Result<Child> {
+        if let Some(zygote) = self.zygote_for(prepared) {
+            match zygote.fork(&self.spawn, id, self.cfg.limits).await {
+                Ok(c) => return Ok(c),
+                Err(e) => tracing::warn!("fork server failed ({e}); starting the child directly"),
+            }
+        }
+        child::spawn(&self.spawn, &prepared.sdk_dir, id)
+    }
+
+    /// The fork server of this snapshot, started on first use; none without a warm pool, and
+    /// none for a while after one failed.
+    fn zygote_for(&self, prepared: &Arc<Prepared>) -> Option<Arc<Zygote>> {
+        /// After a fork server fails, children start directly for this long before another try.
+        const RETRY_AFTER: Duration = Duration::from_secs(10);
+        if self.cfg.warm_workers == 0 {
+            return None;
+        }
+        let key = prepared.snapshot.catalog.fingerprint ^ prepared.snapshot.catalog.version;
+        let mut slot = self.zygote.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((k, z)) = &slot.current
+            && *k == key
+            && z.is_alive()
+        {
+            return Some(z.clone());
+        }
+        slot.current = None;
+        if slot
+            .failed_at
+            .is_some_and(|failed| failed.elapsed() < RETRY_AFTER)
+        {
+            return None;
+        }
+        match Zygote::start(&self.spawn, &prepared.sdk_dir) {
+            Ok(z) => {
+                let z = Arc::new(z);
+                slot.current = Some((key, z.clone()));
+                Some(z)
+            }
+            Err(e) => {
+                tracing::warn!("cannot start the fork server ({e}); children start directly");
+                slot.failed_at = Some(Instant::now());
+                None
+            }
+        }
     }
 }
 
@@ -495,7 +560,7 @@ async fn refill_loop(inner: std::sync::Weak<Inner>, shutdown: CancellationToken)
                     break;
                 }
                 let id = format!("w{}", strong.counter.fetch_add(1, Ordering::Relaxed));
-                match child::spawn(&strong.spawn, &prepared.sdk_dir, &id) {
+                match strong.fresh_child(&prepared, &id).await {
                     Ok(c) => strong
                         .pool
                         .lock()

@@ -130,6 +130,11 @@ pub struct HostServer {
     shutdown: tokio_util::sync::CancellationToken,
 }
 
+type HostState = (
+    Arc<std::collections::HashMap<&'static str, HostTool>>,
+    Arc<AtomicUsize>,
+);
+
 pub type HostTool = Arc<
     dyn Fn(Value) -> std::pin::Pin<Box<dyn std::future::Future<Output = Value> + Send>>
         + Send
@@ -148,11 +153,7 @@ impl HostServer {
             .route(
                 "/tools",
                 post(
-                    |State((tools, calls)): State<(
-                        Arc<std::collections::HashMap<&'static str, HostTool>>,
-                        Arc<AtomicUsize>,
-                    )>,
-                     Json(body): Json<Value>| async move {
+                    |State((tools, calls)): State<HostState>, Json(body): Json<Value>| async move {
                         calls.fetch_add(1, Ordering::Relaxed);
                         let name = body["tool"].as_str().unwrap_or_default();
                         match tools.get(name) {

@@ -321,7 +321,7 @@ class SdkTest(unittest.TestCase):
         self.assertEqual(same, "True")
         self.assertLess(float(elapsed), 1.0)
         self.assertEqual(len(self.server.requests), 100)
-        self.assertLessEqual(self.server.connections, 16)
+        self.assertLessEqual(self.server.connections, 64)
 
     def test_sequential_calls_reuse_one_connection(self):
         self.assert_run("""
@@ -331,13 +331,13 @@ class SdkTest(unittest.TestCase):
         """, stdout="ok\n")
         self.assertEqual((self.server.connections, len(self.server.requests)), (1, 200))
 
-    def test_gather_of_many_calls_uses_at_most_16_connections(self):
+    def test_gather_of_many_calls_uses_at_most_64_connections(self):
         self.assert_run("""
             r = await asyncio.gather(*[echo(i=i) for i in range(500)])
             print([x['args']['i'] for x in r] == list(range(500)))
         """, stdout="True\n")
         self.assertEqual(len(self.server.requests), 500)
-        self.assertLessEqual(self.server.connections, 16)
+        self.assertLessEqual(self.server.connections, 64)
         self.assertGreater(self.server.connections, 1)
 
     def test_create_task_and_wait_for(self):

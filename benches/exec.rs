@@ -1,0 +1,319 @@
+//! exec_code benchmark: ptc-sidecar against the progtc peer, in one invocation.
+//!
+//! Workloads (the same for both, measured the same way, by the client):
+//! 1. `print(1)` end to end through the control API, sequentially: p50 and p99.
+//! 2. K sequential calls of a no-op host tool in one run: per-call overhead =
+//!    (run time − p50 of an empty run) / K, median of 5 runs.
+//! 3. G calls under one `asyncio.gather`: calls/s = G / (run time − p50 of an empty run),
+//!    median of 5 runs.
+//! 4. Peak RSS (VmHWM) of the sidecar process.
+//!
+//! The sidecar runs as its own process (the release binary), its no-op host tool is served over
+//! the callback protocol by this program. The peer's figures come from
+//! `benches/peer/progtc_bench.py` in a venv made by `benches/peer/setup-progtc.sh`.
+//!
+//! Run: `cargo bench --bench exec` (`-- --no-peer` to skip progtc, `-- --quick` for a smoke run).
+
+use serde_json::{Value, json};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+struct Params {
+    exec_n: usize,
+    seq_k: usize,
+    gather_g: usize,
+    repeats: usize,
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let no_peer = args.iter().any(|a| a == "--no-peer");
+    let p = if quick {
+        Params {
+            exec_n: 30,
+            seq_k: 200,
+            gather_g: 200,
+            repeats: 3,
+        }
+    } else {
+        Params {
+            exec_n: 300,
+            seq_k: 1000,
+            gather_g: 1000,
+            repeats: 5,
+        }
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let ours = rt.block_on(bench_sidecar(&p));
+    println!(
+        "\nptc-sidecar: {}",
+        serde_json::to_string_pretty(&ours).unwrap_or_default()
+    );
+    if no_peer {
+        return;
+    }
+    let peer = run_peer(&p, quick);
+    println!(
+        "\nprogtc: {}",
+        serde_json::to_string_pretty(&peer).unwrap_or_default()
+    );
+    print_table(&ours, &peer);
+}
+
+/// A free loopback port (bound then released).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
+async fn start_host() -> std::net::SocketAddr {
+    use axum::{Json, Router, routing::post};
+    let router = Router::new().route(
+        "/tools",
+        post(|Json(_): Json<Value>| async { Json(json!({"result": null})) }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind host tool server");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    addr
+}
+
+struct Sidecar {
+    child: std::process::Child,
+    url: String,
+    _dir: PathBuf,
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self._dir);
+    }
+}
+
+fn start_sidecar(host: std::net::SocketAddr) -> Sidecar {
+    let dir = std::env::temp_dir().join(format!("ptc-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("bench dir");
+    let manifest = json!({
+        "callback": {"url": format!("http://{host}/tools")},
+        "tools": [{"name": "noop", "description": "Does nothing.", "input_schema": {"type": "object", "properties": {}}}]
+    });
+    let tools = dir.join("tools.json");
+    std::fs::write(&tools, manifest.to_string()).expect("write manifest");
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_ptc-sidecar"))
+        .arg("serve")
+        .env("PTC_ENABLED", "true")
+        .env("PTC_TOOLS_FILE", &tools)
+        .env("PTC_LISTEN", format!("127.0.0.1:{port}"))
+        .env("PTC_RUNTIME_DIR", dir.join("rt"))
+        .env("PTC_WARM_WORKERS", "2")
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .spawn()
+        .expect("start ptc-sidecar");
+    Sidecar {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+        _dir: dir,
+    }
+}
+
+async fn exec(http: &reqwest::Client, url: &str, code: &str) -> (Duration, Value) {
+    let t = Instant::now();
+    let r: Value = http
+        .post(format!("{url}/v1/exec_code"))
+        .json(&json!({"code": code}))
+        .send()
+        .await
+        .expect("exec_code request")
+        .json()
+        .await
+        .expect("exec_code answer");
+    let elapsed = t.elapsed();
+    assert_eq!(r["status"], "ok", "benchmark run failed: {r}");
+    (elapsed, r)
+}
+
+async fn bench_sidecar(p: &Params) -> Value {
+    let host = start_host().await;
+    let sidecar = start_sidecar(host);
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while http
+        .get(format!("{}/healthz", sidecar.url))
+        .send()
+        .await
+        .is_err()
+    {
+        assert!(Instant::now() < deadline, "ptc-sidecar did not come up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    for _ in 0..10 {
+        exec(&http, &sidecar.url, "print(1)").await;
+    }
+    let mut lat = Vec::new();
+    for _ in 0..p.exec_n {
+        lat.push(exec(&http, &sidecar.url, "print(1)").await.0.as_secs_f64() * 1e3);
+    }
+    let empty_ms = percentile(&mut lat.clone(), 50.0);
+
+    let seq_code = format!("for _ in range({}):\n    await noop()\n", p.seq_k);
+    let mut per_call = Vec::new();
+    for _ in 0..p.repeats {
+        let (t, _) = exec(&http, &sidecar.url, &seq_code).await;
+        per_call.push((t.as_secs_f64() * 1e3 - empty_ms) / p.seq_k as f64);
+    }
+    let gather_code = format!(
+        "await asyncio.gather(*[noop() for _ in range({})])\n",
+        p.gather_g
+    );
+    let mut rates = Vec::new();
+    for _ in 0..p.repeats {
+        let (t, r) = exec(&http, &sidecar.url, &gather_code).await;
+        assert_eq!(r["tool_calls"].as_array().map(Vec::len), Some(p.gather_g));
+        rates.push(p.gather_g as f64 / ((t.as_secs_f64() * 1e3 - empty_ms) / 1e3));
+    }
+    let rss = vm_hwm_mb(sidecar.child.id());
+    json!({
+        "exec_print": {"n": p.exec_n, "p50_ms": round(percentile(&mut lat.clone(), 50.0)), "p99_ms": round(percentile(&mut lat, 99.0))},
+        "seq_calls": {"k": p.seq_k, "per_call_ms": round(median(&mut per_call)), "runs_per_call_ms": per_call.iter().map(|v| round(*v)).collect::<Vec<_>>()},
+        "gather_calls": {"g": p.gather_g, "calls_per_s": median(&mut rates).round(), "runs_calls_per_s": rates.iter().map(|v| v.round()).collect::<Vec<_>>()},
+        "peak_rss_mb": rss.map(round),
+        "targets": {"exec_p50_ms": 3.0, "per_call_ms": 0.25, "gather_calls_per_s": 10000, "peak_rss_mb": 40},
+    })
+}
+
+fn vm_hwm_mb(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((p / 100.0) * (v.len() - 1) as f64).round() as usize;
+    v[i.min(v.len() - 1)]
+}
+
+fn median(v: &mut [f64]) -> f64 {
+    percentile(v, 50.0)
+}
+
+fn round(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}
+
+fn run_peer(p: &Params, quick: bool) -> Value {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let venv = root.join("target/bench-venv");
+    let setup = Command::new("bash")
+        .arg(root.join("benches/peer/setup-progtc.sh"))
+        .env("PTC_BENCH_VENV", &venv)
+        .status();
+    if !matches!(setup, Ok(s) if s.success()) {
+        return json!({"errors": ["benches/peer/setup-progtc.sh failed; see its output above"]});
+    }
+    let mut cmd = Command::new(venv.join("bin/python"));
+    cmd.arg(root.join("benches/peer/progtc_bench.py"));
+    if quick {
+        cmd.arg("--quick");
+    }
+    let _ = p;
+    match cmd.stderr(Stdio::inherit()).output() {
+        Ok(out) if out.status.success() => serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| json!({"errors": [format!("progtc driver printed no JSON: {e}")]})),
+        Ok(out) => {
+            json!({"errors": [format!("progtc driver failed: {}", String::from_utf8_lossy(&out.stdout))]})
+        }
+        Err(e) => json!({"errors": [format!("cannot run the progtc driver: {e}")]}),
+    }
+}
+
+/// Finds a number in the peer's JSON by trying a few likely paths.
+fn peer_figure(peer: &Value, paths: &[&str]) -> Option<f64> {
+    paths
+        .iter()
+        .find_map(|p| peer.pointer(p).and_then(Value::as_f64))
+}
+
+fn print_table(ours: &Value, peer: &Value) {
+    println!(
+        "\n{:<34} {:>14} {:>14} {:>10}",
+        "workload", "ptc-sidecar", "progtc 0.2.0", "ratio"
+    );
+    let rows: [(&str, &str, &[&str], bool); 5] = [
+        (
+            "exec print(1) p50 (ms)",
+            "/exec_print/p50_ms",
+            &["/exec_print/p50_ms"],
+            false,
+        ),
+        (
+            "exec print(1) p99 (ms)",
+            "/exec_print/p99_ms",
+            &["/exec_print/p99_ms"],
+            false,
+        ),
+        (
+            "sequential call overhead (ms)",
+            "/seq_calls/per_call_ms",
+            &["/seq_calls/per_call_ms", "/seq_calls/per_call_overhead_ms"],
+            false,
+        ),
+        (
+            "gather calls/s",
+            "/gather_calls/calls_per_s",
+            &["/gather_calls/calls_per_s"],
+            true,
+        ),
+        (
+            "peak RSS of the server (MB)",
+            "/peak_rss_mb",
+            &[
+                "/peak_rss_mb/server",
+                "/peak_rss_mb",
+                "/peak_rss_mb/server_mb",
+            ],
+            false,
+        ),
+    ];
+    for (label, ours_path, peer_paths, higher_is_better) in rows {
+        let a = ours.pointer(ours_path).and_then(Value::as_f64);
+        let b = peer_figure(peer, peer_paths);
+        let ratio = match (a, b) {
+            (Some(a), Some(b)) if a > 0.0 && b > 0.0 => {
+                if higher_is_better {
+                    format!("{:.1}x", a / b)
+                } else {
+                    format!("{:.1}x", b / a)
+                }
+            }
+            _ => "-".into(),
+        };
+        let show = |v: Option<f64>| v.map(|v| format!("{v:.3}")).unwrap_or_else(|| "-".into());
+        println!("{label:<34} {:>14} {:>14} {:>10}", show(a), show(b), ratio);
+    }
+    println!("(ratio: how many times better ptc-sidecar is; medians, this machine is shared)");
+}

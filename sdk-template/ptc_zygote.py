@@ -1,0 +1,119 @@
+"""The fork server: `python3 -I -u -B SDK_DIR/ptc_zygote.py`, its stdin a SOCK_SEQPACKET socket.
+
+Owns making children fast: it loads the SDK and builds the stubs once (ptc_bootstrap.prepare),
+then forks one child per request. A child starts from exactly the state a cold bootstrap reaches
+before it reads its job, so its run is the same as a cold one's (docs/runner-protocol.md).
+
+Requests: one JSON message per fork, `{"id", "scratch", "env", "limits"}`, with the child's
+stdin, stdout and stderr attached as SCM_RIGHTS. Replies: `forked ID PID`, and `exited PID CODE`
+(CODE negative for a signal) once the child is reaped. The server stays single-threaded and
+never runs user code; it exits when the sidecar closes the socket.
+"""
+
+import json
+import os
+import select
+import signal
+import socket
+import sys
+
+
+def main():
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import ptc_bootstrap
+    import resource
+
+    prepared = ptc_bootstrap.prepare()
+    # The socket moves off fd 0, which children take over for their own stdin.
+    ctl = socket.socket(fileno=os.dup(0))
+    ctl.setblocking(True)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+
+    while True:
+        try:
+            ready, _, _ = select.select([ctl, wake_r], [], [])
+        except InterruptedError:
+            continue
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+            _reap(ctl)
+        if ctl not in ready:
+            continue
+        try:
+            data, fds, _, _ = socket.recv_fds(ctl, 65536, 3)
+        except OSError:
+            break
+        if not data:
+            break  # the sidecar closed the socket: time to go
+        try:
+            request = json.loads(data)
+        except ValueError:
+            for fd in fds:
+                os.close(fd)
+            continue
+        pid = os.fork()
+        if pid == 0:
+            _child(request, fds, ctl, (wake_r, wake_w), resource)
+            ptc_bootstrap.serve(prepared)  # never returns
+            os._exit(2)
+        try:
+            os.setpgid(pid, pid)  # also done by the child: whichever runs first wins the race
+        except OSError:
+            pass
+        for fd in fds:
+            os.close(fd)
+        _send(ctl, "forked %s %d\n" % (request.get("id", "?"), pid))
+    os._exit(0)
+
+
+def _reap(ctl):
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        _send(ctl, "exited %d %d\n" % (pid, os.waitstatus_to_exitcode(status)))
+
+
+def _send(ctl, text):
+    try:
+        ctl.send(text.encode())
+    except OSError:
+        os._exit(0)
+
+
+def _child(request, fds, ctl, wake, resource):
+    """Turns the forked process into a run's child: its own group, limits, pipes, cwd, env."""
+    try:
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.setpgid(0, 0)
+        limits = request.get("limits") or {}
+        for name, key in (("RLIMIT_AS", "as"), ("RLIMIT_CPU", "cpu"),
+                          ("RLIMIT_FSIZE", "fsize"), ("RLIMIT_NOFILE", "nofile")):
+            if key in limits:
+                value = int(limits[key])
+                resource.setrlimit(getattr(resource, name), (value, value))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        for target, fd in zip((0, 1, 2), fds):
+            os.dup2(fd, target)
+        for fd in list(fds) + list(wake):
+            os.close(fd)
+        ctl.close()
+        os.chdir(request["scratch"])
+        os.environ.clear()
+        os.environ.update({str(k): str(v) for k, v in (request.get("env") or {}).items()})
+    except BaseException:
+        os._exit(2)
+
+
+if __name__ == "__main__":
+    main()

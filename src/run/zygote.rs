@@ -1,0 +1,312 @@
+//! The fork server: one Python process per catalog version that has imported the SDK and built
+//! the stubs once, and forks a fresh child for each run.
+//!
+//! Starting an interpreter costs ~40 ms of CPU here; forking a prepared one costs ~1 ms. Each
+//! forked child starts from the same clean state a cold child reaches (nothing of a run can leak
+//! into the next: every run is a new process forked from the untouched server), sets its own
+//! process group, resource limits, cwd and environment, and then serves its job exactly like a
+//! cold child (docs/runner-protocol.md, "Fork server").
+//!
+//! Wire: a `SOCK_SEQPACKET` socketpair is the server's stdin. The sidecar sends one JSON message
+//! per fork with the child's stdin, stdout and stderr pipe ends attached (`SCM_RIGHTS`); the
+//! server answers `forked ID PID`, and `exited PID CODE` when it reaps a child.
+
+use super::child::{Child, Limits, SpawnSpec};
+use serde_json::json;
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+use tokio::sync::oneshot;
+
+/// How long the server may take to answer a fork request; a stuck server is replaced.
+pub const FORK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Largest control message read from the server.
+const MAX_MESSAGE: usize = 4096;
+
+type ForkReply = (i32, oneshot::Receiver<i32>);
+
+#[derive(Default)]
+struct Waiters {
+    forks: HashMap<String, oneshot::Sender<ForkReply>>,
+    exits: HashMap<i32, oneshot::Sender<i32>>,
+}
+
+/// A running fork server.
+pub struct Zygote {
+    process: Mutex<Option<tokio::process::Child>>,
+    pgid: i32,
+    ctl: Arc<AsyncFd<OwnedFd>>,
+    waiters: Arc<Mutex<Waiters>>,
+    alive: Arc<AtomicBool>,
+}
+
+impl Zygote {
+    /// Starts `python -I -u -B SDK_DIR/ptc_zygote.py` with the control socket as its stdin.
+    pub fn start(spec: &SpawnSpec, sdk_dir: &Path) -> io::Result<Zygote> {
+        let (ours, theirs) = seqpacket_pair()?;
+        let mut cmd = tokio::process::Command::new(&spec.python);
+        cmd.arg("-I")
+            .arg("-u")
+            .arg("-B")
+            .arg(sdk_dir.join("ptc_zygote.py"))
+            .env_clear()
+            .env("PATH", &spec.path_env)
+            .env("LANG", "C.UTF-8")
+            .current_dir(sdk_dir)
+            .stdin(Stdio::from(theirs))
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .process_group(0)
+            .kill_on_drop(true);
+        let process = cmd.spawn()?;
+        let pgid = process.id().map(|p| p as i32).unwrap_or(0);
+        set_nonblocking(ours.as_raw_fd())?;
+        // SAFETY: an OwnedFd keeps its fd open and unchanged for as long as it lives, and the
+        // AsyncFd owns it.
+        let ctl = Arc::new(
+            unsafe { AsyncFd::register(ours) }.map_err(|e| io::Error::other(e.to_string()))?,
+        );
+        let waiters = Arc::new(Mutex::new(Waiters::default()));
+        let alive = Arc::new(AtomicBool::new(true));
+        tokio::spawn(read_replies(ctl.clone(), waiters.clone(), alive.clone()));
+        Ok(Zygote {
+            process: Mutex::new(Some(process)),
+            pgid,
+            ctl,
+            waiters,
+            alive,
+        })
+    }
+
+    pub fn is_alive(&self) -> bool {
+        self.alive.load(Ordering::Relaxed)
+    }
+
+    /// Forks a child for one run, its pipes connected to us.
+    pub async fn fork(&self, spec: &SpawnSpec, id: &str, limits: Limits) -> io::Result<Child> {
+        if !self.is_alive() {
+            return Err(io::Error::other("the fork server is gone"));
+        }
+        let scratch = spec.scratch_root.join(id);
+        std::fs::create_dir_all(&scratch)?;
+        let (stdin_r, stdin_w) = pipe()?;
+        let (stdout_r, stdout_w) = pipe()?;
+        let (stderr_r, stderr_w) = pipe()?;
+        let (tx, rx) = oneshot::channel();
+        lock(&self.waiters).forks.insert(id.to_string(), tx);
+        let scratch_text = scratch.to_string_lossy();
+        let message = json!({
+            "id": id,
+            "scratch": scratch_text,
+            "env": {"PATH": spec.path_env, "LANG": "C.UTF-8", "HOME": scratch_text, "TMPDIR": scratch_text},
+            "limits": {
+                "as": limits.address_space,
+                "cpu": limits.cpu_secs,
+                "fsize": limits.file_size,
+                "nofile": limits.open_files,
+            },
+        })
+        .to_string();
+        let fds = [
+            stdin_r.as_raw_fd(),
+            stdout_w.as_raw_fd(),
+            stderr_w.as_raw_fd(),
+        ];
+        let sent = self.send(message.as_bytes(), &fds).await;
+        // The child holds its own copies now.
+        drop((stdin_r, stdout_w, stderr_w));
+        if let Err(e) = sent {
+            lock(&self.waiters).forks.remove(id);
+            let _ = std::fs::remove_dir_all(&scratch);
+            return Err(e);
+        }
+        let (pid, exit) = match tokio::time::timeout(FORK_TIMEOUT, rx).await {
+            Ok(Ok(reply)) => reply,
+            _ => {
+                lock(&self.waiters).forks.remove(id);
+                let _ = std::fs::remove_dir_all(&scratch);
+                self.alive.store(false, Ordering::Relaxed);
+                return Err(io::Error::other("the fork server did not answer"));
+            }
+        };
+        Child::forked(
+            pid,
+            exit,
+            tokio::net::unix::pipe::Sender::from_owned_fd(stdin_w)?,
+            tokio::net::unix::pipe::Receiver::from_owned_fd(stdout_r)?,
+            tokio::net::unix::pipe::Receiver::from_owned_fd(stderr_r)?,
+            scratch,
+        )
+    }
+
+    async fn send(&self, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
+        loop {
+            let mut guard = self.ctl.writable().await?;
+            match guard.try_io(|inner| send_with_fds(inner.get_ref().as_raw_fd(), data, fds)) {
+                Ok(result) => return result,
+                Err(_would_block) => continue,
+            }
+        }
+    }
+}
+
+impl Drop for Zygote {
+    fn drop(&mut self) {
+        self.alive.store(false, Ordering::Relaxed);
+        super::child::kill_group(self.pgid);
+        // Dropping the process handle reaps it (kill_on_drop).
+        lock(&self.process).take();
+    }
+}
+
+/// Reads the server's replies and hands them to whoever waits.
+async fn read_replies(
+    ctl: Arc<AsyncFd<OwnedFd>>,
+    waiters: Arc<Mutex<Waiters>>,
+    alive: Arc<AtomicBool>,
+) {
+    let mut buf = vec![0u8; MAX_MESSAGE];
+    loop {
+        let n = match ctl.ready(Interest::READABLE).await {
+            Ok(mut guard) => {
+                match guard.try_io(|inner| recv(inner.get_ref().as_raw_fd(), &mut buf)) {
+                    Ok(Ok(n)) => n,
+                    Ok(Err(_)) => 0,
+                    Err(_would_block) => continue,
+                }
+            }
+            Err(_) => 0,
+        };
+        if n == 0 {
+            break;
+        }
+        let text = String::from_utf8_lossy(&buf[..n]);
+        for line in text.lines() {
+            let mut words = line.split_whitespace();
+            match (
+                words.next(),
+                words.next(),
+                words.next().and_then(|w| w.parse::<i32>().ok()),
+            ) {
+                (Some("forked"), Some(id), Some(pid)) => {
+                    let (exit_tx, exit_rx) = oneshot::channel();
+                    let mut w = lock(&waiters);
+                    w.exits.insert(pid, exit_tx);
+                    if let Some(tx) = w.forks.remove(id) {
+                        let _ = tx.send((pid, exit_rx));
+                    }
+                }
+                (Some("exited"), Some(pid), Some(code)) => {
+                    if let Some(tx) = pid
+                        .parse()
+                        .ok()
+                        .and_then(|p: i32| lock(&waiters).exits.remove(&p))
+                    {
+                        let _ = tx.send(code);
+                    }
+                }
+                _ => tracing::warn!("fork server said something unexpected: {line:?}"),
+            }
+        }
+    }
+    // The server is gone: nobody will report the remaining exits.
+    alive.store(false, Ordering::Relaxed);
+    let mut w = lock(&waiters);
+    w.forks.clear();
+    w.exits.clear();
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: socketpair writes two fds into the array we own.
+    let r = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both fds were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// `(read end, write end)`, both close-on-exec.
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: pipe2 writes two fds into the array we own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both fds were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn set_nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on an fd we own.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFL);
+        if flags < 0 || libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
+    // SAFETY: recv into a buffer we own, of its length.
+    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(n as usize)
+    }
+}
+
+/// One message with file descriptors attached (`SCM_RIGHTS`).
+fn send_with_fds(sock: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    let fds_len = std::mem::size_of_val(fds);
+    // SAFETY: CMSG_SPACE is a pure computation.
+    let space = unsafe { libc::CMSG_SPACE(fds_len as u32) } as usize;
+    let mut control = vec![0u8; space];
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    // SAFETY: a zeroed msghdr is valid; every pointer set below points into locals that outlive
+    // the sendmsg call, and the control buffer is CMSG_SPACE bytes as the macros require.
+    unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        if cmsg.is_null() {
+            return Err(io::Error::other("no room for SCM_RIGHTS"));
+        }
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(fds_len as u32) as _;
+        std::ptr::copy_nonoverlapping(fds.as_ptr().cast::<u8>(), libc::CMSG_DATA(cmsg), fds_len);
+        if libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
