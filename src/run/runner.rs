@@ -64,6 +64,9 @@ pub struct ExecRequest {
     /// Capped by `PTC_TIMEOUT`.
     pub timeout: Option<Duration>,
     pub session_id: Option<String>,
+    /// Run against this catalog instead of the sidecar's current one (a protocol that sends its
+    /// tools with each request). Prepared once per distinct content; such runs start cold.
+    pub snapshot: Option<Arc<Snapshot>>,
     /// Where host tool calls go when the catalog has no callback (attached protocols).
     pub host: Option<mpsc::Sender<PendingCall>>,
     /// Receives output chunks as they come (attached protocol).
@@ -155,6 +158,8 @@ struct Inner {
     refill: Arc<Notify>,
     /// The fork server of the current snapshot (with a warm pool only), and when one last failed.
     zygote: Mutex<ZygoteSlot>,
+    /// Preparations of per-request snapshots, oldest first.
+    adhoc: Mutex<VecDeque<((u64, u64), Arc<Prepared>)>>,
     ipc_addr: Mutex<Option<SocketAddr>>,
     counter: AtomicU64,
 }
@@ -185,6 +190,7 @@ impl Runner {
             pool: Mutex::new(VecDeque::new()),
             refill: Arc::new(Notify::new()),
             zygote: Mutex::new(ZygoteSlot::default()),
+            adhoc: Mutex::new(VecDeque::new()),
             ipc_addr: Mutex::new(None),
             counter: AtomicU64::new(0),
         });
@@ -315,7 +321,11 @@ impl Runner {
                 ),
             );
         };
-        let prepared = match self.inner.prepared() {
+        let prepared = match req
+            .snapshot
+            .as_ref()
+            .map_or_else(|| self.inner.prepared(), |s| self.inner.prepared_for(s))
+        {
             Ok(p) => p,
             Err(e) => {
                 return fail(
@@ -430,6 +440,33 @@ impl Runner {
 }
 
 impl Inner {
+    /// The preparation of a request's own snapshot, cached by content (bounded).
+    fn prepared_for(&self, snapshot: &Arc<Snapshot>) -> std::io::Result<Arc<Prepared>> {
+        /// Distinct per-request catalogs kept prepared; the oldest is dropped past this.
+        const MAX_ADHOC: usize = 32;
+        let key = (snapshot.catalog.fingerprint, snapshot.catalog.version);
+        let mut cache = self.adhoc.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = cache.iter().position(|(k, _)| *k == key)
+            && let Some((k, p)) = cache.remove(i)
+        {
+            cache.push_back((k, p.clone()));
+            return Ok(p);
+        }
+        let sdk_dir = sdk::write(&self.cfg.runtime_dir, snapshot, &self.cfg.python)?;
+        let prepared = Arc::new(Prepared {
+            snapshot: snapshot.clone(),
+            sdk_dir,
+            validators: Validators::default(),
+        });
+        cache.push_back((key, prepared.clone()));
+        if cache.len() > MAX_ADHOC
+            && let Some((_, old)) = cache.pop_front()
+        {
+            let _ = std::fs::remove_dir_all(&old.sdk_dir);
+        }
+        Ok(prepared)
+    }
+
     /// The preparation of the current snapshot, made when the snapshot changed.
     fn prepared(&self) -> std::io::Result<Arc<Prepared>> {
         let snapshot = self.snapshots.borrow().clone();
@@ -460,10 +497,23 @@ impl Inner {
         id: &str,
         job: &[u8],
     ) -> std::io::Result<Child> {
+        let is_current = self
+            .prepared
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .is_some_and(|p| Arc::ptr_eq(p, prepared));
+        if !is_current {
+            // A per-request catalog: the warm pool and the fork server belong to the current one.
+            let mut c = child::spawn(&self.spawn, &prepared.sdk_dir, id)?;
+            write_job(&mut c, job).await?;
+            return Ok(c);
+        }
         let key = prepared.snapshot.catalog.fingerprint ^ prepared.snapshot.catalog.version;
         let warm = {
             let mut pool = self.pool.lock().unwrap_or_else(|p| p.into_inner());
             let mut found = None;
+            // Children of an older snapshot, or that died waiting, are dropped on the way.
             while let Some((k, mut c)) = pool.pop_front() {
                 if k == key && !c.has_exited() {
                     found = Some(c);
