@@ -90,7 +90,10 @@ async fn healthz(State(state): State<AppState>) -> Response {
             "tools": snap.catalog.tools().len(),
             "ptc_tools": snap.catalog.ptc().count(),
             "problems": snap.catalog.report().len(),
-        }
+        },
+        // Each MCP server: state (starting|ready|failed|restarting|stopped), tools, restarts,
+        // and the error of a failed or restarting one.
+        "mcp_servers": state.mcp.as_ref().map(|hub| hub.health()).unwrap_or_else(|| json!({})),
     }))
     .into_response()
 }

@@ -7,8 +7,10 @@ use crate::api;
 use crate::catalog::source::{self, Problem, SourceError};
 use crate::catalog::{Catalog, CatalogInput, Policy, ServerTools};
 use crate::config::{Config, Listen};
+use crate::mcp::{Hub, HubOptions, McpConfigError};
 pub use crate::render::Snapshot;
 use crate::run::child::{self, Limits};
+use crate::run::dispatch::McpCaller;
 use crate::run::{Backends, Runner, RunnerConfig};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -43,21 +45,7 @@ impl std::str::FromStr for SavedCatalog {
     }
 }
 
-/// MCP server names become tool-name prefixes (`server__tool`), so they are kept plain.
-pub fn check_server_name(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && !name.contains("__")
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "MCP server name {name:?} must be non-empty, use only A-Z a-z 0-9 - _ . and not contain \"__\""
-        ))
-    }
-}
+pub use crate::mcp::check_server_name;
 
 /// Reads the host manifest and any saved MCP catalogs.
 pub fn load_input(config: &Config, saved: &[SavedCatalog]) -> Result<CatalogInput, SourceError> {
@@ -81,13 +69,50 @@ pub fn load_input(config: &Config, saved: &[SavedCatalog]) -> Result<CatalogInpu
 
 /// Builds the first snapshot from the configuration.
 pub fn initial_snapshot(config: &Config, saved: &[SavedCatalog]) -> Result<Snapshot, SourceError> {
-    let input = load_input(config, saved)?;
+    snapshot_with_mcp(config, saved, None)
+}
+
+/// The first snapshot with the running MCP servers' tools. A live server replaces a saved
+/// catalog of the same name once it has listed its tools.
+pub fn snapshot_with_mcp(
+    config: &Config,
+    saved: &[SavedCatalog],
+    hub: Option<&Hub>,
+) -> Result<Snapshot, SourceError> {
+    let mut input = load_input(config, saved)?;
+    if let Some(hub) = hub {
+        let (servers, problems) = hub.catalog_servers();
+        input
+            .servers
+            .retain(|s| !servers.iter().any(|live| live.server == s.server));
+        input.servers.extend(servers);
+        input.problems.extend(problems);
+    }
     Ok(Snapshot::new(Catalog::build(
         input,
         &Policy::from(config),
         1,
     )))
 }
+
+/// Starts the servers of `PTC_MCP_CONFIG` (when set) and waits for their first attempt, at
+/// most the start timeout plus [`MCP_STARTUP_SLACK`].
+pub async fn start_mcp(
+    config: &Config,
+    shutdown: CancellationToken,
+) -> Result<Option<Hub>, McpConfigError> {
+    let Some(path) = &config.mcp_config else {
+        return Ok(None);
+    };
+    let hub = Hub::from_file(path, HubOptions::new(config.mcp_start_timeout, shutdown))?;
+    hub.wait_started(config.mcp_start_timeout + MCP_STARTUP_SLACK)
+        .await;
+    Ok(Some(hub))
+}
+
+/// Beyond the start timeout, how long startup waits for the MCP servers' first round: each
+/// actor reports within its own timeout, so this only covers scheduling.
+pub const MCP_STARTUP_SLACK: Duration = Duration::from_secs(1);
 
 /// Logs what a person should know about a snapshot.
 pub fn log_report(snapshot: &Snapshot) {
@@ -106,6 +131,8 @@ pub struct AppState {
     pub snapshot: watch::Receiver<Arc<Snapshot>>,
     /// Present when PTC is on.
     pub runner: Option<Runner>,
+    /// Present when `PTC_MCP_CONFIG` is set.
+    pub mcp: Option<Hub>,
 }
 
 /// Tool calls one run may make: enough for real batch work, a stop for a runaway loop.
@@ -158,17 +185,22 @@ pub struct Sidecar {
 impl Sidecar {
     /// Loads the catalog and, with PTC on, starts the runner (IPC bridge, warm pool).
     pub async fn start(config: Config, saved: &[SavedCatalog]) -> anyhow::Result<Sidecar> {
-        let snapshot = Arc::new(initial_snapshot(&config, saved)?);
+        let shutdown = CancellationToken::new();
+        let mcp = start_mcp(&config, shutdown.child_token()).await?;
+        for line in mcp.iter().flat_map(Hub::status_lines) {
+            tracing::info!("{line}");
+        }
+        let snapshot = Arc::new(snapshot_with_mcp(&config, saved, mcp.as_ref())?);
         log_report(&snapshot);
         let (tx, rx) = watch::channel(snapshot);
-        let shutdown = CancellationToken::new();
         let mut owned_runtime_dir = None;
         let runner = if config.enabled {
             let rc = runner_config(&config).await.map_err(anyhow::Error::msg)?;
             if config.runtime_dir.is_none() {
                 owned_runtime_dir = Some(rc.runtime_dir.clone());
             }
-            let backends = Backends::new(config.tool_timeout);
+            let mut backends = Backends::new(config.tool_timeout);
+            backends.mcp = mcp.clone().map(|hub| Arc::new(hub) as Arc<dyn McpCaller>);
             Some(Runner::start(rc, rx.clone(), backends, shutdown.child_token()).await?)
         } else {
             None
@@ -178,6 +210,7 @@ impl Sidecar {
                 config: Arc::new(config),
                 snapshot: rx,
                 runner,
+                mcp,
             },
             shutdown,
             snapshots: tx,

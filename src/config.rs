@@ -35,6 +35,7 @@ pub struct RawConfig {
     ptc_memory_mb: Option<String>,
     ptc_allow_subprocess: Option<String>,
     ptc_runtime_dir: Option<String>,
+    ptc_mcp_start_timeout: Option<String>,
 }
 
 /// Where the control API listens.
@@ -75,6 +76,8 @@ pub struct Config {
     pub allow_subprocess: bool,
     /// Where SDK and scratch directories go; default a fresh directory under the system temp.
     pub runtime_dir: Option<PathBuf>,
+    /// Bound on starting one MCP server (spawn, initialize, list tools).
+    pub mcp_start_timeout: Duration,
 }
 
 pub const DEFAULT_DIRECT_TOOLS: &str = "complete,fail,onboarding_handoff";
@@ -176,6 +179,13 @@ impl RawConfig {
             memory_mb: parse_range("PTC_MEMORY_MB", self.ptc_memory_mb, 2048, (64, 1 << 20))?,
             allow_subprocess: parse_bool("PTC_ALLOW_SUBPROCESS", self.ptc_allow_subprocess, false)?,
             runtime_dir: non_empty(self.ptc_runtime_dir).map(PathBuf::from),
+            mcp_start_timeout: parse_range(
+                "PTC_MCP_START_TIMEOUT",
+                self.ptc_mcp_start_timeout,
+                20,
+                (1, 600),
+            )
+            .map(Duration::from_secs)?,
         })
     }
 }

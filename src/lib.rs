@@ -8,5 +8,6 @@ pub mod api;
 pub mod app;
 pub mod catalog;
 pub mod config;
+pub mod mcp;
 pub mod render;
 pub mod run;

@@ -43,7 +43,7 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,rmcp=warn")),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -117,7 +117,16 @@ async fn exec(mut config: Config, code: String, saved: Vec<SavedCatalog>) -> any
 }
 
 fn print_tools(config: &Config, format: &str, saved: &[SavedCatalog]) -> anyhow::Result<()> {
-    let snapshot = app::initial_snapshot(config, saved)?;
+    // MCP servers are started to list their tools, and stopped with the runtime at the end.
+    let runtime = runtime()?;
+    let hub = runtime.block_on(app::start_mcp(
+        config,
+        tokio_util::sync::CancellationToken::new(),
+    ))?;
+    for line in hub.iter().flat_map(|hub| hub.status_lines()) {
+        eprintln!("{line}");
+    }
+    let snapshot = app::snapshot_with_mcp(config, saved, hub.as_ref())?;
     for line in snapshot.catalog.report() {
         eprintln!("warning: {line}");
     }

@@ -1,0 +1,318 @@
+//! `PTC_MCP_CONFIG`: the MCP servers to start, in the `{"mcpServers": {...}}` form Claude Desktop
+//! and Cursor use.
+//!
+//! Owns reading and checking that file into [`ServerSpec`]s. Every error names the file, the
+//! server and what is wrong, and stops startup; nothing here starts a process or opens a socket.
+
+use crate::catalog::source::{self, SourceError, kind};
+use reqwest::header::{HeaderName, HeaderValue};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// How the sidecar reaches one server.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Transport {
+    /// A child process speaking MCP on stdin/stdout.
+    Stdio {
+        command: String,
+        args: Vec<String>,
+        /// The child's whole environment besides `PATH` and `HOME`.
+        env: BTreeMap<String, String>,
+    },
+    /// A streamable HTTP endpoint.
+    Http {
+        url: String,
+        headers: BTreeMap<String, String>,
+    },
+}
+
+/// One enabled server of the config file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerSpec {
+    pub name: String,
+    pub transport: Transport,
+}
+
+/// A config file that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum McpConfigError {
+    #[error("PTC_MCP_CONFIG: {0}")]
+    File(#[from] SourceError),
+    #[error("PTC_MCP_CONFIG {path}: {message}")]
+    Shape { path: PathBuf, message: String },
+    #[error("PTC_MCP_CONFIG {path}: server {server:?}: {message}")]
+    Server {
+        path: PathBuf,
+        server: String,
+        message: String,
+    },
+}
+
+/// MCP server names become tool-name prefixes (`server__tool`), so they are kept plain.
+pub fn check_server_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && !name.contains("__")
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "MCP server name {name:?} must be non-empty, use only A-Z a-z 0-9 - _ . and not contain \"__\""
+        ))
+    }
+}
+
+/// Reads and checks the file (with the same size cap as every tool file).
+pub fn read(path: &Path) -> Result<Vec<ServerSpec>, McpConfigError> {
+    parse(path, &source::read_json(path)?)
+}
+
+/// Checks a parsed config file; servers come back sorted by name, disabled ones left out.
+pub fn parse(path: &Path, value: &Value) -> Result<Vec<ServerSpec>, McpConfigError> {
+    let shape = |message: String| McpConfigError::Shape {
+        path: path.to_path_buf(),
+        message,
+    };
+    let servers = match value {
+        Value::Object(obj) => match obj.get("mcpServers") {
+            Some(Value::Object(servers)) => servers,
+            Some(other) => {
+                return Err(shape(format!(
+                    r#""mcpServers" is a JSON {}, expected an object of servers by name"#,
+                    kind(other)
+                )));
+            }
+            None => {
+                return Err(shape(
+                    r#"has no "mcpServers"; expected {"mcpServers": {"NAME": {"command": ..., "args": [...]} or {"url": ...}}}"#
+                        .into(),
+                ));
+            }
+        },
+        other => {
+            return Err(shape(format!(
+                r#"is a JSON {}, expected {{"mcpServers": {{...}}}}"#,
+                kind(other)
+            )));
+        }
+    };
+    let mut specs = Vec::new();
+    for (name, entry) in servers {
+        let server_err = |message: String| McpConfigError::Server {
+            path: path.to_path_buf(),
+            server: name.clone(),
+            message,
+        };
+        check_server_name(name).map_err(&server_err)?;
+        let Value::Object(entry) = entry else {
+            return Err(server_err(format!(
+                "is a JSON {}, expected an object with \"command\" or \"url\"",
+                kind(entry)
+            )));
+        };
+        match entry.get("disabled") {
+            None | Some(Value::Null) | Some(Value::Bool(false)) => {}
+            Some(Value::Bool(true)) => continue,
+            Some(other) => {
+                return Err(server_err(format!(
+                    r#""disabled" is a JSON {}, expected true or false"#,
+                    kind(other)
+                )));
+            }
+        }
+        let transport = parse_transport(entry).map_err(server_err)?;
+        specs.push(ServerSpec {
+            name: name.clone(),
+            transport,
+        });
+    }
+    specs.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(specs)
+}
+
+fn parse_transport(entry: &Map<String, Value>) -> Result<Transport, String> {
+    if let Some(Value::String(t)) = entry.get("type")
+        && t == "sse"
+    {
+        return Err(
+            r#""type": "sse" (the old HTTP+SSE transport) is not supported; use a streamable HTTP "url""#
+                .into(),
+        );
+    }
+    match (entry.get("command"), entry.get("url")) {
+        (Some(_), Some(_)) => Err(r#"gives both "command" and "url"; give one"#.into()),
+        (None, None) => Err(
+            r#"needs "command" (stdio, with optional "args" and "env") or "url" (streamable HTTP, with optional "headers")"#
+                .into(),
+        ),
+        (Some(command), None) => {
+            let command = match command {
+                Value::String(c) if !c.trim().is_empty() => c.clone(),
+                Value::String(_) => return Err(r#""command" is empty"#.into()),
+                other => {
+                    return Err(format!(
+                        r#""command" is a JSON {}, expected a string"#,
+                        kind(other)
+                    ));
+                }
+            };
+            let args = match entry.get("args") {
+                None | Some(Value::Null) => Vec::new(),
+                Some(Value::Array(items)) => items
+                    .iter()
+                    .map(|a| a.as_str().map(str::to_string))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| r#""args" must be an array of strings"#.to_string())?,
+                Some(other) => {
+                    return Err(format!(
+                        r#""args" is a JSON {}, expected an array of strings"#,
+                        kind(other)
+                    ));
+                }
+            };
+            let env = string_map(entry, "env")?;
+            Ok(Transport::Stdio { command, args, env })
+        }
+        (None, Some(url)) => {
+            let url = match url {
+                Value::String(u) if u.starts_with("http://") || u.starts_with("https://") => {
+                    u.clone()
+                }
+                Value::String(u) => {
+                    return Err(format!(r#""url" {u:?} must start with http:// or https://"#));
+                }
+                other => {
+                    return Err(format!(
+                        r#""url" is a JSON {}, expected a string"#,
+                        kind(other)
+                    ));
+                }
+            };
+            let headers = string_map(entry, "headers")?;
+            for (name, value) in &headers {
+                HeaderName::from_bytes(name.as_bytes())
+                    .map_err(|_| format!("header name {name:?} is not a valid HTTP header name"))?;
+                HeaderValue::from_str(value)
+                    .map_err(|_| format!("header {name:?} has a value that is not valid in HTTP"))?;
+                if ["accept", "mcp-session-id", "last-event-id"]
+                    .contains(&name.to_ascii_lowercase().as_str())
+                {
+                    return Err(format!(
+                        "header {name:?} is set by the MCP transport itself and cannot be configured"
+                    ));
+                }
+            }
+            Ok(Transport::Http { url, headers })
+        }
+    }
+}
+
+fn string_map(entry: &Map<String, Value>, key: &str) -> Result<BTreeMap<String, String>, String> {
+    match entry.get(key) {
+        None | Some(Value::Null) => Ok(BTreeMap::new()),
+        Some(Value::Object(map)) => map
+            .iter()
+            .map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+            .collect::<Option<BTreeMap<_, _>>>()
+            .ok_or_else(|| format!(r#""{key}" must map names to strings"#)),
+        Some(other) => Err(format!(
+            r#""{key}" is a JSON {}, expected an object of strings"#,
+            kind(other)
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    fn parse_value(value: Value) -> Result<Vec<ServerSpec>, String> {
+        parse(Path::new("mcp.json"), &value).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn reads_both_transports_and_skips_disabled() {
+        let specs = parse_value(json!({"mcpServers": {
+            "fs": {"command": "npx", "args": ["-y", "server-filesystem", "/tmp"], "env": {"A": "1"}},
+            "api": {"url": "https://example.com/mcp", "headers": {"Authorization": "Bearer x"}},
+            "off": {"command": "x", "disabled": true}
+        }}))
+        .unwrap();
+        assert_eq!(
+            specs,
+            vec![
+                ServerSpec {
+                    name: "api".into(),
+                    transport: Transport::Http {
+                        url: "https://example.com/mcp".into(),
+                        headers: [("Authorization".to_string(), "Bearer x".to_string())].into(),
+                    },
+                },
+                ServerSpec {
+                    name: "fs".into(),
+                    transport: Transport::Stdio {
+                        command: "npx".into(),
+                        args: vec!["-y".into(), "server-filesystem".into(), "/tmp".into()],
+                        env: [("A".to_string(), "1".to_string())].into(),
+                    },
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn errors_name_the_file_the_server_and_the_fault() {
+        let cases = [
+            (
+                json!([]),
+                "PTC_MCP_CONFIG mcp.json: is a JSON array, expected",
+            ),
+            (json!({}), r#"PTC_MCP_CONFIG mcp.json: has no "mcpServers""#),
+            (
+                json!({"mcpServers": {"a__b": {"command": "x"}}}),
+                r#"server "a__b": MCP server name "a__b" must be non-empty"#,
+            ),
+            (
+                json!({"mcpServers": {"s": {}}}),
+                r#"PTC_MCP_CONFIG mcp.json: server "s": needs "command""#,
+            ),
+            (
+                json!({"mcpServers": {"s": {"command": "x", "url": "http://a"}}}),
+                r#"server "s": gives both "command" and "url""#,
+            ),
+            (
+                json!({"mcpServers": {"s": {"command": "x", "args": [1]}}}),
+                r#"server "s": "args" must be an array of strings"#,
+            ),
+            (
+                json!({"mcpServers": {"s": {"command": "x", "env": {"A": 1}}}}),
+                r#"server "s": "env" must map names to strings"#,
+            ),
+            (
+                json!({"mcpServers": {"s": {"url": "ftp://a"}}}),
+                r#"server "s": "url" "ftp://a" must start with http://"#,
+            ),
+            (
+                json!({"mcpServers": {"s": {"url": "http://a", "headers": {"Accept": "x"}}}}),
+                r#"server "s": header "Accept" is set by the MCP transport"#,
+            ),
+            (
+                json!({"mcpServers": {"s": {"url": "http://a", "type": "sse"}}}),
+                r#"server "s": "type": "sse" (the old HTTP+SSE transport) is not supported"#,
+            ),
+            (
+                json!({"mcpServers": {"s": {"command": "x", "disabled": "yes"}}}),
+                r#"server "s": "disabled" is a JSON string"#,
+            ),
+        ];
+        for (value, want) in cases {
+            let err = parse_value(value.clone()).unwrap_err();
+            assert!(err.contains(want), "{value}: {err}");
+        }
+    }
+}

@@ -1,0 +1,382 @@
+//! The MCP backend: the servers of `PTC_MCP_CONFIG` as tool backends.
+//!
+//! Owns the [`Hub`]: one actor per server ([`server`]) that starts it (stdio child or streamable
+//! HTTP session, through rmcp), restarts it with backoff when it fails, lists its tools and
+//! passes calls on. The hub is what dispatch calls ([`McpCaller`]) and what `/healthz` and
+//! `ptc-sidecar tools` read. It must not build catalogs: it publishes each server's tools, and
+//! `app` turns them into a catalog.
+//!
+//! # Observing tool changes (for hot reload)
+//!
+//! [`Hub::tools_changed`] is a `watch` whose value goes up each time any server's tool list
+//! changes: when a server first comes up, when it comes back after a restart with a different
+//! list, and after `notifications/tools/list_changed` (the actor re-lists that server). A
+//! reloader does `while rx.changed().await.is_ok() { let (servers, problems) =
+//! hub.catalog_servers(); /* rebuild */ }`. A server that goes down keeps its last list (calls
+//! get `unavailable` meanwhile), so the catalog does not flap while it restarts.
+//! [`Hub::subscribe`] sees every state change as well.
+
+pub mod config;
+pub mod result;
+mod server;
+
+pub use config::{McpConfigError, ServerSpec, Transport, check_server_name};
+pub use server::{BACKOFF_MAX, BACKOFF_MIN, CALL_QUEUE, MAX_TOOL_PAGES, MAX_TOOLS, backoff};
+
+use crate::catalog::ServerTools;
+use crate::catalog::source::{Problem, ToolDef};
+use crate::run::CallError;
+use crate::run::dispatch::McpCaller;
+use serde_json::{Value, json};
+use server::{Actor, CallRequest, ServerHandle};
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
+
+/// Default bound on starting one server (spawn or connect, initialize, list tools):
+/// a server that hangs at start cannot hold up the sidecar or the other servers.
+pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(20);
+/// Largest tool result handed to code: a tool result is data for a script, not a download.
+pub const MAX_RESULT_BYTES: usize = 8 << 20;
+/// Bound on connecting to a streamable HTTP server: an unroutable address fails fast.
+pub const HTTP_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Where one server is.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ServerState {
+    /// First attempt under way.
+    Starting,
+    Ready,
+    /// The last attempt failed, or the server went away; the next one starts after `retry_in`.
+    Failed {
+        reason: String,
+        retry_in: Duration,
+    },
+    /// Starting again after a failure.
+    Restarting {
+        attempt: u32,
+        last_error: String,
+    },
+    /// The hub has stopped.
+    Stopped,
+}
+
+impl ServerState {
+    pub fn name(&self) -> &'static str {
+        match self {
+            ServerState::Starting => "starting",
+            ServerState::Ready => "ready",
+            ServerState::Failed { .. } => "failed",
+            ServerState::Restarting { .. } => "restarting",
+            ServerState::Stopped => "stopped",
+        }
+    }
+}
+
+impl fmt::Display for ServerState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ServerState::Failed { reason, retry_in } => write!(
+                f,
+                "failed: {reason}; next attempt in {:.1} s",
+                retry_in.as_secs_f64()
+            ),
+            ServerState::Restarting {
+                attempt,
+                last_error,
+            } => write!(f, "restarting (attempt {attempt}) after: {last_error}"),
+            other => f.write_str(other.name()),
+        }
+    }
+}
+
+/// One server as the hub sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerStatus {
+    pub state: ServerState,
+    /// The tools it listed last (kept while it restarts).
+    pub tools: Arc<Vec<ToolDef>>,
+    /// What was wrong with single tools of that list.
+    pub problems: Arc<Vec<Problem>>,
+    /// Times it failed or went away.
+    pub restarts: u32,
+    /// The first attempt has finished, one way or the other.
+    pub settled: bool,
+}
+
+impl ServerStatus {
+    fn new() -> ServerStatus {
+        ServerStatus {
+            state: ServerState::Starting,
+            tools: Arc::default(),
+            problems: Arc::default(),
+            restarts: 0,
+            settled: false,
+        }
+    }
+
+    /// Replaces the tool list only when it differs, so `tools_changed` moves on real changes.
+    fn set_tools(&mut self, tools: Vec<ToolDef>, problems: Vec<Problem>) {
+        if *self.tools != tools || *self.problems != problems {
+            self.tools = Arc::new(tools);
+            self.problems = Arc::new(problems);
+        }
+    }
+}
+
+/// Every server's status, shared by the actors (each writes only its own entry).
+#[derive(Clone)]
+pub(crate) struct StatusBoard {
+    status: Arc<watch::Sender<BTreeMap<String, ServerStatus>>>,
+    tools_changed: Arc<watch::Sender<u64>>,
+}
+
+impl StatusBoard {
+    fn update(&self, server: &str, f: impl FnOnce(&mut ServerStatus)) {
+        let mut tools_changed = false;
+        self.status.send_modify(|all| {
+            if let Some(s) = all.get_mut(server) {
+                let before = s.tools.clone();
+                f(s);
+                tools_changed = !Arc::ptr_eq(&before, &s.tools);
+            }
+        });
+        if tools_changed {
+            self.tools_changed.send_modify(|n| *n += 1);
+        }
+    }
+
+    fn state(&self, server: &str) -> ServerState {
+        self.status
+            .borrow()
+            .get(server)
+            .map(|s| s.state.clone())
+            .unwrap_or(ServerState::Stopped)
+    }
+}
+
+/// Settings of the hub.
+#[derive(Clone)]
+pub struct HubOptions {
+    pub start_timeout: Duration,
+    pub max_result_bytes: usize,
+    /// Client for streamable HTTP servers.
+    pub http: reqwest::Client,
+    /// Cancelled to stop every server.
+    pub shutdown: CancellationToken,
+}
+
+impl HubOptions {
+    pub fn new(start_timeout: Duration, shutdown: CancellationToken) -> HubOptions {
+        let http = reqwest::Client::builder()
+            .connect_timeout(HTTP_CONNECT_TIMEOUT)
+            .build()
+            // Building a client without custom TLS roots does not fail.
+            .unwrap_or_default();
+        HubOptions {
+            start_timeout,
+            max_result_bytes: MAX_RESULT_BYTES,
+            http,
+            shutdown,
+        }
+    }
+}
+
+/// The running MCP servers. Cloning is cheap; the servers stop when the last clone is dropped
+/// or the shutdown token is cancelled.
+#[derive(Clone)]
+pub struct Hub {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    servers: BTreeMap<String, ServerHandle>,
+    board: StatusBoard,
+    start_timeout: Duration,
+    stop: CancellationToken,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+impl Hub {
+    /// Starts every server at once, each in its own actor task; returns without waiting.
+    pub fn start(specs: Vec<ServerSpec>, options: HubOptions) -> Hub {
+        let stop = options.shutdown.child_token();
+        let options = HubOptions {
+            shutdown: stop.clone(),
+            ..options
+        };
+        let initial = specs
+            .iter()
+            .map(|s| (s.name.clone(), ServerStatus::new()))
+            .collect();
+        let board = StatusBoard {
+            status: Arc::new(watch::channel(initial).0),
+            tools_changed: Arc::new(watch::channel(0).0),
+        };
+        let mut servers = BTreeMap::new();
+        for spec in specs {
+            let name = spec.name.clone();
+            let (actor, handle) = Actor::new(spec, options.clone(), board.clone());
+            tokio::spawn(actor.run());
+            servers.insert(name, handle);
+        }
+        Hub {
+            inner: Arc::new(Inner {
+                servers,
+                board,
+                start_timeout: options.start_timeout,
+                stop,
+            }),
+        }
+    }
+
+    /// Reads `path` and starts its servers.
+    pub fn from_file(path: &std::path::Path, options: HubOptions) -> Result<Hub, McpConfigError> {
+        Ok(Hub::start(config::read(path)?, options))
+    }
+
+    /// Waits until every server has finished its first attempt, or `bound` has passed.
+    pub async fn wait_started(&self, bound: Duration) {
+        let mut rx = self.inner.board.status.subscribe();
+        let _ =
+            tokio::time::timeout(bound, rx.wait_for(|all| all.values().all(|s| s.settled))).await;
+    }
+
+    /// The bound on one server's start.
+    pub fn start_timeout(&self) -> Duration {
+        self.inner.start_timeout
+    }
+
+    /// Every server's status, by name.
+    pub fn status(&self) -> BTreeMap<String, ServerStatus> {
+        self.inner.board.status.borrow().clone()
+    }
+
+    /// Sees every change of any server's status.
+    pub fn subscribe(&self) -> watch::Receiver<BTreeMap<String, ServerStatus>> {
+        self.inner.board.status.subscribe()
+    }
+
+    /// Goes up each time any server's tool list changes (see the module docs).
+    pub fn tools_changed(&self) -> watch::Receiver<u64> {
+        self.inner.board.tools_changed.subscribe()
+    }
+
+    /// The servers' current tools for a catalog, and their problems. A server that has never
+    /// listed its tools is left out, with a problem saying why.
+    pub fn catalog_servers(&self) -> (Vec<ServerTools>, Vec<Problem>) {
+        let mut servers = Vec::new();
+        let mut problems = Vec::new();
+        for (name, status) in self.inner.board.status.borrow().iter() {
+            problems.extend(status.problems.iter().cloned());
+            if status.state != ServerState::Ready && status.tools.is_empty() {
+                problems.push(Problem {
+                    origin: format!("mcp server {name}"),
+                    index: None,
+                    tool: None,
+                    message: format!("its tools are missing ({})", status.state),
+                    skipped: false,
+                });
+                continue;
+            }
+            servers.push(ServerTools {
+                server: name.clone(),
+                tools: status.tools.as_ref().clone(),
+            });
+        }
+        (servers, problems)
+    }
+
+    /// `/healthz`'s view: each server's state, tool count, restarts and error.
+    pub fn health(&self) -> Value {
+        let servers: serde_json::Map<String, Value> = self
+            .status()
+            .into_iter()
+            .map(|(name, s)| {
+                let mut entry = json!({
+                    "state": s.state.name(),
+                    "tools": s.tools.len(),
+                    "restarts": s.restarts,
+                });
+                match &s.state {
+                    ServerState::Failed { reason, retry_in } => {
+                        entry["error"] = json!(reason);
+                        entry["retry_in_ms"] = json!(retry_in.as_millis() as u64);
+                    }
+                    ServerState::Restarting {
+                        attempt,
+                        last_error,
+                    } => {
+                        entry["error"] = json!(last_error);
+                        entry["attempt"] = json!(attempt);
+                    }
+                    _ => {}
+                }
+                (name, entry)
+            })
+            .collect();
+        Value::Object(servers)
+    }
+
+    /// One line per server for a person (`ptc-sidecar tools`).
+    pub fn status_lines(&self) -> Vec<String> {
+        self.status()
+            .iter()
+            .map(|(name, s)| format!("mcp server {name}: {} ({} tools)", s.state, s.tools.len()))
+            .collect()
+    }
+}
+
+impl McpCaller for Hub {
+    fn call<'a>(
+        &'a self,
+        server: &'a str,
+        tool: &'a str,
+        args: Value,
+    ) -> Pin<Box<dyn Future<Output = Result<Value, CallError>> + Send + 'a>> {
+        Box::pin(async move {
+            let Some(handle) = self.inner.servers.get(server) else {
+                return Err(CallError::Unavailable(format!(
+                    "MCP server {server:?} is not running: it is not in PTC_MCP_CONFIG \
+                     (its tools come from a saved catalog)"
+                )));
+            };
+            let args = match args {
+                Value::Object(map) => map,
+                Value::Null => serde_json::Map::new(),
+                _ => {
+                    return Err(CallError::Input(format!(
+                        "{server}__{tool}: arguments must be keyword arguments (a JSON object)"
+                    )));
+                }
+            };
+            let (reply, answer) = oneshot::channel();
+            let request = CallRequest {
+                tool: tool.to_string(),
+                args,
+                reply,
+            };
+            if let Err(mpsc::error::SendError(_)) = handle.calls.send(request).await {
+                return Err(CallError::Unavailable(format!(
+                    "MCP server {server:?} is stopped"
+                )));
+            }
+            answer.await.unwrap_or_else(|_| {
+                Err(CallError::Unavailable(format!(
+                    "MCP server {server:?} went away during the call to {server}__{tool}; \
+                     it is being restarted"
+                )))
+            })
+        })
+    }
+}

@@ -1,0 +1,644 @@
+//! One MCP server's actor: the single task that owns its connection (the child process or the
+//! HTTP session, and rmcp's client), starts it, lists its tools, passes calls to it, notices when
+//! it goes away and starts it again with backoff.
+//!
+//! Everyone else holds a [`ServerHandle`] (a bounded sender). The actor never waits on a call:
+//! each call runs in its own task on a clone of rmcp's `Peer`, so a slow tool holds up nothing
+//! but itself. Must not leave a process behind: a stdio server runs in its own process group,
+//! which is killed when the connection ends however it ends (see [`GroupKill`]).
+
+use super::config::{ServerSpec, Transport};
+use super::result::map_result;
+use super::{HubOptions, ServerState, ServerStatus, StatusBoard};
+use crate::catalog::source::{Problem, ToolDef, parse_tool_list};
+use crate::run::CallError;
+use rmcp::model::{
+    CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, JsonObject,
+    PaginatedRequestParams, ProtocolVersion,
+};
+use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::async_rw::AsyncRwTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::{ClientHandler, ServiceError, ServiceExt};
+use serde_json::Value;
+use std::collections::{HashMap, VecDeque};
+use std::future::Future;
+use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::io::AsyncReadExt;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+
+/// Calls queued for one server before callers wait: back-pressure instead of unbounded memory
+/// when a script fires thousands of calls at a slow server.
+pub const CALL_QUEUE: usize = 256;
+/// Largest JSON-RPC line read from a stdio server: a runaway server cannot make us buffer
+/// without bound. (Lines over it are dropped by rmcp, and the call then times out.)
+pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
+/// Pages of `tools/list` followed: a server that always returns a cursor cannot loop us forever.
+pub const MAX_TOOL_PAGES: usize = 100;
+/// Tools taken from one server: the catalog and the model's prompt stay bounded.
+pub const MAX_TOOLS: usize = 1000;
+/// Bound on re-listing tools after `notifications/tools/list_changed`: a server that stops
+/// answering `tools/list` keeps its last list instead of stalling.
+pub const RELIST_TIMEOUT: Duration = Duration::from_secs(20);
+/// First and longest wait before restarting a failed server: a crash loop costs little.
+pub const BACKOFF_MIN: Duration = Duration::from_millis(500);
+pub const BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// A server up this long counts as healthy again: its next failure restarts it after
+/// [`BACKOFF_MIN`] instead of the grown backoff.
+pub const BACKOFF_RESET_AFTER: Duration = Duration::from_secs(60);
+/// How long a stopping stdio server gets to exit after its stdin closes before its group is
+/// killed: enough to flush, not enough to hold up shutdown.
+pub const STOP_GRACE: Duration = Duration::from_millis(500);
+/// Longest stderr line forwarded to the log: a server printing a binary blob cannot flood it.
+pub const MAX_STDERR_LINE: usize = 2048;
+/// Last stderr lines kept to explain a failure in `/healthz` (a missing module, a bad token).
+pub const STDERR_TAIL_LINES: usize = 3;
+
+/// A call on its way to the actor.
+pub(crate) struct CallRequest {
+    pub tool: String,
+    pub args: JsonObject,
+    pub reply: oneshot::Sender<Result<Value, CallError>>,
+}
+
+/// The cloneable way to reach one server's actor.
+#[derive(Clone)]
+pub(crate) struct ServerHandle {
+    pub calls: mpsc::Sender<CallRequest>,
+}
+
+/// The rmcp client handler: identifies us, and forwards `tools/list_changed` to the actor.
+struct Handler {
+    tools_changed: mpsc::Sender<()>,
+}
+
+impl ClientHandler for Handler {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("ptc-sidecar", env!("CARGO_PKG_VERSION")),
+        )
+        // The version every server we use speaks; newer lifecycles are opt-in.
+        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
+    }
+
+    async fn on_tool_list_changed(&self, _cx: NotificationContext<RoleClient>) {
+        // Capacity 1: a burst of notifications is one re-list.
+        let _ = self.tools_changed.try_send(());
+    }
+}
+
+/// Kills a whole process group when dropped. rmcp and tokio kill only the pid; `npx` and shell
+/// wrappers leave grandchildren that this reaches.
+struct GroupKill(libc::pid_t);
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        if self.0 > 0 {
+            // SAFETY: killpg only sends a signal, to the group we created with process_group(0).
+            unsafe { libc::killpg(self.0, libc::SIGKILL) };
+        }
+    }
+}
+
+/// A running stdio server process.
+struct StdioChild {
+    process: tokio::process::Child,
+    /// Declared after `process` so it drops after it: the group is killed last.
+    _group: GroupKill,
+    stderr_tail: Arc<Mutex<VecDeque<String>>>,
+}
+
+impl StdioChild {
+    fn tail(&self) -> String {
+        let tail = self.stderr_tail.lock().unwrap_or_else(|p| p.into_inner());
+        if tail.is_empty() {
+            String::new()
+        } else {
+            format!(
+                "; its stderr ended with: {}",
+                tail.iter().cloned().collect::<Vec<_>>().join(" | ")
+            )
+        }
+    }
+}
+
+/// A started, initialized server with its tools listed.
+struct Connection {
+    service: RunningService<RoleClient, Handler>,
+    child: Option<StdioChild>,
+    tools: Vec<ToolDef>,
+    problems: Vec<Problem>,
+}
+
+/// The actor of one server.
+pub(crate) struct Actor {
+    spec: ServerSpec,
+    options: HubOptions,
+    calls: mpsc::Receiver<CallRequest>,
+    board: StatusBoard,
+}
+
+/// Why the serving phase ended.
+enum Ended {
+    /// Shutdown, or every handle is gone: stop for good.
+    Stop,
+    /// The server went away; restart it.
+    Down(String),
+}
+
+impl Actor {
+    pub(crate) fn new(
+        spec: ServerSpec,
+        options: HubOptions,
+        board: StatusBoard,
+    ) -> (Actor, ServerHandle) {
+        let (tx, rx) = mpsc::channel(CALL_QUEUE);
+        (
+            Actor {
+                spec,
+                options,
+                calls: rx,
+                board,
+            },
+            ServerHandle { calls: tx },
+        )
+    }
+
+    fn name(&self) -> &str {
+        &self.spec.name
+    }
+
+    fn set(&self, f: impl FnOnce(&mut ServerStatus)) {
+        self.board.update(&self.spec.name, f);
+    }
+
+    pub(crate) async fn run(mut self) {
+        let mut failures: u32 = 0;
+        loop {
+            self.set(|s| {
+                s.state = match &s.state {
+                    ServerState::Failed { reason, .. } => ServerState::Restarting {
+                        attempt: failures,
+                        last_error: reason.clone(),
+                    },
+                    _ => ServerState::Starting,
+                };
+            });
+            let timeout = self.options.start_timeout;
+            let (tools_tx, mut tools_rx) = mpsc::channel(1);
+            let (spec, options) = (self.spec.clone(), self.options.clone());
+            let connecting = async move {
+                tokio::time::timeout(timeout, connect(&spec, &options, tools_tx)).await
+            };
+            let Some(started) = self.until(connecting).await else {
+                break;
+            };
+            let reason = match started {
+                Err(_) => format!("did not start within {} s", timeout.as_secs_f64()),
+                Ok(Err(e)) => e,
+                Ok(Ok(connection)) => {
+                    let up_since = Instant::now();
+                    match self.serve(connection, &mut tools_rx).await {
+                        Ended::Stop => break,
+                        Ended::Down(reason) => {
+                            if up_since.elapsed() >= BACKOFF_RESET_AFTER {
+                                failures = 0;
+                            }
+                            reason
+                        }
+                    }
+                }
+            };
+            failures = failures.saturating_add(1);
+            let retry_in = backoff(failures);
+            tracing::warn!(server = %self.name(), "MCP server failed: {reason}; next attempt in {retry_in:?}");
+            self.set(|s| {
+                s.settled = true;
+                s.restarts = s.restarts.saturating_add(1);
+                s.state = ServerState::Failed {
+                    reason: reason.clone(),
+                    retry_in,
+                };
+            });
+            if self.until(tokio::time::sleep(retry_in)).await.is_none() {
+                break;
+            }
+        }
+        self.set(|s| {
+            s.settled = true;
+            s.state = ServerState::Stopped;
+        });
+    }
+
+    /// Awaits `work` while the server is not serving: calls are answered `Unavailable` with the
+    /// current state. `None` means stop (shutdown, or no handle left).
+    async fn until<T>(&mut self, work: impl Future<Output = T>) -> Option<T> {
+        tokio::pin!(work);
+        loop {
+            tokio::select! {
+                out = &mut work => return Some(out),
+                () = self.options.shutdown.cancelled() => return None,
+                call = self.calls.recv() => {
+                    let call = call?;
+                    let state = self.board.state(&self.spec.name);
+                    let _ = call.reply.send(Err(CallError::Unavailable(format!(
+                        "MCP server {:?} is not ready ({state}), so {}__{} cannot run now",
+                        self.spec.name, self.spec.name, call.tool
+                    ))));
+                }
+            }
+        }
+    }
+
+    /// The ready phase: passes calls on until the server goes away or we stop.
+    async fn serve(&mut self, connection: Connection, tools_rx: &mut mpsc::Receiver<()>) -> Ended {
+        let Connection {
+            service,
+            mut child,
+            tools,
+            problems,
+        } = connection;
+        let count = tools.len();
+        self.set(|s| {
+            s.settled = true;
+            s.state = ServerState::Ready;
+            s.set_tools(tools, problems);
+        });
+        tracing::info!(server = %self.name(), tools = count, "MCP server ready");
+        let peer = service.peer().clone();
+        let stop = service.cancellation_token();
+        let mut closed = Box::pin(service.waiting());
+        let (down_tx, mut down_rx) = mpsc::channel::<String>(1);
+        let mut in_flight = JoinSet::new();
+        let mut relist: Option<Relist> = None;
+        let mut relist_again = false;
+        let server: Arc<str> = Arc::from(self.spec.name.as_str());
+        let ended = loop {
+            tokio::select! {
+                () = self.options.shutdown.cancelled() => break Ended::Stop,
+                call = self.calls.recv() => match call {
+                    Some(call) => {
+                        in_flight.spawn(run_call(peer.clone(), server.clone(), call, self.options.max_result_bytes, down_tx.clone()));
+                    }
+                    None => break Ended::Stop,
+                },
+                Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+                quit = &mut closed => {
+                    let tail = child.as_ref().map(StdioChild::tail).unwrap_or_default();
+                    break Ended::Down(format!("the connection closed ({quit:?}){tail}"));
+                }
+                status = wait_child(&mut child) => {
+                    let tail = child.as_ref().map(StdioChild::tail).unwrap_or_default();
+                    break Ended::Down(format!("the server process exited ({}){tail}", describe_exit(status)));
+                }
+                Some(reason) = down_rx.recv() => break Ended::Down(reason),
+                Some(()) = tools_rx.recv() => {
+                    if relist.is_some() {
+                        relist_again = true;
+                    } else {
+                        relist = Some(Box::pin(relist_tools(peer.clone(), self.spec.name.clone())));
+                    }
+                }
+                listed = poll_some(&mut relist) => {
+                    relist = None;
+                    match listed {
+                        Ok((tools, problems)) => {
+                            tracing::info!(server = %self.name(), tools = tools.len(), "MCP server changed its tools");
+                            self.set(|s| s.set_tools(tools, problems));
+                        }
+                        Err(e) => tracing::warn!(server = %self.name(), "re-listing tools failed, keeping the last list: {e}"),
+                    }
+                    if std::mem::take(&mut relist_again) {
+                        relist = Some(Box::pin(relist_tools(peer.clone(), self.spec.name.clone())));
+                    }
+                }
+            }
+        };
+        // In-flight calls end now; their callers get a clear error from the handle.
+        in_flight.abort_all();
+        stop.cancel();
+        if let Some(mut c) = child.take() {
+            // Closing stdin (the cancel above) lets a well-behaved server exit by itself.
+            let _ = tokio::time::timeout(STOP_GRACE, c.process.wait()).await;
+            drop(c);
+        }
+        ended
+    }
+}
+
+/// Awaits the process when there is one; never resolves otherwise.
+async fn wait_child(child: &mut Option<StdioChild>) -> std::io::Result<ExitStatus> {
+    match child {
+        Some(c) => c.process.wait().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Awaits the future when there is one; never resolves otherwise.
+async fn poll_some<F: Future + Unpin>(f: &mut Option<F>) -> F::Output {
+    match f {
+        Some(f) => f.await,
+        None => std::future::pending().await,
+    }
+}
+
+fn describe_exit(status: std::io::Result<ExitStatus>) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match status {
+        Ok(s) => match (s.code(), s.signal()) {
+            (Some(code), _) => format!("exit status {code}"),
+            (None, Some(signal)) => format!("killed by signal {signal}"),
+            _ => s.to_string(),
+        },
+        Err(e) => format!("cannot wait for it: {e}"),
+    }
+}
+
+/// Exponential backoff: [`BACKOFF_MIN`] after the first failure, doubling up to [`BACKOFF_MAX`].
+pub fn backoff(failures: u32) -> Duration {
+    let factor = 1u32 << failures.saturating_sub(1).min(16);
+    BACKOFF_MIN.saturating_mul(factor).min(BACKOFF_MAX)
+}
+
+/// One call on the server. Drops the rmcp call when the caller gives up (`PTC_TOOL_TIMEOUT`),
+/// which sends `notifications/cancelled` to the server.
+async fn run_call(
+    peer: Peer<RoleClient>,
+    server: Arc<str>,
+    call: CallRequest,
+    max_result_bytes: usize,
+    down: mpsc::Sender<String>,
+) {
+    let CallRequest {
+        tool,
+        args,
+        mut reply,
+    } = call;
+    let params = CallToolRequestParams::new(tool.clone()).with_arguments(args);
+    let outcome = tokio::select! {
+        outcome = peer.call_tool(params) => outcome,
+        () = reply.closed() => return,
+    };
+    let result = match outcome {
+        Ok(result) => map_result(&server, &tool, result, max_result_bytes),
+        Err(ServiceError::McpError(e)) => Err(CallError::Tool(format!(
+            "MCP server {server:?} refused {server}__{tool}: {} (JSON-RPC error {})",
+            e.message, e.code.0
+        ))),
+        Err(ServiceError::UnexpectedResponse) => Err(CallError::Tool(format!(
+            "MCP server {server:?} answered {server}__{tool} with a malformed result \
+             (not a valid tools/call result)"
+        ))),
+        Err(e @ (ServiceError::TransportClosed | ServiceError::TransportSend(_))) => {
+            let _ = down.try_send(format!("the connection failed during a call: {e}"));
+            Err(CallError::Unavailable(format!(
+                "MCP server {server:?} went away during the call to {server}__{tool} ({e}); \
+                 it is being restarted"
+            )))
+        }
+        Err(e) => Err(CallError::Tool(format!(
+            "MCP server {server:?} failed {server}__{tool}: {e}"
+        ))),
+    };
+    let _ = reply.send(result);
+}
+
+type Listed = (Vec<ToolDef>, Vec<Problem>);
+/// A re-listing of tools under way.
+type Relist = std::pin::Pin<Box<dyn Future<Output = Result<Listed, String>> + Send>>;
+
+async fn relist_tools(peer: Peer<RoleClient>, server: String) -> Result<Listed, String> {
+    tokio::time::timeout(RELIST_TIMEOUT, list_tools(&peer, &server))
+        .await
+        .unwrap_or_else(|_| {
+            Err(format!(
+                "tools/list did not answer within {} s",
+                RELIST_TIMEOUT.as_secs()
+            ))
+        })
+}
+
+/// Every page of `tools/list`, capped, as catalog tool definitions.
+async fn list_tools(peer: &Peer<RoleClient>, server: &str) -> Result<Listed, String> {
+    let origin = format!("mcp server {server}");
+    let mut tools = Vec::new();
+    let mut problems = Vec::new();
+    let mut cursor = None;
+    for page in 0.. {
+        if page == MAX_TOOL_PAGES {
+            problems.push(Problem {
+                origin: origin.clone(),
+                index: None,
+                tool: None,
+                message: format!(
+                    "tools/list has more than {MAX_TOOL_PAGES} pages; the rest are left out"
+                ),
+                skipped: true,
+            });
+            break;
+        }
+        let result = peer
+            .list_tools(Some(PaginatedRequestParams::default().with_cursor(cursor)))
+            .await
+            .map_err(|e| format!("tools/list failed: {e}"))?;
+        tools.extend(result.tools);
+        if tools.len() > MAX_TOOLS {
+            tools.truncate(MAX_TOOLS);
+            problems.push(Problem {
+                origin: origin.clone(),
+                index: None,
+                tool: None,
+                message: format!("lists more than {MAX_TOOLS} tools; the rest are left out"),
+                skipped: true,
+            });
+            break;
+        }
+        cursor = result.next_cursor;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    let value =
+        serde_json::to_value(&tools).map_err(|e| format!("cannot read its tool list: {e}"))?;
+    let (defs, more) = parse_tool_list(&origin, &value)?;
+    problems.extend(more);
+    Ok((defs, problems))
+}
+
+/// Starts the server, initializes the session and lists its tools.
+async fn connect(
+    spec: &ServerSpec,
+    options: &HubOptions,
+    tools_changed: mpsc::Sender<()>,
+) -> Result<Connection, String> {
+    let handler = Handler { tools_changed };
+    let (service, child) = match &spec.transport {
+        Transport::Stdio { command, args, env } => {
+            let (child, stdout, stdin) = spawn_stdio(&spec.name, command, args, env)
+                .map_err(|e| format!("cannot start {command:?}: {e}"))?;
+            let transport =
+                AsyncRwTransport::new_client(stdout, stdin).with_max_line_length(MAX_MESSAGE_BYTES);
+            match handler.serve(transport).await {
+                Ok(service) => (service, Some(child)),
+                Err(e) => {
+                    // Give the process a moment to finish printing why it failed.
+                    let mut child = child;
+                    let status = tokio::time::timeout(STOP_GRACE, child.process.wait()).await;
+                    let exit = match status {
+                        Ok(s) => format!(" ({})", describe_exit(s)),
+                        Err(_) => String::new(),
+                    };
+                    return Err(format!("initialize failed: {e}{exit}{}", child.tail()));
+                }
+            }
+        }
+        Transport::Http { url, headers } => {
+            let mut map = HashMap::new();
+            for (k, v) in headers {
+                // Checked when the config was read; a failure here is skipped, not fatal.
+                if let (Ok(k), Ok(v)) = (
+                    reqwest::header::HeaderName::from_bytes(k.as_bytes()),
+                    reqwest::header::HeaderValue::from_str(v),
+                ) {
+                    map.insert(k, v);
+                }
+            }
+            let config =
+                StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(map);
+            let transport =
+                StreamableHttpClientTransport::with_client(options.http.clone(), config);
+            let service = handler
+                .serve(transport)
+                .await
+                .map_err(|e| format!("initialize failed: {e}"))?;
+            (service, None)
+        }
+    };
+    // A catalog must reflect the server exactly, not a cached page.
+    service
+        .peer()
+        .set_response_cache_config(rmcp::service::ClientCacheConfig::disabled())
+        .await;
+    let (tools, problems) = list_tools(service.peer(), &spec.name).await?;
+    Ok(Connection {
+        service,
+        child,
+        tools,
+        problems,
+    })
+}
+
+/// Starts a stdio server: only `PATH`, `HOME` and its own `env`, its own process group, stdio
+/// piped (stderr forwarded to the log, never to our stderr).
+fn spawn_stdio(
+    server: &str,
+    command: &str,
+    args: &[String],
+    env: &std::collections::BTreeMap<String, String>,
+) -> std::io::Result<(
+    StdioChild,
+    tokio::process::ChildStdout,
+    tokio::process::ChildStdin,
+)> {
+    let mut cmd = tokio::process::Command::new(command);
+    cmd.args(args).env_clear();
+    for key in ["PATH", "HOME"] {
+        if let Some(value) = std::env::var_os(key) {
+            cmd.env(key, value);
+        }
+    }
+    cmd.envs(env)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    let mut process = cmd.spawn()?;
+    let group = GroupKill(process.id().map(|p| p as libc::pid_t).unwrap_or(0));
+    let missing = || std::io::Error::other("a piped stdio stream is missing");
+    let stdout = process.stdout.take().ok_or_else(missing)?;
+    let stdin = process.stdin.take().ok_or_else(missing)?;
+    let stderr = process.stderr.take().ok_or_else(missing)?;
+    let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
+    tokio::spawn(forward_stderr(
+        server.to_string(),
+        stderr,
+        stderr_tail.clone(),
+    ));
+    Ok((
+        StdioChild {
+            process,
+            _group: group,
+            stderr_tail,
+        },
+        stdout,
+        stdin,
+    ))
+}
+
+/// Forwards a server's stderr to the log line by line (debug), each line capped, and keeps the
+/// last few lines. Always drains, so the server never blocks on a full pipe.
+async fn forward_stderr(
+    server: String,
+    mut stderr: tokio::process::ChildStderr,
+    tail: Arc<Mutex<VecDeque<String>>>,
+) {
+    let mut buf = [0u8; 8192];
+    let mut line: Vec<u8> = Vec::new();
+    let mut cut = false;
+    let emit = |line: &mut Vec<u8>, cut: &mut bool| {
+        let mut text = String::from_utf8_lossy(line).into_owned();
+        if *cut {
+            text.push_str(" …[cut]");
+        }
+        tracing::debug!(server = %server, "stderr: {text}");
+        let mut t = tail.lock().unwrap_or_else(|p| p.into_inner());
+        if !text.trim().is_empty() {
+            if t.len() == STDERR_TAIL_LINES {
+                t.pop_front();
+            }
+            t.push_back(text);
+        }
+        line.clear();
+        *cut = false;
+    };
+    while let Ok(n) = stderr.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        for &b in &buf[..n] {
+            if b == b'\n' {
+                emit(&mut line, &mut cut);
+            } else if line.len() < MAX_STDERR_LINE {
+                line.push(b);
+            } else {
+                cut = true;
+            }
+        }
+    }
+    if !line.is_empty() {
+        emit(&mut line, &mut cut);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_and_is_capped() {
+        let waits: Vec<u64> = (1..=10).map(|f| backoff(f).as_millis() as u64).collect();
+        assert_eq!(
+            waits,
+            [
+                500, 1000, 2000, 4000, 8000, 16000, 32000, 60000, 60000, 60000
+            ]
+        );
+        assert_eq!(backoff(u32::MAX), BACKOFF_MAX);
+    }
+}
