@@ -1,8 +1,10 @@
 //! The control API the agent runtime talks to: `GET /v1/tools`, `POST /v1/exec_code`,
-//! `GET /healthz`.
+//! `GET /healthz`; the LibreChat-compatible continuation protocol is in [`librechat`].
 //!
 //! Owns HTTP concerns only (routes, auth, status codes, caching headers); what the body says
 //! comes from `render` and the snapshot. Errors are JSON `{"error": {"type", "message"}}`.
+
+pub mod librechat;
 
 use crate::app::AppState;
 use crate::render::{Format, llm_tools};
@@ -29,6 +31,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .merge(protected)
+        .merge(librechat::router(state.clone()))
         .fallback(not_found)
         .with_state(state)
 }
@@ -48,7 +51,11 @@ async fn not_found() -> Response {
 }
 
 /// With `PTC_API_KEY` set, requires it as `X-API-Key` or `Authorization: Bearer`.
-async fn require_key(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub(crate) async fn require_key(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
     let Some(key) = state.config.api_key.as_deref() else {
         return next.run(request).await;
     };

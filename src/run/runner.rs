@@ -140,6 +140,9 @@ struct ZygoteSlot {
     failed_at: Option<Instant>,
 }
 
+/// A per-request catalog's identity: (fingerprint, version).
+type AdhocKey = (u64, u64);
+
 /// A cloneable handle to the runner.
 #[derive(Clone)]
 pub struct Runner {
@@ -159,7 +162,7 @@ struct Inner {
     /// The fork server of the current snapshot (with a warm pool only), and when one last failed.
     zygote: Mutex<ZygoteSlot>,
     /// Preparations of per-request snapshots, oldest first.
-    adhoc: Mutex<VecDeque<((u64, u64), Arc<Prepared>)>>,
+    adhoc: Mutex<VecDeque<(AdhocKey, Arc<Prepared>)>>,
     ipc_addr: Mutex<Option<SocketAddr>>,
     counter: AtomicU64,
 }

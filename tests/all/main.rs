@@ -5,3 +5,4 @@ mod api;
 mod catalog;
 mod common;
 mod exec;
+mod librechat;
