@@ -24,16 +24,8 @@ fn main() -> ExitCode {
         .find(|a| !a.starts_with('-'))
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/corpus"));
-    let mut saved: Vec<SavedCatalog> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("cannot read corpus dir {}: {e}", dir.display()))
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .map(|path| SavedCatalog {
-            server: path.file_stem().unwrap().to_string_lossy().into_owned(),
-            path,
-        })
-        .collect();
-    saved.sort_by(|a, b| a.server.cmp(&b.server));
+    let saved = SavedCatalog::all_in(&dir)
+        .unwrap_or_else(|e| panic!("cannot read corpus dir {}: {e}", dir.display()));
     let bpe = tiktoken_rs::o200k_base().expect("tiktoken-rs ships o200k_base");
     let count = |text: &str| bpe.encode_with_special_tokens(text).len();
 

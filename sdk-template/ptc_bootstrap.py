@@ -29,6 +29,7 @@ def prepare():
     if sys.path[:1] != [sdk_dir]:
         sys.path.insert(0, sdk_dir)
     import ptc_sdk
+    import ptc_guard  # noqa: F401  (installed per job in serve(); imported here, before the job)
 
     try:
         tools = ptc_sdk.load_catalog(os.path.join(sdk_dir, "catalog.json"))

@@ -29,7 +29,7 @@ __all__ = ["ToolError", "ToolInputError", "call_tool", "describe"]
 
 # Most connections open to the IPC server at once. Calls beyond it wait for a free one: a
 # gather of thousands of calls must not open thousands of sockets on the sidecar.
-MAX_CONNECTIONS = 64
+MAX_CONNECTIONS = 32
 
 # Longest response head accepted; a peer that never ends its headers cannot grow memory.
 MAX_HEAD_BYTES = 64 * 1024

@@ -45,6 +45,22 @@ impl std::str::FromStr for SavedCatalog {
     }
 }
 
+impl SavedCatalog {
+    /// Every `NAME.json` in a directory as server NAME, by name (the corpus layout).
+    pub fn all_in(dir: &std::path::Path) -> std::io::Result<Vec<SavedCatalog>> {
+        let mut saved: Vec<SavedCatalog> = std::fs::read_dir(dir)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "json"))
+            .filter_map(|path| {
+                let server = path.file_stem()?.to_string_lossy().into_owned();
+                Some(SavedCatalog { server, path })
+            })
+            .collect();
+        saved.sort_by(|a, b| a.server.cmp(&b.server));
+        Ok(saved)
+    }
+}
+
 pub use crate::mcp::check_server_name;
 
 /// Reads the host manifest and any saved MCP catalogs.

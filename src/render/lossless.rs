@@ -169,25 +169,21 @@ impl<'a> SchemaWalk<'a> {
             .as_object()
             .filter(|o| TYPEFUL.iter().any(|k| o.contains_key(*k)))
         else {
-            facts.entry(path.clone()).or_default().types.insert("any");
+            fact(facts, path).types.insert("any");
             return;
         };
         if obj.get("nullable") == Some(&Value::Bool(true)) {
-            facts.entry(path.clone()).or_default().types.insert("null");
+            fact(facts, path).types.insert("null");
         }
         if let Some(pointer) = obj.get("$ref").and_then(Value::as_str) {
             match resolve_pointer(self.root, pointer) {
                 None => {
-                    facts.entry(path.clone()).or_default().types.insert("any");
+                    fact(facts, path).types.insert("any");
                 }
                 Some(target) => {
                     let again = self.stack.iter().any(|p| p == pointer);
                     if again {
-                        facts
-                            .entry(path.clone())
-                            .or_default()
-                            .values
-                            .insert(RECURSION.into());
+                        fact(facts, path).values.insert(RECURSION.into());
                     }
                     self.stack.push(pointer.to_string());
                     self.walk(target, path, facts, depth + 1, cut || again);
@@ -242,11 +238,11 @@ impl<'a> SchemaWalk<'a> {
             _ => vec![],
         };
         if declared.is_empty() {
-            facts.entry(path.clone()).or_default().types.insert("any");
+            fact(facts, path).types.insert("any");
         }
         for t in declared {
             let t = json_type(t);
-            facts.entry(path.clone()).or_default().types.insert(t);
+            fact(facts, path).types.insert(t);
             if cut {
                 continue;
             }
@@ -285,9 +281,7 @@ impl<'a> SchemaWalk<'a> {
                 for (name, prop) in props {
                     let seg = format!(".{name}");
                     path.push(seg);
-                    facts
-                        .entry(path.clone())
-                        .or_default()
+                    fact(facts, path)
                         .required
                         .insert(required.contains(&name.as_str()));
                     path.pop();
@@ -316,6 +310,11 @@ impl<'a> SchemaWalk<'a> {
         self.walk(schema, path, facts, depth + 1, false);
         path.pop();
     }
+}
+
+/// The facts at `path`, created empty on first use.
+fn fact<'f>(facts: &'f mut Facts, path: &[String]) -> &'f mut Fact {
+    facts.entry(path.to_vec()).or_default()
 }
 
 fn json_type(t: &str) -> &'static str {
@@ -396,7 +395,7 @@ impl TyWalk<'_> {
             return;
         }
         let add = |t: &'static str, facts: &mut Facts| {
-            facts.entry(path.clone()).or_default().types.insert(t);
+            fact(facts, path).types.insert(t);
         };
         match ty {
             Ty::Any => add("any", facts),
@@ -423,11 +422,7 @@ impl TyWalk<'_> {
                     for f in fields {
                         let seg = format!(".{}", f.name);
                         path.push(seg.clone());
-                        facts
-                            .entry(path.clone())
-                            .or_default()
-                            .required
-                            .insert(f.required);
+                        fact(facts, path).required.insert(f.required);
                         path.pop();
                         self.child(&f.ty, path, &seg, facts, depth);
                     }
@@ -448,11 +443,7 @@ impl TyWalk<'_> {
                 Some(def) => {
                     let again = self.stack.iter().any(|n| n == name);
                     if again {
-                        facts
-                            .entry(path.clone())
-                            .or_default()
-                            .values
-                            .insert(RECURSION.into());
+                        fact(facts, path).values.insert(RECURSION.into());
                     }
                     self.stack.push(name.clone());
                     self.walk(def, path, facts, depth + 1, cut || again);

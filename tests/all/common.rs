@@ -20,17 +20,7 @@ pub fn corpus_dir() -> PathBuf {
 }
 
 pub fn corpus() -> Vec<SavedCatalog> {
-    let mut saved: Vec<SavedCatalog> = std::fs::read_dir(corpus_dir())
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "json"))
-        .map(|path| SavedCatalog {
-            server: path.file_stem().unwrap().to_string_lossy().into_owned(),
-            path,
-        })
-        .collect();
-    saved.sort_by(|a, b| a.server.cmp(&b.server));
-    saved
+    SavedCatalog::all_in(&corpus_dir()).unwrap()
 }
 
 /// A directory removed when dropped.
