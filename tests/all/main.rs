@@ -6,3 +6,4 @@ mod catalog;
 mod common;
 mod exec;
 mod librechat;
+mod mcp;
