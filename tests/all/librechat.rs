@@ -411,3 +411,53 @@ async fn api_key_is_required_when_set() {
     .await
     .unwrap();
 }
+
+/// The real LibreChat client (`tests/librechat/drive.mjs`, its own programmatic tool runner)
+/// against this sidecar. Skipped, with the reason printed, where node or the npm install
+/// (`npm install --prefix tests/librechat`, done by scripts/test) is missing.
+#[tokio::test]
+async fn the_real_librechat_client() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/librechat");
+    if !dir
+        .join("node_modules/@librechat/agents/package.json")
+        .exists()
+    {
+        println!(
+            "skipped: @librechat/agents is not installed (npm install --prefix tests/librechat)"
+        );
+        return;
+    }
+    let node_ok = std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !node_ok {
+        println!("skipped: node is not on PATH");
+        return;
+    }
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let s = sidecar(&[("PTC_API_KEY", "drive-key")]).await;
+        let output = tokio::process::Command::new("node")
+            .arg(dir.join("drive.mjs"))
+            .arg(format!("http://{}", s.addr))
+            .arg("drive-key")
+            .current_dir(&dir)
+            .kill_on_drop(true)
+            .output()
+            .await
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr),
+        );
+        println!("{stdout}");
+        assert!(
+            output.status.success(),
+            "drive.mjs failed:\n{stdout}\n{stderr}"
+        );
+        assert_eq!(stdout.matches("ok - ").count(), 7, "{stdout}");
+        assert_nothing_left(&s).await;
+    })
+    .await
+    .unwrap();
+}
