@@ -8,6 +8,7 @@ pub mod api;
 pub mod app;
 pub mod catalog;
 pub mod config;
+pub mod events;
 pub mod mcp;
 pub mod render;
 pub mod run;

@@ -4,6 +4,8 @@
 mod api;
 mod catalog;
 mod common;
+mod events;
 mod exec;
+mod host;
 mod librechat;
 mod mcp;

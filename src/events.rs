@@ -1,0 +1,418 @@
+//! Tool events: every run and every call as one JSON event, to Redis and to in-process
+//! subscribers (the `GET /v1/events` stream).
+//!
+//! Owns the event schema (v1, docs/events.md) and the one Redis connection, held by one writer
+//! task (an actor). Emitting never waits: an event goes into a bounded queue or is counted as
+//! dropped. The writer sends pipelined batches (PUBLISH to `ptc:events:{agent}` and XADD to
+//! `ptc:stream:{agent}` with `MAXLEN ~`); while Redis is away it holds up to
+//! [`EventsConfig::hold`] events in order, reconnects with backoff and flushes them when Redis is
+//! back. Delivery is at least once: a batch cut off mid-flight is sent again whole.
+
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use tokio::sync::{broadcast, mpsc};
+use tokio_util::sync::CancellationToken;
+
+/// The event schema's version, the `v` of every event.
+pub const SCHEMA_VERSION: u32 = 1;
+/// Events waiting for the writer: a burst of calls fits, a stuck writer cannot grow memory.
+pub const QUEUE_CAPACITY: usize = 8192;
+/// Events held while Redis is away, by default; past it new events are dropped and counted.
+pub const DEFAULT_HOLD: usize = 50_000;
+/// Events per pipelined round trip to Redis.
+pub const BATCH_MAX: usize = 512;
+/// Events an in-process subscriber may lag behind before it misses some (and is told).
+pub const LIVE_CAPACITY: usize = 4096;
+/// One connect or one batch to Redis may take this long: a slow Redis is treated as away.
+pub const REDIS_TIMEOUT: Duration = Duration::from_secs(3);
+/// Reconnect backoff, doubling from the first to the second.
+pub const BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
+
+/// What the publisher needs.
+#[derive(Debug, Clone)]
+pub struct EventsConfig {
+    pub agent_id: String,
+    pub redis_url: Option<String>,
+    pub stream_maxlen: usize,
+    /// Include argument and result bodies (`PTC_EVENTS_BODIES`).
+    pub bodies: bool,
+    pub hold: usize,
+}
+
+/// One event. Fields that do not apply to a type are left out of the JSON.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Event {
+    pub v: u32,
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// Milliseconds since the Unix epoch.
+    pub ts: u64,
+    /// Increases by one per event of this sidecar process: order, and duplicates after a resend.
+    pub seq: u64,
+    pub agent_id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exec_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// `mcp` or `host`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ok: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub duration_ms: Option<f64>,
+    /// `{type, message}`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<Value>,
+    /// exec.finished: `ok`, `error` or `timeout`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code_bytes: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub args_bytes: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result_bytes: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdout_bytes: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stderr_bytes: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<usize>,
+    /// catalog.reloaded: the new version and what changed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub version: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub added: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub removed: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub changed: Option<Vec<String>>,
+    /// Bodies, only with `PTC_EVENTS_BODIES=true`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub args: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+}
+
+impl Event {
+    pub fn new(kind: &'static str) -> Event {
+        Event {
+            kind,
+            ..Event::default()
+        }
+    }
+}
+
+/// Counters for `/healthz` and the log.
+#[derive(Debug, Default)]
+pub struct Stats {
+    pub emitted: AtomicU64,
+    pub published: AtomicU64,
+    pub dropped: AtomicU64,
+    pub held: AtomicU64,
+    pub connected: AtomicBool,
+    pub last_error: Mutex<Option<String>>,
+}
+
+/// A cloneable handle: emit events, subscribe to them.
+#[derive(Clone)]
+pub struct Events {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    agent_id: String,
+    bodies: bool,
+    redis: bool,
+    seq: AtomicU64,
+    queue: Option<mpsc::Sender<Arc<str>>>,
+    live: broadcast::Sender<Arc<str>>,
+    stats: Arc<Stats>,
+}
+
+impl Events {
+    /// Starts the writer when a Redis URL is configured; without one, events go to
+    /// subscribers and the debug log only.
+    pub fn start(cfg: EventsConfig, shutdown: CancellationToken) -> Result<Events, String> {
+        let stats = Arc::new(Stats::default());
+        let queue = match &cfg.redis_url {
+            Some(url) => {
+                let client = redis::Client::open(url.as_str())
+                    .map_err(|e| format!("REDIS_URL={url:?} is not usable: {e}"))?;
+                let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
+                let writer = Writer {
+                    client,
+                    channel: format!("ptc:events:{}", cfg.agent_id),
+                    stream: format!("ptc:stream:{}", cfg.agent_id),
+                    maxlen: cfg.stream_maxlen,
+                    hold: cfg.hold.max(1),
+                    stats: stats.clone(),
+                };
+                tokio::spawn(writer.run(rx, shutdown));
+                Some(tx)
+            }
+            None => None,
+        };
+        let (live, _) = broadcast::channel(LIVE_CAPACITY);
+        Ok(Events {
+            inner: Arc::new(Inner {
+                agent_id: cfg.agent_id,
+                bodies: cfg.bodies,
+                redis: cfg.redis_url.is_some(),
+                seq: AtomicU64::new(0),
+                queue,
+                live,
+                stats,
+            }),
+        })
+    }
+
+    /// Events that go nowhere but to subscribers (tests, `exec` on the command line).
+    pub fn local(agent_id: &str) -> Events {
+        Events::start(
+            EventsConfig {
+                agent_id: agent_id.into(),
+                redis_url: None,
+                stream_maxlen: 1,
+                bodies: false,
+                hold: 1,
+            },
+            CancellationToken::new(),
+        )
+        .unwrap_or_else(|_| unreachable!("without Redis nothing can fail"))
+    }
+
+    /// Whether events carry argument and result bodies.
+    pub fn bodies(&self) -> bool {
+        self.inner.bodies
+    }
+
+    /// Stamps and sends an event. Never waits; a full queue drops the event and counts it.
+    pub fn emit(&self, mut event: Event) {
+        let inner = &self.inner;
+        event.v = SCHEMA_VERSION;
+        event.ts = now_ms();
+        event.seq = inner.seq.fetch_add(1, Ordering::Relaxed);
+        event.agent_id.clone_from(&inner.agent_id);
+        let json: Arc<str> = match serde_json::to_string(&event) {
+            Ok(j) => j.into(),
+            Err(_) => return,
+        };
+        inner.stats.emitted.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(target: "ptc_sidecar::events", "{json}");
+        let _ = inner.live.send(json.clone());
+        if let Some(queue) = &inner.queue
+            && queue.try_send(json).is_err()
+        {
+            inner.stats.dropped.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Every event from now on, as JSON text.
+    pub fn subscribe(&self) -> broadcast::Receiver<Arc<str>> {
+        self.inner.live.subscribe()
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.inner.stats
+    }
+
+    /// The publisher's state for `/healthz`.
+    pub fn health(&self) -> Value {
+        let s = &self.inner.stats;
+        serde_json::json!({
+            "redis": self.inner.redis,
+            "connected": s.connected.load(Ordering::Relaxed),
+            "emitted": s.emitted.load(Ordering::Relaxed),
+            "published": s.published.load(Ordering::Relaxed),
+            "held": s.held.load(Ordering::Relaxed),
+            "dropped": s.dropped.load(Ordering::Relaxed),
+            "last_error": s.last_error.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+        })
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The one task that talks to Redis.
+struct Writer {
+    client: redis::Client,
+    channel: String,
+    stream: String,
+    maxlen: usize,
+    hold: usize,
+    stats: Arc<Stats>,
+}
+
+impl Writer {
+    async fn run(self, mut rx: mpsc::Receiver<Arc<str>>, shutdown: CancellationToken) {
+        let mut held: VecDeque<Arc<str>> = VecDeque::new();
+        let mut conn: Option<redis::aio::MultiplexedConnection> = None;
+        let mut backoff = BACKOFF.0;
+        loop {
+            if held.is_empty() {
+                tokio::select! {
+                    event = rx.recv() => match event {
+                        Some(e) => held.push_back(e),
+                        None => return,
+                    },
+                    _ = shutdown.cancelled() => return,
+                }
+            }
+            self.take_queued(&mut rx, &mut held);
+            let Some(c) = conn.as_mut() else {
+                match self.connect().await {
+                    Ok(c) => {
+                        conn = Some(c);
+                        backoff = BACKOFF.0;
+                        self.stats.connected.store(true, Ordering::Relaxed);
+                        tracing::info!(
+                            "events: connected to Redis; {} held events to flush",
+                            held.len()
+                        );
+                    }
+                    Err(e) => {
+                        self.fail(&e);
+                        // Keep taking events while waiting, so emitters never find the queue full.
+                        let sleep = tokio::time::sleep(backoff);
+                        tokio::pin!(sleep);
+                        loop {
+                            tokio::select! {
+                                _ = &mut sleep => break,
+                                _ = shutdown.cancelled() => return,
+                                event = rx.recv() => match event {
+                                    Some(e) => self.hold(&mut held, e),
+                                    None => return,
+                                },
+                            }
+                        }
+                        backoff = (backoff * 2).min(BACKOFF.1);
+                    }
+                }
+                continue;
+            };
+            let n = held.len().min(BATCH_MAX);
+            let mut pipe = redis::pipe();
+            for event in held.iter().take(n) {
+                pipe.cmd("PUBLISH")
+                    .arg(&self.channel)
+                    .arg(event.as_ref())
+                    .ignore();
+                pipe.cmd("XADD")
+                    .arg(&self.stream)
+                    .arg("MAXLEN")
+                    .arg("~")
+                    .arg(self.maxlen)
+                    .arg("*")
+                    .arg("event")
+                    .arg(event.as_ref())
+                    .ignore();
+            }
+            match tokio::time::timeout(REDIS_TIMEOUT, pipe.query_async::<()>(c)).await {
+                Ok(Ok(())) => {
+                    held.drain(..n);
+                    self.stats.published.fetch_add(n as u64, Ordering::Relaxed);
+                    self.stats.held.store(held.len() as u64, Ordering::Relaxed);
+                }
+                Ok(Err(e)) => {
+                    self.fail(&e.to_string());
+                    conn = None;
+                }
+                Err(_) => {
+                    self.fail(&format!("Redis did not answer within {REDIS_TIMEOUT:?}"));
+                    conn = None;
+                }
+            }
+        }
+    }
+
+    async fn connect(&self) -> Result<redis::aio::MultiplexedConnection, String> {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(REDIS_TIMEOUT))
+            .set_response_timeout(Some(REDIS_TIMEOUT));
+        self.client
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(|e| e.to_string())
+    }
+
+    fn take_queued(&self, rx: &mut mpsc::Receiver<Arc<str>>, held: &mut VecDeque<Arc<str>>) {
+        while let Ok(event) = rx.try_recv() {
+            self.hold(held, event);
+        }
+    }
+
+    /// Keeps an event in order, or drops it when the hold is full (the oldest stay: a
+    /// dashboard sees an unbroken history up to the gap).
+    fn hold(&self, held: &mut VecDeque<Arc<str>>, event: Arc<str>) {
+        if held.len() < self.hold {
+            held.push_back(event);
+            self.stats.held.store(held.len() as u64, Ordering::Relaxed);
+        } else {
+            let dropped = self.stats.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            if dropped.is_power_of_two() {
+                tracing::warn!(
+                    "events: Redis is away and {} events are held; {dropped} dropped so far",
+                    held.len()
+                );
+            }
+        }
+    }
+
+    fn fail(&self, error: &str) {
+        let was = self.stats.connected.swap(false, Ordering::Relaxed);
+        let mut last = self
+            .stats
+            .last_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if was || last.as_deref() != Some(error) {
+            tracing::warn!("events: Redis unavailable ({error}); holding events and reconnecting");
+        }
+        *last = Some(error.to_string());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn local_events_reach_subscribers_stamped() {
+        let events = Events::local("agent-1");
+        let mut rx = events.subscribe();
+        let mut e = Event::new("exec.started");
+        e.exec_id = Some("r1".into());
+        events.emit(e);
+        events.emit(Event::new("exec.finished"));
+        let first: Value = serde_json::from_str(&rx.recv().await.unwrap()).unwrap();
+        let second: Value = serde_json::from_str(&rx.recv().await.unwrap()).unwrap();
+        assert_eq!(first["v"], 1);
+        assert_eq!(first["type"], "exec.started");
+        assert_eq!(first["agent_id"], "agent-1");
+        assert_eq!(first["exec_id"], "r1");
+        assert!(
+            first.get("call_id").is_none(),
+            "fields that do not apply are left out"
+        );
+        assert_eq!(
+            second["seq"].as_u64().unwrap(),
+            first["seq"].as_u64().unwrap() + 1
+        );
+        assert!(first["ts"].as_u64().unwrap() > 1_700_000_000_000);
+    }
+}

@@ -1,0 +1,176 @@
+//! Tool events against a real Redis: delivery to the stream and the channel, order, a Redis
+//! that goes away mid-run and comes back, a Redis that is never there.
+
+use crate::common::{TEST_TIMEOUT, TestRedis, unique};
+use ptc_sidecar::events::{Event, Events, EventsConfig};
+use serde_json::Value;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+fn start(redis_url: &str, agent: &str, hold: usize) -> (Events, CancellationToken) {
+    let shutdown = CancellationToken::new();
+    let events = Events::start(
+        EventsConfig {
+            agent_id: agent.into(),
+            redis_url: Some(redis_url.into()),
+            stream_maxlen: 10_000,
+            bodies: false,
+            hold,
+        },
+        shutdown.clone(),
+    )
+    .unwrap();
+    (events, shutdown)
+}
+
+fn emit_numbered(events: &Events, from: usize, to: usize) {
+    for i in from..to {
+        let mut e = Event::new("tool_call.finished");
+        e.call_id = Some(format!("c{i}"));
+        events.emit(e);
+    }
+}
+
+/// The `call_id`s in the agent's stream, in stream order.
+async fn stream_calls(redis: &TestRedis, agent: &str) -> Vec<String> {
+    let mut conn = redis.connection().await;
+    let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+        .arg(format!("ptc:stream:{agent}"))
+        .arg("-")
+        .arg("+")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    reply
+        .ids
+        .iter()
+        .map(|entry| {
+            let json: String = entry.get("event").unwrap();
+            let v: Value = serde_json::from_str(&json).unwrap();
+            v["call_id"].as_str().unwrap_or_default().to_string()
+        })
+        .collect()
+}
+
+async fn wait_for(mut check: impl AsyncFnMut() -> bool, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn events_reach_the_stream_and_the_channel_in_order() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let redis = TestRedis::any();
+        let agent = unique("agent");
+        let client = redis::Client::open(redis.url.as_str()).unwrap();
+        let mut pubsub = client.get_async_pubsub().await.unwrap();
+        pubsub
+            .subscribe(format!("ptc:events:{agent}"))
+            .await
+            .unwrap();
+        let (events, _stop) = start(&redis.url, &agent, 1000);
+        emit_numbered(&events, 0, 300);
+        let want: Vec<String> = (0..300).map(|i| format!("c{i}")).collect();
+        wait_for(
+            async || stream_calls(&redis, &agent).await.len() >= 300,
+            "300 events in the stream",
+        )
+        .await;
+        assert_eq!(stream_calls(&redis, &agent).await, want);
+        use futures_util::StreamExt;
+        let mut messages = pubsub.on_message();
+        for i in 0..300 {
+            let msg = messages.next().await.unwrap();
+            let v: Value = serde_json::from_str(&msg.get_payload::<String>().unwrap()).unwrap();
+            assert_eq!(v["call_id"], format!("c{i}"));
+            assert_eq!(v["agent_id"], agent.as_str());
+            assert_eq!(v["v"], 1);
+        }
+        assert_eq!(events.stats().dropped.load(Ordering::Relaxed), 0);
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn redis_going_away_mid_run_loses_nothing_within_the_bound() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let mut redis = TestRedis::own();
+        let agent = unique("agent");
+        let (events, _stop) = start(&redis.url, &agent, 1000);
+        emit_numbered(&events, 0, 100);
+        wait_for(
+            async || stream_calls(&redis, &agent).await.len() >= 100,
+            "the first 100",
+        )
+        .await;
+
+        redis.stop();
+        let t = Instant::now();
+        emit_numbered(&events, 100, 600);
+        assert!(
+            t.elapsed() < Duration::from_millis(500),
+            "emitting never waits on Redis"
+        );
+        wait_for(
+            async || !events.stats().connected.load(Ordering::Relaxed),
+            "the writer noticing",
+        )
+        .await;
+
+        // A fresh Redis (it keeps nothing on disk): everything emitted while it was away arrives,
+        // in order, once it is back.
+        redis.start();
+        wait_for(
+            async || {
+                stream_calls(&redis, &agent)
+                    .await
+                    .iter()
+                    .any(|c| c == "c599")
+            },
+            "the held events",
+        )
+        .await;
+        let got = stream_calls(&redis, &agent).await;
+        let tail: Vec<&String> = got.iter().skip_while(|c| *c != "c100").collect();
+        let want: Vec<String> = (100..600).map(|i| format!("c{i}")).collect();
+        assert_eq!(tail, want.iter().collect::<Vec<_>>());
+        assert_eq!(events.stats().dropped.load(Ordering::Relaxed), 0);
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_redis_that_is_never_there_costs_nothing_but_counts_drops() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let (events, _stop) = start(&format!("redis://127.0.0.1:{port}/0"), &unique("agent"), 50);
+        let mut live = events.subscribe();
+        let t = Instant::now();
+        emit_numbered(&events, 0, 200);
+        assert!(t.elapsed() < Duration::from_millis(500));
+        wait_for(
+            async || events.stats().dropped.load(Ordering::Relaxed) == 150,
+            "150 dropped beyond the hold of 50",
+        )
+        .await;
+        assert_eq!(events.stats().published.load(Ordering::Relaxed), 0);
+        let health = events.health();
+        assert_eq!(health["connected"], false);
+        assert!(health["last_error"].as_str().unwrap().len() > 3, "{health}");
+        // In-process subscribers get every event regardless.
+        let first: Value = serde_json::from_str(&live.recv().await.unwrap()).unwrap();
+        assert_eq!(first["call_id"], "c0");
+    })
+    .await
+    .unwrap();
+}
