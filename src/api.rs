@@ -1,9 +1,11 @@
 //! The control API the agent runtime talks to: `GET /v1/tools`, `POST /v1/exec_code`,
-//! `GET /healthz`; the LibreChat-compatible continuation protocol is in [`librechat`].
+//! `GET /healthz`; the attached protocol's stream is in [`attached`], the LibreChat-compatible
+//! continuation protocol in [`librechat`].
 //!
 //! Owns HTTP concerns only (routes, auth, status codes, caching headers); what the body says
 //! comes from `render` and the snapshot. Errors are JSON `{"error": {"type", "message"}}`.
 
+pub mod attached;
 pub mod librechat;
 
 use crate::app::AppState;
@@ -24,9 +26,15 @@ use std::time::Duration;
 pub const VERSION_HEADER: &str = "x-catalog-version";
 
 pub fn router(state: AppState) -> Router {
+    let attached = attached::Attached::default();
+    let streams = attached.clone();
     let protected = Router::new()
         .route("/v1/tools", get(tools))
-        .route("/v1/exec_code", post(exec_code))
+        .route(
+            "/v1/exec_code",
+            post(move |state, request| exec_code(state, streams.clone(), request)),
+        )
+        .merge(attached::router(attached))
         .layer(middleware::from_fn_with_state(state.clone(), require_key));
     Router::new()
         .route("/healthz", get(healthz))
@@ -187,7 +195,13 @@ pub async fn json_body<T: serde::de::DeserializeOwned>(
     })
 }
 
-async fn exec_code(State(state): State<AppState>, request: Request) -> Response {
+/// JSON, or with `Accept: text/event-stream` the attached protocol's event stream.
+async fn exec_code(
+    State(state): State<AppState>,
+    streams: attached::Attached,
+    request: Request,
+) -> Response {
+    let stream = attached::wants_stream(request.headers());
     let Some(runner) = state.runner.clone() else {
         return error(
             StatusCode::CONFLICT,
@@ -217,13 +231,14 @@ async fn exec_code(State(state): State<AppState>, request: Request) -> Response 
         (None, Some(s)) => Some(Duration::from_secs(s)),
         (None, None) => None,
     };
-    let result = runner
-        .exec(ExecRequest {
-            code: body.code,
-            timeout,
-            session_id: body.session_id,
-            ..ExecRequest::default()
-        })
-        .await;
-    Json(result).into_response()
+    let request = ExecRequest {
+        code: body.code,
+        timeout,
+        session_id: body.session_id,
+        ..ExecRequest::default()
+    };
+    if stream {
+        return streams.stream(runner, request);
+    }
+    Json(runner.exec(request).await).into_response()
 }

@@ -1,0 +1,248 @@
+//! Host tool protocol 2, "attached": `POST /v1/exec_code` with `Accept: text/event-stream`
+//! streams the run as server-sent events, and the caller answers its host tool calls on
+//! `POST /v1/exec/{exec_id}/results` (wire format in docs/protocols.md).
+//!
+//! Owns the open streams (exec id → the run's unanswered calls), the event queue of each
+//! stream, and what a disconnect does: the stream's task owns the run, so when the caller goes
+//! away the task ends and the run (child and process group) is dropped with it. It must not
+//! decide what a call does (`run::dispatch` routes host calls without a callback URL here, and
+//! `PTC_TOOL_TIMEOUT` still fails a call whose result never comes).
+
+use super::error;
+use crate::run::runner::{OutputChunk, new_token};
+use crate::run::{CallError, ExecRequest, ExecResult, PendingCall, Runner};
+use axum::extract::{Path, Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::ReceiverStream;
+
+/// Events buffered between a run and a slow reader; past this the run's task waits (output
+/// beyond the cap is dropped instead, so a chatty run cannot pile up memory).
+pub const EVENT_QUEUE: usize = 64;
+/// Host calls of one run waiting to become `tool_call` events (the runner lets 64 of a run be
+/// in flight at once).
+const HOST_QUEUE: usize = 64;
+/// How often an idle stream sends a comment, so proxies and the caller's read timeout see a
+/// live connection while code or a tool is slow.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// Largest `/results` body: one round of tool results, each capped like a callback answer.
+pub const MAX_RESULTS_BYTES: usize = 16 << 20;
+
+type Reply = oneshot::Sender<Result<Value, CallError>>;
+
+/// The open attached runs; cloneable handle.
+#[derive(Clone, Default)]
+pub struct Attached(Arc<Mutex<HashMap<String, Arc<Open>>>>);
+
+/// One open stream: its calls waiting for a result, by call id.
+#[derive(Default)]
+struct Open {
+    waiting: Mutex<HashMap<String, Reply>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The caller asked for a stream.
+pub fn wants_stream(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .any(|v| v.contains("text/event-stream"))
+}
+
+/// `POST /v1/exec/{exec_id}/results`.
+pub fn router<S>(attached: Attached) -> Router<S> {
+    Router::new()
+        .route("/v1/exec/{exec_id}/results", post(results))
+        .with_state(attached)
+}
+
+impl Attached {
+    /// Starts the run and answers with its event stream.
+    pub fn stream(&self, runner: Runner, mut request: ExecRequest) -> Response {
+        let exec_id = format!("x{}", &new_token()[..24]);
+        let (host, calls) = mpsc::channel(HOST_QUEUE);
+        let (output, chunks) = mpsc::unbounded_channel();
+        request.host = Some(host);
+        request.output = Some(output);
+        let (events, stream) = mpsc::channel(EVENT_QUEUE);
+        let open = Arc::new(Open::default());
+        lock(&self.0).insert(exec_id.clone(), open.clone());
+        let cap = runner.config().max_output_bytes;
+        let pump = Pump {
+            attached: self.clone(),
+            exec_id,
+            open,
+            calls,
+            chunks,
+            events,
+            cap,
+        };
+        tokio::spawn(pump.run(runner, request));
+        Sse::new(ReceiverStream::new(stream))
+            .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+            .into_response()
+    }
+}
+
+/// The task that owns one attached run and turns it into events.
+struct Pump {
+    attached: Attached,
+    exec_id: String,
+    open: Arc<Open>,
+    calls: mpsc::Receiver<PendingCall>,
+    chunks: mpsc::UnboundedReceiver<OutputChunk>,
+    events: mpsc::Sender<Result<Event, Infallible>>,
+    /// Bytes of each stream forwarded as events (the result keeps its own capped copy).
+    cap: usize,
+}
+
+fn event(name: &str, data: &Value) -> Event {
+    Event::default().event(name).data(data.to_string())
+}
+
+impl Pump {
+    async fn run(mut self, runner: Runner, request: ExecRequest) {
+        let exec = runner.exec(request);
+        tokio::pin!(exec);
+        let mut queue = VecDeque::from([event("started", &json!({"exec_id": self.exec_id}))]);
+        let (mut out_bytes, mut err_bytes) = (0usize, 0usize);
+        let mut finished = false;
+        loop {
+            if finished && queue.is_empty() {
+                break;
+            }
+            tokio::select! {
+                biased;
+                // The caller went away: returning drops the run, which kills the child.
+                _ = self.events.closed() => break,
+                permit = self.events.reserve(), if !queue.is_empty() => match permit {
+                    Ok(permit) => {
+                        if let Some(e) = queue.pop_front() {
+                            permit.send(Ok(e));
+                        }
+                    }
+                    Err(_) => break,
+                },
+                Some(call) = self.calls.recv() => {
+                    queue.push_back(event(
+                        "tool_call",
+                        &json!({"id": call.id, "tool": call.tool, "input": call.input}),
+                    ));
+                    lock(&self.open.waiting).insert(call.id, call.reply);
+                }
+                Some(chunk) = self.chunks.recv() => {
+                    if let Some(e) = self.output(chunk, &mut out_bytes, &mut err_bytes) {
+                        queue.push_back(e);
+                    }
+                }
+                result = &mut exec, if !finished => {
+                    // Output read before the run ended comes before `done`.
+                    while let Ok(chunk) = self.chunks.try_recv() {
+                        if let Some(e) = self.output(chunk, &mut out_bytes, &mut err_bytes) {
+                            queue.push_back(e);
+                        }
+                    }
+                    queue.push_back(done(&result));
+                    finished = true;
+                }
+            }
+        }
+        lock(&self.attached.0).remove(&self.exec_id);
+    }
+
+    /// An output event, unless this stream already forwarded `cap` bytes.
+    fn output(&self, chunk: OutputChunk, out: &mut usize, err: &mut usize) -> Option<Event> {
+        let (name, text, sent) = match chunk {
+            OutputChunk::Stdout(t) => ("stdout", t, out),
+            OutputChunk::Stderr(t) => ("stderr", t, err),
+        };
+        if *sent >= self.cap {
+            return None;
+        }
+        *sent += text.len();
+        Some(event(name, &json!({"text": text})))
+    }
+}
+
+fn done(result: &ExecResult) -> Event {
+    event(
+        "done",
+        &serde_json::to_value(result).unwrap_or_else(|e| json!({"error": e.to_string()})),
+    )
+}
+
+#[derive(Deserialize)]
+struct ResultsBody {
+    results: Vec<CallResult>,
+}
+
+#[derive(Deserialize)]
+struct CallResult {
+    id: String,
+    #[serde(default)]
+    result: Value,
+    #[serde(default)]
+    error: Option<Value>,
+}
+
+async fn results(
+    State(attached): State<Attached>,
+    Path(exec_id): Path<String>,
+    request: Request,
+) -> Response {
+    let Some(open) = lock(&attached.0).get(&exec_id).cloned() else {
+        return error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            format!("no open attached run {exec_id:?} (it may be over)"),
+        );
+    };
+    let body: ResultsBody = match super::json_body(
+        request,
+        MAX_RESULTS_BYTES,
+        r#"{"results": [{"id": "...", "result": ...} | {"id": "...", "error": "message"}]}"#,
+    )
+    .await
+    {
+        Ok(b) => b,
+        Err(response) => return response,
+    };
+    let mut applied = Vec::new();
+    let mut rejected = Vec::new();
+    for r in body.results {
+        let Some(reply) = lock(&open.waiting).remove(&r.id) else {
+            rejected.push(json!({"id": r.id, "reason": "no call of this run waits for this id"}));
+            continue;
+        };
+        let answer = match r.error {
+            Some(Value::Null) | None => Ok(r.result),
+            Some(Value::String(message)) => Err(CallError::Tool(message)),
+            Some(other) => Err(CallError::Tool(
+                other
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .map_or_else(|| other.to_string(), str::to_string),
+            )),
+        };
+        if reply.send(answer).is_ok() {
+            applied.push(r.id);
+        } else {
+            rejected.push(json!({"id": r.id, "reason": "the call is over (PTC_TOOL_TIMEOUT)"}));
+        }
+    }
+    Json(json!({"applied": applied, "rejected": rejected})).into_response()
+}
