@@ -7,6 +7,8 @@
 //! 3. G calls under one `asyncio.gather`: calls/s = G / (run time − p50 of an empty run),
 //!    median of 5 runs.
 //! 4. Peak RSS (VmHWM) of the sidecar process.
+//! 5. Workloads 2 and 3 again with the demo MCP server's `noop` (`demo__noop`, stdio), measured
+//!    the same way (ptc-sidecar only: the peer has no MCP backend).
 //!
 //! The sidecar runs as its own process (the release binary), its no-op host tool is served over
 //! the callback protocol by this program. The peer's figures come from
@@ -55,6 +57,16 @@ fn main() {
     println!(
         "\nptc-sidecar: {}",
         serde_json::to_string_pretty(&ours).unwrap_or_default()
+    );
+    println!(
+        "\nMCP (the demo server's noop over stdio): per-call overhead {} ms (median of {} runs of {} sequential calls), {} calls/s under one gather of {}",
+        ours.pointer("/mcp_seq_calls/per_call_ms")
+            .unwrap_or(&Value::Null),
+        p.repeats,
+        p.seq_k,
+        ours.pointer("/mcp_gather_calls/calls_per_s")
+            .unwrap_or(&Value::Null),
+        p.gather_g,
     );
     if no_peer {
         return;
@@ -112,11 +124,16 @@ fn start_sidecar(host: std::net::SocketAddr) -> Sidecar {
     });
     let tools = dir.join("tools.json");
     std::fs::write(&tools, manifest.to_string()).expect("write manifest");
+    // The demo MCP server over stdio, for the MCP workloads (its `noop` is `demo__noop`).
+    let mcp = dir.join("mcp.json");
+    let servers = json!({"mcpServers": {"demo": {"command": env!("CARGO_BIN_EXE_ptc-demo-mcp")}}});
+    std::fs::write(&mcp, servers.to_string()).expect("write MCP config");
     let port = free_port();
     let child = Command::new(env!("CARGO_BIN_EXE_ptc-sidecar"))
         .arg("serve")
         .env("PTC_ENABLED", "true")
         .env("PTC_TOOLS_FILE", &tools)
+        .env("PTC_MCP_CONFIG", &mcp)
         .env("PTC_LISTEN", format!("127.0.0.1:{port}"))
         .env("PTC_RUNTIME_DIR", dir.join("rt"))
         .env("PTC_WARM_WORKERS", "2")
@@ -175,30 +192,51 @@ async fn bench_sidecar(p: &Params) -> Value {
     }
     let empty_ms = percentile(&mut lat.clone(), 50.0);
 
-    let seq_code = format!("for _ in range({}):\n    await noop()\n", p.seq_k);
+    let (seq_calls, gather_calls) = call_workloads(&http, &sidecar.url, empty_ms, "noop", p).await;
+    // Read before the MCP workloads, so the host figures stay comparable with the peer's.
+    let rss = vm_hwm_mb(sidecar.child.id());
+    let (mcp_seq_calls, mcp_gather_calls) =
+        call_workloads(&http, &sidecar.url, empty_ms, "demo__noop", p).await;
+    json!({
+        "exec_print": {"n": p.exec_n, "p50_ms": round(percentile(&mut lat.clone(), 50.0)), "p99_ms": round(percentile(&mut lat, 99.0))},
+        "seq_calls": seq_calls,
+        "gather_calls": gather_calls,
+        "mcp_seq_calls": mcp_seq_calls,
+        "mcp_gather_calls": mcp_gather_calls,
+        "peak_rss_mb": rss.map(round),
+        "targets": {"exec_p50_ms": 3.0, "per_call_ms": 0.25, "gather_calls_per_s": 10000, "peak_rss_mb": 40},
+    })
+}
+
+/// Workloads 2 and 3 for one no-op tool (by its Python name): K sequential calls and G calls
+/// under one gather, each run `repeats` times, less the p50 of an empty run.
+async fn call_workloads(
+    http: &reqwest::Client,
+    url: &str,
+    empty_ms: f64,
+    tool: &str,
+    p: &Params,
+) -> (Value, Value) {
+    let seq_code = format!("for _ in range({}):\n    await {tool}()\n", p.seq_k);
     let mut per_call = Vec::new();
     for _ in 0..p.repeats {
-        let (t, _) = exec(&http, &sidecar.url, &seq_code).await;
+        let (t, _) = exec(http, url, &seq_code).await;
         per_call.push((t.as_secs_f64() * 1e3 - empty_ms) / p.seq_k as f64);
     }
     let gather_code = format!(
-        "await asyncio.gather(*[noop() for _ in range({})])\n",
+        "await asyncio.gather(*[{tool}() for _ in range({})])\n",
         p.gather_g
     );
     let mut rates = Vec::new();
     for _ in 0..p.repeats {
-        let (t, r) = exec(&http, &sidecar.url, &gather_code).await;
+        let (t, r) = exec(http, url, &gather_code).await;
         assert_eq!(r["tool_calls"].as_array().map(Vec::len), Some(p.gather_g));
         rates.push(p.gather_g as f64 / ((t.as_secs_f64() * 1e3 - empty_ms) / 1e3));
     }
-    let rss = vm_hwm_mb(sidecar.child.id());
-    json!({
-        "exec_print": {"n": p.exec_n, "p50_ms": round(percentile(&mut lat.clone(), 50.0)), "p99_ms": round(percentile(&mut lat, 99.0))},
-        "seq_calls": {"k": p.seq_k, "per_call_ms": round(median(&mut per_call)), "runs_per_call_ms": per_call.iter().map(|v| round(*v)).collect::<Vec<_>>()},
-        "gather_calls": {"g": p.gather_g, "calls_per_s": median(&mut rates).round(), "runs_calls_per_s": rates.iter().map(|v| v.round()).collect::<Vec<_>>()},
-        "peak_rss_mb": rss.map(round),
-        "targets": {"exec_p50_ms": 3.0, "per_call_ms": 0.25, "gather_calls_per_s": 10000, "peak_rss_mb": 40},
-    })
+    (
+        json!({"k": p.seq_k, "per_call_ms": round(median(&mut per_call)), "runs_per_call_ms": per_call.iter().map(|v| round(*v)).collect::<Vec<_>>()}),
+        json!({"g": p.gather_g, "calls_per_s": median(&mut rates).round(), "runs_calls_per_s": rates.iter().map(|v| v.round()).collect::<Vec<_>>()}),
+    )
 }
 
 fn vm_hwm_mb(pid: u32) -> Option<f64> {

@@ -16,7 +16,7 @@ use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, JsonObject,
     PaginatedRequestParams, ProtocolVersion,
 };
-use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService};
+use rmcp::service::{NotificationContext, Peer, QuitReason, RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
@@ -55,7 +55,7 @@ pub const BACKOFF_RESET_AFTER: Duration = Duration::from_secs(60);
 pub const STOP_GRACE: Duration = Duration::from_millis(500);
 /// Longest stderr line forwarded to the log: a server printing a binary blob cannot flood it.
 pub const MAX_STDERR_LINE: usize = 2048;
-/// Last stderr lines kept to explain a failure in `/healthz` (a missing module, a bad token).
+/// Last stderr lines kept to explain a failure in the log (a missing module, a bad token).
 pub const STDERR_TAIL_LINES: usize = 3;
 
 /// A call on its way to the actor.
@@ -114,15 +114,14 @@ struct StdioChild {
 }
 
 impl StdioChild {
-    fn tail(&self) -> String {
+    /// Logs the last stderr lines at warn level, to explain a failure. They stay out of
+    /// `/healthz`, which is open to probes and must say nothing secret (a server may print
+    /// its token in an error).
+    fn log_tail(&self, server: &str) {
         let tail = self.stderr_tail.lock().unwrap_or_else(|p| p.into_inner());
-        if tail.is_empty() {
-            String::new()
-        } else {
-            format!(
-                "; its stderr ended with: {}",
-                tail.iter().cloned().collect::<Vec<_>>().join(" | ")
-            )
+        if !tail.is_empty() {
+            let lines = tail.iter().cloned().collect::<Vec<_>>().join(" | ");
+            tracing::warn!(server = %server, "its stderr ended with: {lines}");
         }
     }
 }
@@ -289,12 +288,20 @@ impl Actor {
                 },
                 Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
                 quit = &mut closed => {
-                    let tail = child.as_ref().map(StdioChild::tail).unwrap_or_default();
-                    break Ended::Down(format!("the connection closed ({quit:?}){tail}"));
+                    if let Some(c) = &child {
+                        c.log_tail(self.name());
+                    }
+                    let why = match quit {
+                        Ok(QuitReason::Closed) => String::new(),
+                        other => format!(" ({other:?})"),
+                    };
+                    break Ended::Down(format!("the connection closed{why}"));
                 }
                 status = wait_child(&mut child) => {
-                    let tail = child.as_ref().map(StdioChild::tail).unwrap_or_default();
-                    break Ended::Down(format!("the server process exited ({}){tail}", describe_exit(status)));
+                    if let Some(c) = &child {
+                        c.log_tail(self.name());
+                    }
+                    break Ended::Down(format!("the server process exited ({})", describe_exit(status)));
                 }
                 Some(reason) = down_rx.recv() => break Ended::Down(reason),
                 Some(()) = tools_rx.recv() => {
@@ -493,7 +500,8 @@ async fn connect(
                         Ok(s) => format!(" ({})", describe_exit(s)),
                         Err(_) => String::new(),
                     };
-                    return Err(format!("initialize failed: {e}{exit}{}", child.tail()));
+                    child.log_tail(&spec.name);
+                    return Err(format!("initialize failed: {e}{exit}"));
                 }
             }
         }

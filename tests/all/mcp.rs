@@ -477,3 +477,75 @@ print(sorted(e["name"] for e in graph["entities"]), [r["relationType"] for r in 
     .await
     .unwrap();
 }
+
+#[tokio::test]
+async fn tools_list_changed_relists_the_server() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let t = start(json!({"demo": demo(&mark("changed"))}), &[]).await;
+        let hub = t.s.sidecar.state.mcp.clone().unwrap();
+        let mut changed = hub.tools_changed();
+        changed.borrow_and_update();
+        let r = t.s.exec("print(await demo__toggle_extra())").await;
+        assert_eq!(stdout(&r), "extra_echo added\n", "{r}");
+        // The notification makes the actor list the tools again; the new list is observable.
+        tokio::time::timeout(SETTLE, changed.changed())
+            .await
+            .expect("tools_changed moves")
+            .unwrap();
+        let (servers, _) = hub.catalog_servers();
+        let names: Vec<&str> = servers[0].tools.iter().map(|t| t.name.as_str()).collect();
+        assert!(names.contains(&"extra_echo"), "{names:?}");
+        assert_eq!(health(&t.s).await["mcp_servers"]["demo"]["tools"], 9);
+    })
+    .await
+    .unwrap();
+}
+
+/// `ptc-sidecar tools` and `ptc-sidecar exec` as a person runs them.
+#[tokio::test]
+async fn the_command_line_shows_states_and_calls_mcp_tools() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let m = mark("cli");
+        let dir = TempDir::new("mcp-cli");
+        let config = json!({"mcpServers": {
+            "demo": demo(&m),
+            "broken": {"command": "/nonexistent/mcp-server"},
+        }});
+        let path = dir.write("mcp.json", &config.to_string());
+        let run = |args: &[&str]| {
+            let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_ptc-sidecar"));
+            cmd.args(args)
+                .env_clear()
+                .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+                .env("PTC_ENABLED", "true")
+                .env("PTC_MCP_CONFIG", &path)
+                .env("PTC_RUNTIME_DIR", dir.0.join("rt"))
+                .env("RUST_LOG", "error")
+                .kill_on_drop(true);
+            cmd.output()
+        };
+        let out = run(&["tools", "--format", "description"]).await.unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+        );
+        assert!(out.status.success(), "{stderr}");
+        assert!(
+            stderr.contains("mcp server demo: ready (8 tools)"),
+            "{stderr}"
+        );
+        assert!(
+            stderr.contains("mcp server broken: failed: cannot start \"/nonexistent/mcp-server\""),
+            "{stderr}"
+        );
+        assert!(stdout.contains("## demo__"), "{stdout}");
+
+        let script = dir.write("s.py", "print(await demo__multiply(a=3, b=5))\n");
+        let out = run(&["exec", script.to_str().unwrap()]).await.unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "15\n");
+        assert!(out.status.success());
+        wait_until_gone(&m).await;
+    })
+    .await
+    .unwrap();
+}
