@@ -402,9 +402,10 @@ async fn run_call(
              (not a valid tools/call result)"
         ))),
         Err(e @ (ServiceError::TransportClosed | ServiceError::TransportSend(_))) => {
-            let _ = down.try_send(format!("the connection failed during a call: {e}"));
+            let why = transport_failure(&e);
+            let _ = down.try_send(format!("{why} during a call"));
             Err(CallError::Unavailable(format!(
-                "MCP server {server:?} went away during the call to {server}__{tool} ({e}); \
+                "MCP server {server:?} went away during the call to {server}__{tool} ({why}); \
                  it is being restarted"
             )))
         }
@@ -413,6 +414,20 @@ async fn run_call(
         ))),
     };
     let _ = reply.send(result);
+}
+
+/// What broke, in a person's words: the innermost cause, not rmcp's type names.
+fn transport_failure(e: &ServiceError) -> String {
+    match e {
+        ServiceError::TransportClosed => "the connection closed".into(),
+        other => {
+            let mut cause: &dyn std::error::Error = other;
+            while let Some(next) = cause.source() {
+                cause = next;
+            }
+            format!("cannot reach it: {cause}")
+        }
+    }
 }
 
 type Listed = (Vec<ToolDef>, Vec<Problem>);

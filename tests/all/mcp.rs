@@ -549,3 +549,84 @@ async fn the_command_line_shows_states_and_calls_mcp_tools() {
     .await
     .unwrap();
 }
+
+/// `mcp-server-everything streamableHttp` on a free port, killed when dropped.
+async fn everything_over_http(bin: &Path, port: u16) -> tokio::process::Child {
+    let child = tokio::process::Command::new(bin)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + SETTLE;
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            Instant::now() < deadline,
+            "server-everything did not listen"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    child
+}
+
+#[tokio::test]
+async fn npm_everything_server_over_streamable_http() {
+    let Some(bin) = npm_server("mcp-server-everything") else {
+        return;
+    };
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut server = everything_over_http(&bin, port).await;
+        let url = format!("http://127.0.0.1:{port}/mcp");
+        let t = start(
+            json!({"everything": {"url": url, "headers": {"X-Ptc-Test": "1"}}}),
+            &[],
+        )
+        .await;
+        let code = r#"
+print(await everything__echo(message="over http"))
+print(await everything__get_sum(a=2, b=3))
+blocks = await everything__get_tiny_image()
+print([b["type"] for b in blocks], blocks[1]["mimeType"])
+"#;
+        let r = t.s.exec(code).await;
+        assert_eq!(r["status"], "ok", "{r}");
+        let lines: Vec<&str> = stdout(&r).lines().collect();
+        assert_eq!(lines[0], "Echo: over http");
+        assert!(lines[1].contains('5'), "{}", lines[1]);
+        // Text, image, text: other content stays a dict per block, with its type.
+        assert_eq!(lines[2], "['text', 'image', 'text'] image/png");
+
+        // The server goes away: the next call says so, and the hub reconnects once it is back.
+        server.kill().await.unwrap();
+        let r = t.s.exec("await everything__echo(message='x')").await;
+        let err = r["stderr"].as_str().unwrap();
+        assert!(
+            err.contains("ToolError: MCP server \"everything\" went away during the call to everything__echo (cannot reach it:"),
+            "{r}"
+        );
+        let h = health(&t.s).await;
+        assert!(
+            ["failed", "restarting"].contains(&h["mcp_servers"]["everything"]["state"].as_str().unwrap()),
+            "{h}"
+        );
+        let _server = everything_over_http(&bin, port).await;
+        wait_for_state(&t.s, "everything", "ready").await;
+        let r =
+            t.s.exec("print(await everything__echo(message='back'))")
+                .await;
+        assert_eq!(stdout(&r), "Echo: back\n", "{r}");
+    })
+    .await
+    .unwrap();
+}
