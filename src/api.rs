@@ -6,6 +6,7 @@
 //! comes from `render` and the snapshot. Errors are JSON `{"error": {"type", "message"}}`.
 
 pub mod attached;
+pub mod events;
 pub mod librechat;
 
 use crate::app::AppState;
@@ -35,6 +36,7 @@ pub fn router(state: AppState) -> Router {
             post(move |state, request| exec_code(state, streams.clone(), request)),
         )
         .merge(attached::router(attached))
+        .merge(events::router())
         .layer(middleware::from_fn_with_state(state.clone(), require_key));
     Router::new()
         .route("/healthz", get(healthz))
@@ -109,6 +111,8 @@ async fn healthz(State(state): State<AppState>) -> Response {
         // Each MCP server: state (starting|ready|failed|restarting|stopped), tools, restarts,
         // and the error of a failed or restarting one.
         "mcp_servers": state.mcp.as_ref().map(|hub| hub.health()).unwrap_or_else(|| json!({})),
+        // The event publisher: connected to Redis or not, what it holds and had to drop.
+        "events": state.events.health(),
     }))
     .into_response()
 }

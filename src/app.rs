@@ -7,6 +7,7 @@ use crate::api;
 use crate::catalog::source::{self, Problem, SourceError};
 use crate::catalog::{Catalog, CatalogInput, Policy, ServerTools};
 use crate::config::{Config, Listen};
+use crate::events::{DEFAULT_HOLD, Events, EventsConfig};
 use crate::mcp::{Hub, HubOptions, McpConfigError};
 pub use crate::render::Snapshot;
 use crate::run::child::{self, Limits};
@@ -149,6 +150,8 @@ pub struct AppState {
     pub runner: Option<Runner>,
     /// Present when `PTC_MCP_CONFIG` is set.
     pub mcp: Option<Hub>,
+    /// Every run and call, to Redis (with `REDIS_URL`) and to `GET /v1/events`.
+    pub events: Events,
 }
 
 /// Tool calls one run may make: enough for real batch work, a stop for a runaway loop.
@@ -209,6 +212,17 @@ impl Sidecar {
         let snapshot = Arc::new(snapshot_with_mcp(&config, saved, mcp.as_ref())?);
         log_report(&snapshot);
         let (tx, rx) = watch::channel(snapshot);
+        let events = Events::start(
+            EventsConfig {
+                agent_id: config.agent_id.clone(),
+                redis_url: config.redis_url.clone(),
+                stream_maxlen: config.events_stream_maxlen,
+                bodies: config.events_bodies,
+                hold: DEFAULT_HOLD,
+            },
+            shutdown.child_token(),
+        )
+        .map_err(anyhow::Error::msg)?;
         let mut owned_runtime_dir = None;
         let runner = if config.enabled {
             let rc = runner_config(&config).await.map_err(anyhow::Error::msg)?;
@@ -216,6 +230,7 @@ impl Sidecar {
                 owned_runtime_dir = Some(rc.runtime_dir.clone());
             }
             let mut backends = Backends::new(config.tool_timeout);
+            backends.events = events.clone();
             backends.mcp = mcp.clone().map(|hub| Arc::new(hub) as Arc<dyn McpCaller>);
             Some(Runner::start(rc, rx.clone(), backends, shutdown.child_token()).await?)
         } else {
@@ -227,6 +242,7 @@ impl Sidecar {
                 snapshot: rx,
                 runner,
                 mcp,
+                events,
             },
             shutdown,
             snapshots: tx,

@@ -241,6 +241,96 @@ impl Events {
     }
 }
 
+/// One event as a line for a person: time, agent, type, ids, tool, outcome.
+/// `17:30:00.123 agent-1 tool_call.finished r3/r3-0 github__list_issues ok 12.5ms`
+pub fn readable(event: &Value) -> String {
+    let ts = event["ts"].as_u64().unwrap_or(0);
+    let (h, m, sec, ms) = (
+        (ts / 3_600_000) % 24,
+        (ts / 60_000) % 60,
+        (ts / 1000) % 60,
+        ts % 1000,
+    );
+    let mut line = format!(
+        "{h:02}:{m:02}:{sec:02}.{ms:03} {} {}",
+        event["agent_id"].as_str().unwrap_or("?"),
+        event["type"].as_str().unwrap_or("?")
+    );
+    let ids: Vec<&str> = ["exec_id", "call_id"]
+        .iter()
+        .filter_map(|k| event[*k].as_str())
+        .collect();
+    if !ids.is_empty() {
+        line.push(' ');
+        line.push_str(&ids.join("/"));
+    }
+    for key in ["tool", "status"] {
+        if let Some(v) = event[key].as_str() {
+            line.push(' ');
+            line.push_str(v);
+        }
+    }
+    match event["ok"].as_bool() {
+        Some(true) if event["status"].is_null() => line.push_str(" ok"),
+        Some(false) if event["status"].is_null() => line.push_str(" failed"),
+        _ => {}
+    }
+    if let Some(d) = event["duration_ms"].as_f64() {
+        line.push_str(&format!(" {d:.1}ms"));
+    }
+    if let Some(msg) = event["error"]["message"].as_str() {
+        line.push_str(&format!(" error: {msg}"));
+    }
+    if let Some(v) = event["version"].as_u64() {
+        line.push_str(&format!(" v{v}"));
+        for key in ["added", "removed", "changed"] {
+            if let Some(names) = event[key].as_array().filter(|a| !a.is_empty()) {
+                let names: Vec<&str> = names.iter().filter_map(Value::as_str).collect();
+                line.push_str(&format!(" {key}: {}", names.join(",")));
+            }
+        }
+    }
+    line
+}
+
+/// Subscribes to one agent's channel (or every agent's, with a pattern) and writes each event
+/// as a line, readable or raw JSON, until the connection ends.
+pub async fn watch(
+    redis_url: &str,
+    agent: Option<&str>,
+    json: bool,
+    mut out: impl std::io::Write,
+) -> Result<(), String> {
+    use futures_util::StreamExt;
+    let client =
+        redis::Client::open(redis_url).map_err(|e| format!("REDIS_URL={redis_url:?}: {e}"))?;
+    let mut pubsub = client
+        .get_async_pubsub()
+        .await
+        .map_err(|e| format!("cannot connect to Redis at {redis_url}: {e}"))?;
+    match agent {
+        Some(agent) => pubsub.subscribe(format!("ptc:events:{agent}")).await,
+        None => pubsub.psubscribe("ptc:events:*").await,
+    }
+    .map_err(|e| format!("cannot subscribe: {e}"))?;
+    let mut messages = pubsub.on_message();
+    while let Some(msg) = messages.next().await {
+        let payload: String = msg.get_payload().unwrap_or_default();
+        let line = if json {
+            payload
+        } else {
+            match serde_json::from_str::<Value>(&payload) {
+                Ok(v) => readable(&v),
+                Err(_) => payload,
+            }
+        };
+        if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+            return Ok(());
+        }
+    }
+    Err("the Redis connection ended".into())
+}
+
 fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -390,6 +480,24 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn readable_lines() {
+        let e = serde_json::json!({"v": 1, "type": "tool_call.finished", "ts": 1_763_832_600_123u64,
+            "agent_id": "a1", "exec_id": "r3", "call_id": "r3-0", "tool": "github__list_issues",
+            "ok": false, "duration_ms": 12.54, "error": {"type": "tool", "message": "boom"}});
+        assert_eq!(
+            readable(&e),
+            "17:30:00.123 a1 tool_call.finished r3/r3-0 github__list_issues failed 12.5ms error: boom"
+        );
+        let e = serde_json::json!({"type": "exec.finished", "ts": 0, "agent_id": "a1", "exec_id": "r3", "status": "timeout", "ok": false});
+        assert_eq!(readable(&e), "00:00:00.000 a1 exec.finished r3 timeout");
+        let e = serde_json::json!({"type": "catalog.reloaded", "ts": 0, "agent_id": "a1", "version": 4, "added": ["x"], "removed": [], "changed": ["y", "z"]});
+        assert_eq!(
+            readable(&e),
+            "00:00:00.000 a1 catalog.reloaded v4 added: x changed: y,z"
+        );
+    }
 
     #[tokio::test]
     async fn local_events_reach_subscribers_stamped() {

@@ -19,6 +19,18 @@ struct Cli {
 enum Command {
     /// Run the sidecar: the control API on PTC_LISTEN.
     Serve,
+    /// Watch tool events live from Redis (REDIS_URL), one per line.
+    Events {
+        /// The agent to watch (default: PTC_AGENT_ID, else this host's name).
+        #[arg(long, conflicts_with = "all")]
+        agent: Option<String>,
+        /// Every agent publishing to this Redis.
+        #[arg(long)]
+        all: bool,
+        /// Raw JSON events instead of readable lines.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print what the agent runtime hands its LLM for the configured tools.
     Tools {
         /// anthropic, openai or mcp (a tool list as JSON), or description (the exec_code text).
@@ -65,6 +77,21 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             mcp_catalog,
         } => print_tools(&config, &format, &mcp_catalog),
         Command::Serve => runtime()?.block_on(serve(config)),
+        Command::Events { agent, all, json } => {
+            let url = config
+                .redis_url
+                .clone()
+                .context("REDIS_URL is not set; events are only in Redis and at GET /v1/events")?;
+            let agent = (!all).then(|| agent.unwrap_or_else(|| config.agent_id.clone()));
+            runtime()?
+                .block_on(ptc_sidecar::events::watch(
+                    &url,
+                    agent.as_deref(),
+                    json,
+                    std::io::stdout(),
+                ))
+                .map_err(anyhow::Error::msg)
+        }
         Command::Exec { file, mcp_catalog } => {
             let code = exec_code_of(&file)?;
             let exit = runtime()?.block_on(exec(config, code, mcp_catalog))?;

@@ -8,6 +8,7 @@
 
 use crate::catalog::source::Callback;
 use crate::catalog::{Catalog, Class, Origin, Tool};
+use crate::events::Events;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::future::Future;
@@ -194,6 +195,8 @@ pub struct Backends {
     pub http: reqwest::Client,
     pub mcp: Option<Arc<dyn McpCaller>>,
     pub tool_timeout: Duration,
+    /// Where every run and call is reported (Redis and `GET /v1/events`).
+    pub events: Events,
 }
 
 impl Backends {
@@ -208,6 +211,7 @@ impl Backends {
             http,
             mcp: None,
             tool_timeout,
+            events: Events::local("ptc-sidecar"),
         }
     }
 }

@@ -9,6 +9,8 @@ use super::dispatch::{self, Backends, CallError, PendingCall, Validators};
 use super::output::CappedBuffer;
 use super::sdk;
 use super::zygote::Zygote;
+use crate::catalog::Origin;
+use crate::events::{Event, Events};
 use crate::render::Snapshot;
 use serde::Serialize;
 use serde_json::{Value, json};
@@ -265,10 +267,40 @@ impl Runner {
                 run.max_calls
             )));
         }
-        let catalog = &run.prepared.snapshot.catalog;
-        let found = dispatch::lookup(catalog, tool)?;
-        dispatch::check_args(&run.prepared.validators, found, &args)?;
         let id = format!("{}-{n}", run.id);
+        let events = &self.inner.backends.events;
+        let catalog = &run.prepared.snapshot.catalog;
+        let found = match dispatch::lookup(catalog, tool)
+            .and_then(|t| dispatch::check_args(&run.prepared.validators, t, &args).map(|()| t))
+        {
+            Ok(found) => found,
+            Err(e) => {
+                // Refused before dispatch: one event says what the code tried.
+                let mut refused = Event::new("tool_call.finished");
+                refused.exec_id = Some(run.id.clone());
+                refused.call_id = Some(id);
+                refused.tool = Some(tool.to_string());
+                refused.ok = Some(false);
+                refused.error = Some(e.to_json());
+                events.emit(refused);
+                return Err(e);
+            }
+        };
+        let source = match found.origin {
+            Origin::Mcp { .. } => "mcp",
+            Origin::Host => "host",
+        };
+        let mut started_event = Event::new("tool_call.started");
+        started_event.exec_id = Some(run.id.clone());
+        started_event.call_id = Some(id.clone());
+        started_event.tool = Some(found.name.clone());
+        started_event.source = Some(source);
+        started_event.args_bytes = Some(json_len(&args));
+        if events.bodies() {
+            started_event.args = Some(args.clone());
+        }
+        events.emit(started_event);
+
         let started = Instant::now();
         let _permit = run
             .in_flight
@@ -284,6 +316,26 @@ impl Runner {
             args,
         )
         .await;
+        let duration_ms = ms(started.elapsed());
+
+        let mut finished = Event::new("tool_call.finished");
+        finished.exec_id = Some(run.id.clone());
+        finished.call_id = Some(id.clone());
+        finished.tool = Some(found.name.clone());
+        finished.source = Some(source);
+        finished.ok = Some(result.is_ok());
+        finished.duration_ms = Some(duration_ms);
+        match &result {
+            Ok(value) => {
+                finished.result_bytes = Some(json_len(value));
+                if events.bodies() {
+                    finished.result = Some(value.clone());
+                }
+            }
+            Err(e) => finished.error = Some(e.to_json()),
+        }
+        events.emit(finished);
+
         run.calls
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -291,14 +343,33 @@ impl Runner {
                 id,
                 tool: found.name.clone(),
                 ok: result.is_ok(),
-                duration_ms: ms(started.elapsed()),
+                duration_ms,
             });
         result
     }
 
     /// Runs code to completion, timeout or error. Never panics on the code's behalf and leaves
-    /// no process behind, even if this future is dropped.
+    /// no process behind, even if this future is dropped. Reports `exec.started` and
+    /// `exec.finished` (also when the future is dropped: `cancelled`).
     pub async fn exec(&self, req: ExecRequest) -> ExecResult {
+        let id = format!("r{}", self.inner.counter.fetch_add(1, Ordering::Relaxed));
+        let events = &self.inner.backends.events;
+        let mut started = Event::new("exec.started");
+        started.exec_id = Some(id.clone());
+        started.code_bytes = Some(req.code.len());
+        events.emit(started);
+        let mut guard = FinishGuard {
+            events,
+            exec_id: &id,
+            started: Instant::now(),
+            done: false,
+        };
+        let result = self.exec_inner(req, &id).await;
+        guard.finish(&result);
+        result
+    }
+
+    async fn exec_inner(&self, req: ExecRequest, id: &str) -> ExecResult {
         let started = Instant::now();
         let cfg = &self.inner.cfg;
         let timeout = req.timeout.map_or(cfg.timeout, |t| t.min(cfg.timeout));
@@ -337,7 +408,7 @@ impl Runner {
                 );
             }
         };
-        let id = format!("r{}", self.inner.counter.fetch_add(1, Ordering::Relaxed));
+        let id = id.to_string();
         let token = new_token();
         let ctx = Arc::new(RunCtx {
             id: id.clone(),
@@ -691,6 +762,55 @@ impl Drop for Registered<'_> {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&self.token);
     }
+}
+
+/// Reports `exec.finished` once: with the result, or as `cancelled` when the run's future is
+/// dropped before it has one (a client that went away).
+struct FinishGuard<'a> {
+    events: &'a Events,
+    exec_id: &'a str,
+    started: Instant,
+    done: bool,
+}
+
+impl FinishGuard<'_> {
+    fn finish(&mut self, result: &ExecResult) {
+        self.done = true;
+        let mut e = Event::new("exec.finished");
+        e.exec_id = Some(self.exec_id.to_string());
+        e.status = Some(match result.status {
+            ExecStatus::Ok => "ok",
+            ExecStatus::Error => "error",
+            ExecStatus::Timeout => "timeout",
+        });
+        e.ok = Some(result.status == ExecStatus::Ok);
+        e.exit_code = result.exit_code;
+        e.duration_ms = Some(result.duration_ms);
+        e.stdout_bytes = Some(result.stdout.len());
+        e.stderr_bytes = Some(result.stderr.len());
+        e.tool_calls = Some(result.tool_calls.len());
+        self.events.emit(e);
+    }
+}
+
+impl Drop for FinishGuard<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let mut e = Event::new("exec.finished");
+            e.exec_id = Some(self.exec_id.to_string());
+            e.status = Some("error");
+            e.ok = Some(false);
+            e.duration_ms = Some(ms(self.started.elapsed()));
+            e.error = Some(
+                serde_json::json!({"type": "cancelled", "message": "the caller went away before the run finished"}),
+            );
+            self.events.emit(e);
+        }
+    }
+}
+
+fn json_len(value: &Value) -> usize {
+    serde_json::to_vec(value).map(|v| v.len()).unwrap_or(0)
 }
 
 /// 256 random bits, hex.

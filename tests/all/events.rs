@@ -174,3 +174,99 @@ async fn a_redis_that_is_never_there_costs_nothing_but_counts_drops() {
     .await
     .unwrap();
 }
+
+/// A run with tool calls, through the real sidecar: its events in Redis nest calls under the run,
+/// the same events stream at `GET /v1/events`, and `ptc-sidecar events --json` prints them.
+#[tokio::test]
+async fn a_run_reports_itself_to_redis_sse_and_the_events_command() {
+    use crate::common::{HostServer, TempDir, TestSidecar, tool};
+    use serde_json::json;
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let redis = TestRedis::any();
+        let agent = unique("agent");
+        let host = HostServer::start(vec![
+            ("ping", tool(|_| json!({"result": "pong"}))),
+            ("boom", tool(|_| json!({"error": "it broke"}))),
+        ])
+        .await;
+        let dir = TempDir::new("events");
+        let manifest = json!({"callback": {"url": host.url()}, "tools": [
+            {"name": "ping", "input_schema": {"type": "object", "properties": {"n": {"type": "integer"}}}},
+            {"name": "boom", "input_schema": {"type": "object", "properties": {}}}
+        ]});
+        let m = dir.write("tools.json", &manifest.to_string());
+        let s = TestSidecar::start(&[
+            ("PTC_ENABLED", "true"),
+            ("PTC_TOOLS_FILE", m.to_str().unwrap()),
+            ("REDIS_URL", &redis.url),
+            ("PTC_AGENT_ID", &agent),
+            ("PTC_EVENTS_BODIES", "true"),
+        ])
+        .await;
+
+        // The command-line watcher, subscribed before the run.
+        let mut watcher = tokio::process::Command::new(env!("CARGO_BIN_EXE_ptc-sidecar"))
+            .args(["events", "--json", "--agent", &agent])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("REDIS_URL", &redis.url)
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        // The SSE stream, opened before the run.
+        let mut sse = s.http.get(s.url("/v1/events")).send().await.unwrap();
+        assert_eq!(sse.headers()["content-type"], "text/event-stream");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+
+        let r = s.exec("print(await ping(n=1))\ntry:\n    await boom()\nexcept ToolError:\n    pass\n").await;
+        assert_eq!(r["status"], "ok", "{r}");
+
+        let want_types = ["exec.started", "tool_call.started", "tool_call.finished", "tool_call.started", "tool_call.finished", "exec.finished"];
+        let mut conn = redis.connection().await;
+        let mut from_stream: Vec<Value> = Vec::new();
+        wait_for(async || {
+            let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE").arg(format!("ptc:stream:{agent}")).arg("-").arg("+").query_async(&mut conn).await.unwrap();
+            from_stream = reply.ids.iter().map(|e| serde_json::from_str(&e.get::<String>("event").unwrap()).unwrap()).collect();
+            from_stream.len() >= want_types.len()
+        }, "the run's events in Redis").await;
+        let types: Vec<&str> = from_stream.iter().map(|e| e["type"].as_str().unwrap()).collect();
+        assert_eq!(types, want_types);
+        let exec_id = from_stream[0]["exec_id"].as_str().unwrap().to_string();
+        assert!(from_stream.iter().all(|e| e["exec_id"] == exec_id.as_str() && e["agent_id"] == agent.as_str()));
+        let ping_done = &from_stream[2];
+        assert_eq!((ping_done["tool"].as_str(), ping_done["source"].as_str(), ping_done["ok"].as_bool()), (Some("ping"), Some("host"), Some(true)));
+        assert_eq!(ping_done["call_id"], from_stream[1]["call_id"]);
+        assert_eq!(ping_done["result"], "pong", "bodies are on");
+        assert_eq!(from_stream[1]["args"], json!({"n": 1}));
+        assert_eq!(from_stream[1]["args_bytes"], 7);
+        assert_eq!(from_stream[4]["error"]["message"], "it broke");
+        let finished = &from_stream[5];
+        assert_eq!((finished["status"].as_str(), finished["tool_calls"].as_u64(), finished["stdout_bytes"].as_u64()), (Some("ok"), Some(2), Some(5)));
+
+        // SSE: the same events, in order.
+        let mut text = String::new();
+        while text.matches("data: ").count() < want_types.len() {
+            let chunk = sse.chunk().await.unwrap().unwrap();
+            text.push_str(&String::from_utf8_lossy(&chunk));
+        }
+        let sse_types: Vec<String> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .map(|d| serde_json::from_str::<Value>(d).unwrap()["type"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(&sse_types[..want_types.len()], want_types);
+
+        // The watcher printed them too, one JSON object per line.
+        use tokio::io::AsyncBufReadExt;
+        let mut lines = tokio::io::BufReader::new(watcher.stdout.take().unwrap()).lines();
+        for want in want_types {
+            let line = lines.next_line().await.unwrap().unwrap();
+            let v: Value = serde_json::from_str(&line).unwrap();
+            assert_eq!(v["type"], want);
+        }
+        let _ = watcher.kill().await;
+    })
+    .await
+    .unwrap();
+}
