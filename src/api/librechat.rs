@@ -690,7 +690,7 @@ fn deliver(waiting: Vec<PendingCall>, results: Vec<ToolResult>) {
                     .filter(|m| !m.is_empty())
                     .unwrap_or_else(|| "Tool execution failed".into()),
             )),
-            Some(r) => Ok(r.result),
+            Some(r) => Ok(decoded(r.result)),
             None => Err(CallError::Tool(format!(
                 "{}: the client sent no result for call {} in its continuation",
                 call.tool, call.id
@@ -698,6 +698,21 @@ fn deliver(waiting: Vec<PendingCall>, results: Vec<ToolResult>) {
         };
         // The code may have stopped waiting (timeout); nothing to tell then.
         let _ = call.reply.send(answer);
+    }
+}
+
+/// A result that is a string holding a JSON object or array, decoded. LangChain tools mostly
+/// return strings and the client sends them as they are, while its prompt promises the model
+/// "Tool results are decoded Python values (dict/list/str)"; other strings stay strings.
+fn decoded(result: Value) -> Value {
+    match &result {
+        Value::String(s) if s.trim_start().starts_with(['{', '[']) => {
+            match serde_json::from_str::<Value>(s) {
+                Ok(v @ (Value::Object(_) | Value::Array(_))) => v,
+                _ => result,
+            }
+        }
+        _ => result,
     }
 }
 
@@ -862,6 +877,16 @@ mod tests {
         for junk in ["", ".", "zz.zz", "abc", "00.00"] {
             assert_eq!(tokens.verify(junk, 0), Err(TokenError::Invalid), "{junk:?}");
         }
+    }
+
+    #[test]
+    fn json_looking_strings_are_decoded() {
+        assert_eq!(decoded(json!("{\"a\": 1}")), json!({"a": 1}));
+        assert_eq!(decoded(json!(" [1, 2]")), json!([1, 2]));
+        assert_eq!(decoded(json!("{not json")), json!("{not json"));
+        assert_eq!(decoded(json!("42")), json!("42"));
+        assert_eq!(decoded(json!("plain")), json!("plain"));
+        assert_eq!(decoded(json!({"x": "{}"})), json!({"x": "{}"}));
     }
 
     #[test]
