@@ -283,6 +283,15 @@ except ToolError as e:
 
 #[tokio::test]
 async fn a_tool_timeout_cancels_the_call_and_the_server_keeps_serving() {
+    // The demo logs "slow call cancelled" when notifications/cancelled reaches it; the sidecar
+    // forwards the demo's stderr to its log at debug level, which this test captures.
+    let log = Captured::default();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(log.clone())
+        .with_env_filter("ptc_sidecar::mcp=debug")
+        .with_ansi(false)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
     tokio::time::timeout(TEST_TIMEOUT, async {
         let t = start(
             json!({"demo": demo(&mark("timeout"))}),
@@ -305,9 +314,46 @@ print(await demo__add(a=1, b=1))
             "ToolError demo__slow did not answer within 1 s (PTC_TOOL_TIMEOUT)\n2\n"
         );
         assert_eq!(health(&t.s).await["mcp_servers"]["demo"]["restarts"], 0);
+        let deadline = Instant::now() + SETTLE;
+        while !log.text().contains("slow call cancelled") {
+            assert!(
+                Instant::now() < deadline,
+                "the server never saw the cancel: {}",
+                log.text()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     })
     .await
     .unwrap();
+}
+
+/// This thread's log. `#[tokio::test]` runs on one thread, so the actors and the stderr
+/// forwarders of the sidecar under test log here.
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl Captured {
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
+    type Writer = Captured;
+    fn make_writer(&'a self) -> Captured {
+        self.clone()
+    }
 }
 
 /// A fake MCP server written for this test only, because the demo (a correct rmcp server)
