@@ -26,8 +26,9 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 
-/// Events buffered between a run and a slow reader; past this the run's task waits (output
-/// beyond the cap is dropped instead, so a chatty run cannot pile up memory).
+/// Events handed to the HTTP body ahead of a slow reader. The rest wait in the stream's task,
+/// which stays bounded without ever blocking the run: output past `PTC_MAX_OUTPUT_BYTES` per
+/// stream is not forwarded, and each `tool_call` waits for its answer (64 in flight at most).
 pub const EVENT_QUEUE: usize = 64;
 /// Host calls of one run waiting to become `tool_call` events (the runner lets 64 of a run be
 /// in flight at once).

@@ -64,6 +64,8 @@ pub const MAX_OPEN_RUNS: usize = 256;
 pub const REQUEST_ID_HEADER: &str = "x-librechat-code-request-id";
 /// Longest request id remembered (the client sends a UUID).
 const MAX_REQUEST_ID_CHARS: usize = 128;
+/// Largest `/cancel` body: `{"request_id": "<uuid>"}`.
+const MAX_CANCEL_BYTES: usize = 1024;
 
 /// The `error` strings the client shows the model (every other string is hidden).
 const ERR_FAILED: &str = "Execution failed or timed out";
@@ -722,16 +724,11 @@ struct CancelBody {
 }
 
 async fn cancel(State(lc): State<Lc>, request: Request) -> Response {
-    let body: CancelBody = match json_body(
-        request,
-        MAX_REQUEST_ID_CHARS * 4,
-        r#"{"request_id": "..."}"#,
-    )
-    .await
-    {
-        Ok(b) => b,
-        Err(response) => return response,
-    };
+    let body: CancelBody =
+        match json_body(request, MAX_CANCEL_BYTES, r#"{"request_id": "..."}"#).await {
+            Ok(b) => b,
+            Err(response) => return response,
+        };
     let run_id = lock(&lc.0.requests).get(&body.request_id).cloned();
     match run_id.and_then(|id| lc.run(&id)) {
         Some(run) => {
