@@ -99,6 +99,11 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
 
 async fn healthz(State(state): State<AppState>) -> Response {
     let snap = state.current();
+    let reload = state
+        .reload
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
     Json(json!({
         "status": "ok",
         "ptc_enabled": snap.catalog.ptc_enabled,
@@ -113,6 +118,8 @@ async fn healthz(State(state): State<AppState>) -> Response {
         "mcp_servers": state.mcp.as_ref().map(|hub| hub.health()).unwrap_or_else(|| json!({})),
         // The event publisher: connected to Redis or not, what it holds and had to drop.
         "events": state.events.health(),
+        // Hot reload: how many swaps, and why the last attempt kept the old catalog, if it did.
+        "reload": {"reloads": reload.reloads, "last_error": reload.last_error},
     }))
     .into_response()
 }

@@ -9,6 +9,7 @@ use crate::catalog::{Catalog, CatalogInput, Policy, ServerTools};
 use crate::config::{Config, Listen};
 use crate::events::{DEFAULT_HOLD, Events, EventsConfig};
 use crate::mcp::{Hub, HubOptions, McpConfigError};
+use crate::reload::{ReloadStatus, Reloader};
 pub use crate::render::Snapshot;
 use crate::run::child::{self, Limits};
 use crate::run::dispatch::McpCaller;
@@ -152,6 +153,8 @@ pub struct AppState {
     pub mcp: Option<Hub>,
     /// Every run and call, to Redis (with `REDIS_URL`) and to `GET /v1/events`.
     pub events: Events,
+    /// The last hot reload's outcome.
+    pub reload: Arc<std::sync::Mutex<ReloadStatus>>,
 }
 
 /// Tool calls one run may make: enough for real batch work, a stop for a runaway loop.
@@ -236,13 +239,26 @@ impl Sidecar {
         } else {
             None
         };
+        let config = Arc::new(config);
+        let reload = Arc::new(std::sync::Mutex::new(ReloadStatus::default()));
+        Reloader {
+            config: config.clone(),
+            saved: saved.to_vec(),
+            mcp: mcp.clone(),
+            snapshots: tx.clone(),
+            events: events.clone(),
+            status: reload.clone(),
+        }
+        .spawn(shutdown.child_token())
+        .map_err(anyhow::Error::msg)?;
         Ok(Sidecar {
             state: AppState {
-                config: Arc::new(config),
+                config,
                 snapshot: rx,
                 runner,
                 mcp,
                 events,
+                reload,
             },
             shutdown,
             snapshots: tx,

@@ -10,5 +10,6 @@ pub mod catalog;
 pub mod config;
 pub mod events;
 pub mod mcp;
+pub mod reload;
 pub mod render;
 pub mod run;

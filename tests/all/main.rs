@@ -9,3 +9,4 @@ mod exec;
 mod host;
 mod librechat;
 mod mcp;
+mod reload;

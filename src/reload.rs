@@ -1,0 +1,314 @@
+//! Hot reload: rebuilds the catalog when `PTC_TOOLS_FILE` or `PTC_MCP_CONFIG` changes on disk
+//! or an MCP server says its tool list changed, and swaps the new snapshot in whole.
+//!
+//! Owns the file watching (the parent directories, so editors that save by rename and
+//! Kubernetes ConfigMap symlink swaps are seen), the debouncing, and the comparison that decides
+//! whether anything the model sees changed. A broken file keeps the last good catalog; what went
+//! wrong goes to the log, to `/healthz` and into a `catalog.reloaded` event with `ok: false`.
+//! Runs in flight keep the snapshot they started with.
+
+use crate::app::{self, SavedCatalog};
+use crate::catalog::{Catalog, Policy, Tool};
+use crate::config::Config;
+use crate::events::{Event, Events};
+use crate::mcp::Hub;
+use crate::render::Snapshot;
+use notify::Watcher;
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::{mpsc, watch};
+use tokio_util::sync::CancellationToken;
+
+/// Quiet time after the last change before rebuilding: one save is often several writes.
+pub const DEBOUNCE: Duration = Duration::from_millis(250);
+/// Longest a rebuild waits for quiet: a server sending list_changed in a loop still gets at
+/// most one rebuild per this interval.
+pub const MAX_DELAY: Duration = Duration::from_secs(2);
+/// File events buffered between the watcher thread and the reloader; more are redundant.
+const EVENT_BUFFER: usize = 64;
+
+/// What changed between two catalogs, by tool name.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Diff {
+    pub added: Vec<String>,
+    pub removed: Vec<String>,
+    pub changed: Vec<String>,
+}
+
+impl Diff {
+    pub fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.removed.is_empty() && self.changed.is_empty()
+    }
+}
+
+/// Tools added, removed, and changed in anything the model sees or a call depends on.
+pub fn diff(old: &Catalog, new: &Catalog) -> Diff {
+    let index = |c: &Catalog| -> BTreeMap<String, Tool> {
+        c.tools()
+            .iter()
+            .map(|t| (t.name.clone(), t.clone()))
+            .collect()
+    };
+    let (old, new) = (index(old), index(new));
+    let mut d = Diff::default();
+    for (name, tool) in &new {
+        match old.get(name) {
+            None => d.added.push(name.clone()),
+            Some(before) if before != tool => d.changed.push(name.clone()),
+            Some(_) => {}
+        }
+    }
+    d.removed = old
+        .keys()
+        .filter(|n| !new.contains_key(*n))
+        .cloned()
+        .collect();
+    d
+}
+
+/// The last reload's outcome, for `/healthz`.
+#[derive(Debug, Default, Clone)]
+pub struct ReloadStatus {
+    pub reloads: u64,
+    pub last_error: Option<String>,
+}
+
+/// Everything the reloader needs.
+pub struct Reloader {
+    pub config: Arc<Config>,
+    pub saved: Vec<SavedCatalog>,
+    pub mcp: Option<Hub>,
+    pub snapshots: watch::Sender<Arc<Snapshot>>,
+    pub events: Events,
+    pub status: Arc<Mutex<ReloadStatus>>,
+}
+
+impl Reloader {
+    /// Watches until `shutdown`. Fails only when a watcher cannot be set up at all.
+    pub fn spawn(self, shutdown: CancellationToken) -> Result<(), String> {
+        let (tx, rx) = mpsc::channel::<()>(EVENT_BUFFER);
+        let files: Vec<PathBuf> = [&self.config.tools_file, &self.config.mcp_config]
+            .into_iter()
+            .flatten()
+            .cloned()
+            .collect();
+        let watcher = if files.is_empty() {
+            None
+        } else {
+            let sender = tx.clone();
+            let mut watcher =
+                notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
+                    // Which file it was does not matter: a rebuild compares content anyway.
+                    if event.is_ok() {
+                        let _ = sender.try_send(());
+                    }
+                })
+                .map_err(|e| format!("cannot watch tool files: {e}"))?;
+            for dir in watch_dirs(&files) {
+                watcher
+                    .watch(&dir, notify::RecursiveMode::NonRecursive)
+                    .map_err(|e| format!("cannot watch {}: {e}", dir.display()))?;
+            }
+            Some(watcher)
+        };
+        if let Some(hub) = &self.mcp {
+            let mut changed = hub.tools_changed();
+            let tx = tx.clone();
+            let stop = shutdown.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        r = changed.changed() => if r.is_err() { return },
+                        _ = stop.cancelled() => return,
+                    }
+                    let _ = tx.try_send(());
+                }
+            });
+        }
+        drop(tx);
+        tokio::spawn(async move {
+            // The watcher lives as long as this task.
+            let _watcher = watcher;
+            self.run(rx, shutdown).await;
+        });
+        Ok(())
+    }
+
+    async fn run(self, mut rx: mpsc::Receiver<()>, shutdown: CancellationToken) {
+        loop {
+            tokio::select! {
+                got = rx.recv() => if got.is_none() { return },
+                _ = shutdown.cancelled() => return,
+            }
+            settle(&mut rx).await;
+            self.reload();
+        }
+    }
+
+    /// Rebuilds the catalog now; swaps it in when anything changed.
+    pub fn reload(&self) {
+        let current = self.snapshots.borrow().clone();
+        let built = app::load_input(&self.config, &self.saved).map(|mut input| {
+            if let Some(hub) = &self.mcp {
+                let (servers, problems) = hub.catalog_servers();
+                input.servers.extend(servers);
+                input.problems.extend(problems);
+            }
+            Catalog::build(
+                input,
+                &Policy::from(self.config.as_ref()),
+                current.catalog.version + 1,
+            )
+        });
+        let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        let catalog = match built {
+            Ok(c) => c,
+            Err(e) => {
+                let message = format!("{e}; keeping catalog version {}", current.catalog.version);
+                if status.last_error.as_deref() != Some(message.as_str()) {
+                    tracing::warn!("reload failed: {message}");
+                    let mut event = Event::new("catalog.reloaded");
+                    event.ok = Some(false);
+                    event.version = Some(current.catalog.version);
+                    event.error = Some(json!({"type": "reload", "message": message}));
+                    self.events.emit(event);
+                }
+                status.last_error = Some(message);
+                return;
+            }
+        };
+        status.last_error = None;
+        if catalog.fingerprint == current.catalog.fingerprint {
+            return;
+        }
+        let d = diff(&current.catalog, &catalog);
+        let snapshot = Arc::new(Snapshot::new(catalog));
+        app::log_report(&snapshot);
+        tracing::info!(
+            version = snapshot.catalog.version,
+            added = ?d.added, removed = ?d.removed, changed = ?d.changed,
+            "catalog reloaded"
+        );
+        let mut event = Event::new("catalog.reloaded");
+        event.ok = Some(true);
+        event.version = Some(snapshot.catalog.version);
+        event.added = Some(d.added);
+        event.removed = Some(d.removed);
+        event.changed = Some(d.changed);
+        self.snapshots.send_replace(snapshot);
+        status.reloads += 1;
+        self.events.emit(event);
+    }
+}
+
+/// Waits until no new trigger came for [`DEBOUNCE`], or [`MAX_DELAY`] passed.
+async fn settle(rx: &mut mpsc::Receiver<()>) {
+    let deadline = tokio::time::Instant::now() + MAX_DELAY;
+    loop {
+        let quiet = (tokio::time::Instant::now() + DEBOUNCE).min(deadline);
+        match tokio::time::timeout_at(quiet, rx.recv()).await {
+            Ok(Some(())) if tokio::time::Instant::now() < deadline => continue,
+            _ => return,
+        }
+    }
+}
+
+/// The directories holding the files, each once.
+fn watch_dirs(files: &[PathBuf]) -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = files
+        .iter()
+        .map(|f| {
+            let abs = std::path::absolute(f).unwrap_or_else(|_| f.clone());
+            abs.parent()
+                .map(PathBuf::from)
+                .unwrap_or_else(|| PathBuf::from("."))
+        })
+        .collect();
+    dirs.sort();
+    dirs.dedup();
+    dirs
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::source::ToolDef;
+    use crate::catalog::{CatalogInput, Policy};
+
+    fn catalog(tools: &[(&str, &str)]) -> Catalog {
+        let defs = tools
+            .iter()
+            .map(|(name, description)| ToolDef {
+                name: name.to_string(),
+                title: None,
+                description: description.to_string(),
+                input_schema: json!({"type": "object"}),
+                output_schema: None,
+                annotations: None,
+            })
+            .collect();
+        let policy = Policy {
+            ptc_enabled: true,
+            ..Policy::default()
+        };
+        Catalog::build(
+            CatalogInput {
+                host_tools: defs,
+                ..CatalogInput::default()
+            },
+            &policy,
+            1,
+        )
+    }
+
+    #[test]
+    fn diff_names_what_changed() {
+        let old = catalog(&[("a", "A"), ("b", "B"), ("c", "C")]);
+        let new = catalog(&[("a", "A"), ("b", "B2"), ("d", "D")]);
+        assert_eq!(
+            diff(&old, &new),
+            Diff {
+                added: vec!["d".into()],
+                removed: vec!["c".into()],
+                changed: vec!["b".into()]
+            }
+        );
+        assert!(diff(&old, &old).is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn settling_waits_for_quiet_but_not_forever() {
+        let (tx, mut rx) = mpsc::channel(8);
+        // A burst, then quiet: returns one debounce after the last trigger.
+        let start = tokio::time::Instant::now();
+        let burst = tokio::spawn(async move {
+            for _ in 0..3 {
+                tx.send(()).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            tx
+        });
+        settle(&mut rx).await;
+        assert_eq!(
+            start.elapsed(),
+            Duration::from_millis(300) + DEBOUNCE - Duration::from_millis(100)
+        );
+        // A trigger every 100 ms forever: settles at MAX_DELAY.
+        let tx = burst.await.unwrap();
+        let start = tokio::time::Instant::now();
+        let storm = tokio::spawn(async move {
+            loop {
+                if tx.send(()).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        });
+        settle(&mut rx).await;
+        assert_eq!(start.elapsed(), MAX_DELAY);
+        storm.abort();
+    }
+}
