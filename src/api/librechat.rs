@@ -48,7 +48,8 @@ pub const MAX_TIMEOUT_MS: u64 = 300_000;
 /// Calls under `asyncio.gather` leave the child in one event-loop tick but reach the sidecar
 /// as separate IPC requests microseconds to a few milliseconds apart; answering on the first
 /// would return one call per round, costing a round trip each and the 20-round budget.
-pub const GATHER_QUIET: Duration = Duration::from_millis(10);
+/// 20 ms leaves room for a child descheduled on a busy machine, and costs each round 20 ms.
+pub const GATHER_QUIET: Duration = Duration::from_millis(20);
 /// The longest a round keeps collecting siblings, however steadily they trickle in.
 pub const GATHER_CAP: Duration = Duration::from_millis(250);
 /// Most calls returned in one round (the runner lets 64 of a run be in flight at once).

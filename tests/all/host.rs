@@ -171,6 +171,26 @@ print(w["temp_c"], a["city"], b["city"])
 }
 
 #[tokio::test]
+async fn results_need_the_api_key_when_one_is_set() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let (s, _dir) = attached_sidecar(&[("PTC_API_KEY", "k")]).await;
+        let (status, _) = post_results(&s, "any", json!([])).await;
+        assert_eq!(status, 401);
+        let response = s
+            .http
+            .post(s.url("/v1/exec/any/results"))
+            .header("X-API-Key", "k")
+            .json(&json!({"results": []}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 404, "past auth: no such run");
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
 async fn a_caller_that_disconnects_stops_the_run() {
     tokio::time::timeout(TEST_TIMEOUT, async {
         let (s, _dir) = attached_sidecar(&[]).await;
