@@ -877,6 +877,88 @@ mod tests {
         }
     }
 
+    fn test_run(
+        deadline: Instant,
+    ) -> (Run, mpsc::Sender<PendingCall>, oneshot::Sender<ExecResult>) {
+        let (host, calls) = mpsc::channel(HOST_QUEUE);
+        let (done_tx, done) = oneshot::channel();
+        let run = Run {
+            id: "r".into(),
+            session_id: "s".into(),
+            deadline,
+            expires_ms: 0,
+            stop: CancellationToken::new(),
+            driver: tokio::sync::Mutex::new(Driver {
+                round: 0,
+                token_live: false,
+                calls,
+                done,
+                waiting: Vec::new(),
+            }),
+            request_ids: Mutex::new(Vec::new()),
+        };
+        (run, host, done_tx)
+    }
+
+    fn pending(id: &str) -> PendingCall {
+        PendingCall {
+            id: id.into(),
+            tool: "t".into(),
+            input: json!({}),
+            reply: oneshot::channel().0,
+        }
+    }
+
+    fn ids(outcome: Outcome) -> Vec<String> {
+        match outcome {
+            Outcome::Calls(batch) => batch.into_iter().map(|c| c.id).collect(),
+            Outcome::Done(_) => vec!["done".into()],
+            Outcome::Stopped => vec!["stopped".into()],
+        }
+    }
+
+    /// Calls closer than the quiet window share a round; a later one starts the next.
+    #[tokio::test(start_paused = true)]
+    async fn rounds_gather_calls_within_the_quiet_window() {
+        let (run, host, _done) = test_run(Instant::now() + Duration::from_secs(60));
+        tokio::spawn(async move {
+            let step = GATHER_QUIET / 2;
+            for id in ["a", "b", "c"] {
+                host.send(pending(id)).await.unwrap();
+                tokio::time::sleep(step).await;
+            }
+            tokio::time::sleep(GATHER_QUIET * 2).await;
+            host.send(pending("d")).await.unwrap();
+            // A steady trickle is cut at the cap.
+            loop {
+                if host.send(pending("e")).await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(step).await;
+            }
+        });
+        let mut driver = run.driver.lock().await;
+        assert_eq!(ids(next_outcome(&run, &mut driver).await), ["a", "b", "c"]);
+        let batch = ids(next_outcome(&run, &mut driver).await);
+        assert_eq!(batch[0], "d");
+        // d, then one "e" per half window until the cap: about 2 * CAP / QUIET calls.
+        let most = 1 + (2 * GATHER_CAP.as_millis() / GATHER_QUIET.as_millis()) as usize;
+        assert!(batch.len() > 2 && batch.len() <= most, "{}", batch.len());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stopped_or_finished_run_ends_the_wait() {
+        let (run, _host, done) = test_run(Instant::now() + Duration::from_secs(60));
+        let mut driver = run.driver.lock().await;
+        drop(done);
+        assert_eq!(ids(next_outcome(&run, &mut driver).await), ["stopped"]);
+
+        let (run, _host, _done) = test_run(Instant::now() + Duration::from_secs(1));
+        let mut driver = run.driver.lock().await;
+        // Nothing ever answers: the deadline (plus grace) ends the wait.
+        assert_eq!(ids(next_outcome(&run, &mut driver).await), ["stopped"]);
+    }
+
     #[test]
     fn json_looking_strings_are_decoded() {
         assert_eq!(decoded(json!("{\"a\": 1}")), json!({"a": 1}));
