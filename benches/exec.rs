@@ -115,8 +115,13 @@ impl Drop for Sidecar {
     }
 }
 
-fn start_sidecar(host: std::net::SocketAddr) -> Sidecar {
-    let dir = std::env::temp_dir().join(format!("ptc-bench-{}", std::process::id()));
+fn start_sidecar(host: std::net::SocketAddr, redis_url: Option<&str>) -> Sidecar {
+    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "ptc-bench-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    ));
     std::fs::create_dir_all(&dir).expect("bench dir");
     let manifest = json!({
         "callback": {"url": format!("http://{host}/tools")},
@@ -138,6 +143,8 @@ fn start_sidecar(host: std::net::SocketAddr) -> Sidecar {
         .env("PTC_RUNTIME_DIR", dir.join("rt"))
         .env("PTC_WARM_WORKERS", "2")
         .env("RUST_LOG", "warn")
+        .envs(redis_url.map(|u| ("REDIS_URL", u.to_string())))
+        .env("PTC_AGENT_ID", format!("bench-{port}"))
         .stdin(Stdio::null())
         .spawn()
         .expect("start ptc-sidecar");
@@ -164,13 +171,7 @@ async fn exec(http: &reqwest::Client, url: &str, code: &str) -> (Duration, Value
     (elapsed, r)
 }
 
-async fn bench_sidecar(p: &Params) -> Value {
-    let host = start_host().await;
-    let sidecar = start_sidecar(host);
-    let http = reqwest::Client::builder()
-        .no_proxy()
-        .build()
-        .expect("client");
+async fn wait_up(http: &reqwest::Client, sidecar: &Sidecar) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while http
         .get(format!("{}/healthz", sidecar.url))
@@ -182,6 +183,16 @@ async fn bench_sidecar(p: &Params) -> Value {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     tokio::time::sleep(Duration::from_millis(500)).await;
+}
+
+async fn bench_sidecar(p: &Params) -> Value {
+    let host = start_host().await;
+    let sidecar = start_sidecar(host, None);
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    wait_up(&http, &sidecar).await;
 
     for _ in 0..10 {
         exec(&http, &sidecar.url, "print(1)").await;
@@ -197,7 +208,10 @@ async fn bench_sidecar(p: &Params) -> Value {
     let rss = vm_hwm_mb(sidecar.child.id());
     let (mcp_seq_calls, mcp_gather_calls) =
         call_workloads(&http, &sidecar.url, empty_ms, "demo__noop", p).await;
+    drop(sidecar);
+    let events = events_on_off(&http, host, p).await;
     json!({
+        "events_on_off": events,
         "exec_print": {"n": p.exec_n, "p50_ms": round(percentile(&mut lat.clone(), 50.0)), "p99_ms": round(percentile(&mut lat, 99.0))},
         "seq_calls": seq_calls,
         "gather_calls": gather_calls,
@@ -206,6 +220,80 @@ async fn bench_sidecar(p: &Params) -> Value {
         "peak_rss_mb": rss.map(round),
         "targets": {"exec_p50_ms": 3.0, "per_call_ms": 0.25, "gather_calls_per_s": 10000, "peak_rss_mb": 40},
     })
+}
+
+/// The sequential-call workload with events going to Redis (a `redis-server` of our own)
+/// against the same without Redis, alternating runs of the two sidecars: the median per-call
+/// overheads and their ratio (target: at most 1.05).
+async fn events_on_off(http: &reqwest::Client, host: std::net::SocketAddr, p: &Params) -> Value {
+    let port = free_port();
+    let Ok(redis) = Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+    else {
+        return json!({"error": "redis-server is not installed"});
+    };
+    let redis = KillOnDrop(redis);
+    let url = format!("redis://127.0.0.1:{port}/0");
+    let off = start_sidecar(host, None);
+    let on = start_sidecar(host, Some(&url));
+    wait_up(http, &off).await;
+    wait_up(http, &on).await;
+    let empty = |sidecar: &Sidecar| {
+        let url = sidecar.url.clone();
+        async move {
+            let mut lat = Vec::new();
+            for _ in 0..30 {
+                lat.push(exec(http, &url, "print(1)").await.0.as_secs_f64() * 1e3);
+            }
+            median(&mut lat)
+        }
+    };
+    let (empty_off, empty_on) = (empty(&off).await, empty(&on).await);
+    let code = format!("for _ in range({}):\n    await noop()\n", p.seq_k);
+    let (mut per_off, mut per_on) = (Vec::new(), Vec::new());
+    for _ in 0..p.repeats.max(5) {
+        let (t, _) = exec(http, &off.url, &code).await;
+        per_off.push((t.as_secs_f64() * 1e3 - empty_off) / p.seq_k as f64);
+        let (t, _) = exec(http, &on.url, &code).await;
+        per_on.push((t.as_secs_f64() * 1e3 - empty_on) / p.seq_k as f64);
+    }
+    let health: Value = http
+        .get(format!("{}/healthz", on.url))
+        .send()
+        .await
+        .expect("healthz")
+        .json()
+        .await
+        .expect("healthz json");
+    let (off_ms, on_ms) = (median(&mut per_off), median(&mut per_on));
+    drop(redis);
+    json!({
+        "off_per_call_ms": round(off_ms),
+        "on_per_call_ms": round(on_ms),
+        "ratio": round(on_ms / off_ms),
+        "published": health["events"]["published"],
+        "dropped": health["events"]["dropped"],
+    })
+}
+
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// Workloads 2 and 3 for one no-op tool (by its Python name): K sequential calls and G calls

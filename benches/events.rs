@@ -1,0 +1,128 @@
+//! Events benchmark: sustained events/s into Redis, and what `emit()` costs the caller.
+//!
+//! Emits N tool_call.finished events through the real publisher into a `redis-server` of its
+//! own (or `REDIS_URL`), pacing only when the queue is half full so that nothing is dropped,
+//! and measures the time until every event is published (PUBLISH + XADD, pipelined).
+//!
+//! Run: `cargo bench --bench events` (`-- --quick` for fewer events). The events-on/off ratio
+//! of the sequential-call workload is in `cargo bench --bench exec`.
+
+use ptc_sidecar::events::{Event, Events, EventsConfig, QUEUE_CAPACITY};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    let n: u64 = if quick { 20_000 } else { 200_000 };
+    let (url, _server) = redis();
+    let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
+    rt.block_on(async {
+        let shutdown = CancellationToken::new();
+        let agent = format!("bench-{}", std::process::id());
+        let events = Events::start(
+            EventsConfig {
+                agent_id: agent.clone(),
+                redis_url: Some(url.clone()),
+                stream_maxlen: 10_000,
+                bodies: false,
+                hold: n as usize,
+            },
+            shutdown.clone(),
+        )
+        .expect("publisher starts");
+        let stats = events.stats();
+        // Warm the connection.
+        events.emit(Event::new("exec.started"));
+        while stats.published.load(Ordering::Relaxed) < 1 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+
+        let start = Instant::now();
+        let mut emit_time = Duration::ZERO;
+        for i in 0..n {
+            let mut e = Event::new("tool_call.finished");
+            e.exec_id = Some("r1".into());
+            e.call_id = Some(format!("r1-{i}"));
+            e.tool = Some("github__list_issues".into());
+            e.source = Some("mcp");
+            e.ok = Some(true);
+            e.duration_ms = Some(1.25);
+            e.result_bytes = Some(512);
+            let t = Instant::now();
+            events.emit(e);
+            emit_time += t.elapsed();
+            if i % 256 == 0 {
+                // Pace the producer (not the publisher): keep the queue under half full.
+                loop {
+                    let done = stats.published.load(Ordering::Relaxed) + stats.held.load(Ordering::Relaxed);
+                    let queued = stats.emitted.load(Ordering::Relaxed).saturating_sub(done);
+                    if queued < QUEUE_CAPACITY as u64 / 2 {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_micros(200)).await;
+                }
+            }
+        }
+        while stats.published.load(Ordering::Relaxed) < n + 1 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let secs = start.elapsed().as_secs_f64();
+        let dropped = stats.dropped.load(Ordering::Relaxed);
+        let mut conn = redis::Client::open(url.as_str()).unwrap().get_multiplexed_async_connection().await.unwrap();
+        let len: u64 = redis::cmd("XLEN").arg(format!("ptc:stream:{agent}")).query_async(&mut conn).await.unwrap();
+        let _: () = redis::cmd("DEL").arg(format!("ptc:stream:{agent}")).query_async(&mut conn).await.unwrap();
+        println!("events published: {n} in {secs:.3} s = {:.0} events/s (PUBLISH + XADD each), dropped {dropped}", n as f64 / secs);
+        println!("emit() cost to the caller: {:.2} µs per event (median of the run's mean)", emit_time.as_secs_f64() * 1e6 / n as f64);
+        println!("stream length after MAXLEN ~ 10000: {len}");
+        shutdown.cancel();
+    });
+}
+
+/// Our own redis-server on a free port when the binary is there, else `REDIS_URL`.
+fn redis() -> (String, Option<KillOnDrop>) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port");
+    match Command::new("redis-server")
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
+        .stdout(Stdio::null())
+        .spawn()
+    {
+        Ok(child) => {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+                assert!(Instant::now() < deadline, "redis-server did not start");
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            (
+                format!("redis://127.0.0.1:{port}/0"),
+                Some(KillOnDrop(child)),
+            )
+        }
+        Err(_) => (
+            std::env::var("REDIS_URL").expect("redis-server or REDIS_URL"),
+            None,
+        ),
+    }
+}
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
