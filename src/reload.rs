@@ -6,12 +6,15 @@
 //! whether anything the model sees changed. A broken file keeps the last good catalog; what went
 //! wrong goes to the log, to `/healthz` and into a `catalog.reloaded` event with `ok: false`.
 //! Runs in flight keep the snapshot they started with.
+//!
+//! A change to `PTC_MCP_CONFIG` also reconfigures the hub: added servers start, removed ones
+//! stop, changed ones restart (see [`Hub::reconfigure`]); a broken file changes nothing.
 
 use crate::app::{self, SavedCatalog};
 use crate::catalog::{Catalog, Policy, Tool};
 use crate::config::Config;
 use crate::events::{Event, Events};
-use crate::mcp::Hub;
+use crate::mcp::{self, Hub};
 use crate::render::Snapshot;
 use notify::Watcher;
 use serde_json::json;
@@ -144,42 +147,40 @@ impl Reloader {
                 _ = shutdown.cancelled() => return,
             }
             settle(&mut rx).await;
-            self.reload();
+            self.reload().await;
         }
     }
 
-    /// Rebuilds the catalog now; swaps it in when anything changed.
-    pub fn reload(&self) {
-        let current = self.snapshots.borrow().clone();
-        let built = app::load_input(&self.config, &self.saved).map(|mut input| {
-            if let Some(hub) = &self.mcp {
-                let (servers, problems) = hub.catalog_servers();
-                input.servers.extend(servers);
-                input.problems.extend(problems);
-            }
-            Catalog::build(
-                input,
-                &Policy::from(self.config.as_ref()),
-                current.catalog.version + 1,
-            )
-        });
-        let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
-        let catalog = match built {
-            Ok(c) => c,
-            Err(e) => {
-                let message = format!("{e}; keeping catalog version {}", current.catalog.version);
-                if status.last_error.as_deref() != Some(message.as_str()) {
-                    tracing::warn!("reload failed: {message}");
-                    let mut event = Event::new("catalog.reloaded");
-                    event.ok = Some(false);
-                    event.version = Some(current.catalog.version);
-                    event.error = Some(json!({"type": "reload", "message": message}));
-                    self.events.emit(event);
-                }
-                status.last_error = Some(message);
-                return;
-            }
+    /// Re-reads the MCP config (reconfiguring the hub) and rebuilds the catalog now; swaps it
+    /// in when anything changed. A broken tools file or MCP config changes nothing.
+    pub async fn reload(&self) {
+        let version = self.snapshots.borrow().catalog.version;
+        // The tools file first: when it is broken the hub is left alone too.
+        let input = match app::load_input(&self.config, &self.saved) {
+            Ok(input) => input,
+            Err(e) => return self.fail(e.to_string(), version),
         };
+        if let Err(e) = self.reconfigure_mcp().await {
+            return self.fail(e, version);
+        }
+        // Taken after the wait above: the version goes up from what is current now.
+        let current = self.snapshots.borrow().clone();
+        let mut input = input;
+        if let Some(hub) = &self.mcp {
+            let (servers, problems) = hub.catalog_servers();
+            // As at startup: a live server replaces a saved catalog of the same name.
+            input
+                .servers
+                .retain(|s| !servers.iter().any(|live| live.server == s.server));
+            input.servers.extend(servers);
+            input.problems.extend(problems);
+        }
+        let catalog = Catalog::build(
+            input,
+            &Policy::from(self.config.as_ref()),
+            current.catalog.version + 1,
+        );
+        let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
         status.last_error = None;
         if catalog.fingerprint == current.catalog.fingerprint {
             return;
@@ -201,6 +202,49 @@ impl Reloader {
         self.snapshots.send_replace(snapshot);
         status.reloads += 1;
         self.events.emit(event);
+    }
+
+    /// Keeps the current catalog (and servers) and says why: log, `/healthz`, and a
+    /// `catalog.reloaded` event with `ok: false`, each once per distinct error.
+    fn fail(&self, error: String, version: u64) {
+        let message = format!("{error}; keeping catalog version {version}");
+        let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        if status.last_error.as_deref() != Some(message.as_str()) {
+            tracing::warn!("reload failed: {message}");
+            let mut event = Event::new("catalog.reloaded");
+            event.ok = Some(false);
+            event.version = Some(version);
+            event.error = Some(json!({"type": "reload", "message": message}));
+            self.events.emit(event);
+        }
+        status.last_error = Some(message);
+    }
+
+    /// Re-reads `PTC_MCP_CONFIG` and makes the hub run what it lists; waits (at most the start
+    /// timeout, plus scheduling slack) for new servers' first round so their tools make this
+    /// rebuild. A broken file leaves the hub as it is.
+    ///
+    /// `Sidecar::start` builds a hub whenever `PTC_MCP_CONFIG` is set, even when the file
+    /// lists no servers, so servers added to an empty file start here too. Without a hub
+    /// (a `Reloader` built by hand with `mcp: None`) there is nothing to reconfigure.
+    async fn reconfigure_mcp(&self) -> Result<(), String> {
+        let (Some(path), Some(hub)) = (&self.config.mcp_config, &self.mcp) else {
+            return Ok(());
+        };
+        let specs = mcp::config::read(path).map_err(|e| e.to_string())?;
+        let done = hub.reconfigure(specs);
+        if done.is_empty() {
+            return Ok(());
+        }
+        tracing::info!(
+            started = ?done.started, stopped = ?done.stopped, restarted = ?done.restarted,
+            "MCP servers reconfigured"
+        );
+        if !done.started.is_empty() || !done.restarted.is_empty() {
+            hub.wait_started(hub.start_timeout() + app::MCP_STARTUP_SLACK)
+                .await;
+        }
+        Ok(())
     }
 }
 

@@ -15,6 +15,13 @@
 //! hub.catalog_servers(); /* rebuild */ }`. A server that goes down keeps its last list (calls
 //! get `unavailable` meanwhile), so the catalog does not flap while it restarts.
 //! [`Hub::subscribe`] sees every state change as well.
+//!
+//! # Reconfiguring (for hot reload of `PTC_MCP_CONFIG`)
+//!
+//! [`Hub::reconfigure`] takes the servers the file lists now: new names start, missing names
+//! stop (their actor ends, which kills the process group) and leave the status, and a changed
+//! spec restarts its server; an unchanged server keeps its actor and process. Every clone of
+//! the hub sees the new set, so dispatch and `/healthz` follow at once.
 
 pub mod config;
 pub mod result;
@@ -33,7 +40,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -137,9 +145,16 @@ pub(crate) struct StatusBoard {
 }
 
 impl StatusBoard {
-    fn update(&self, server: &str, f: impl FnOnce(&mut ServerStatus)) {
+    /// Applies `f` to `server`'s entry, unless `retired` is set: an actor the hub has stopped
+    /// (removed, or replaced by one with a new spec) must not write over its successor's entry.
+    /// The flag is read under the board's lock, and [`Hub::reconfigure`] sets it before it
+    /// replaces the entry, so a late write of a stopped actor is either overwritten or skipped.
+    fn update(&self, server: &str, retired: &AtomicBool, f: impl FnOnce(&mut ServerStatus)) {
         let mut tools_changed = false;
         self.status.send_modify(|all| {
+            if retired.load(Ordering::SeqCst) {
+                return;
+            }
             if let Some(s) = all.get_mut(server) {
                 let before = s.tools.clone();
                 f(s);
@@ -149,6 +164,10 @@ impl StatusBoard {
         if tools_changed {
             self.tools_changed.send_modify(|n| *n += 1);
         }
+    }
+
+    fn bump_tools_changed(&self) {
+        self.tools_changed.send_modify(|n| *n += 1);
     }
 
     fn state(&self, server: &str) -> ServerState {
@@ -195,15 +214,50 @@ pub struct Hub {
 }
 
 struct Inner {
-    servers: BTreeMap<String, ServerHandle>,
+    /// Behind a lock because [`Hub::reconfigure`] changes the set; every clone sees it. Held
+    /// only to look up or swap handles, never across an await.
+    servers: RwLock<BTreeMap<String, Running>>,
     board: StatusBoard,
-    start_timeout: Duration,
+    /// What new actors start with (`shutdown` is the hub's own stop token).
+    options: HubOptions,
     stop: CancellationToken,
+}
+
+/// One server's actor as the hub holds it.
+struct Running {
+    spec: ServerSpec,
+    handle: ServerHandle,
+    /// Ends this actor alone (a child of the hub's stop token).
+    stop: CancellationToken,
+    /// Set when the hub stops this actor, so it no longer writes its status.
+    retired: Arc<AtomicBool>,
+}
+
+impl Running {
+    fn retire(&self) {
+        self.retired.store(true, Ordering::SeqCst);
+        self.stop.cancel();
+    }
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         self.stop.cancel();
+    }
+}
+
+/// What [`Hub::reconfigure`] did, by server name (each list sorted).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reconfigured {
+    pub started: Vec<String>,
+    pub stopped: Vec<String>,
+    /// Their spec changed: stopped, and started again with the new one.
+    pub restarted: Vec<String>,
+}
+
+impl Reconfigured {
+    pub fn is_empty(&self) -> bool {
+        self.started.is_empty() && self.stopped.is_empty() && self.restarted.is_empty()
     }
 }
 
@@ -223,21 +277,79 @@ impl Hub {
             status: Arc::new(watch::channel(initial).0),
             tools_changed: Arc::new(watch::channel(0).0),
         };
-        let mut servers = BTreeMap::new();
-        for spec in specs {
-            let name = spec.name.clone();
-            let (actor, handle) = Actor::new(spec, options.clone(), board.clone());
-            tokio::spawn(actor.run());
-            servers.insert(name, handle);
-        }
+        let servers = specs
+            .into_iter()
+            .map(|spec| (spec.name.clone(), spawn_actor(spec, &options, &board)))
+            .collect();
         Hub {
             inner: Arc::new(Inner {
-                servers,
+                servers: RwLock::new(servers),
                 board,
-                start_timeout: options.start_timeout,
+                options,
                 stop,
             }),
         }
+    }
+
+    /// Makes the running set match `specs`: starts new names, stops names no longer listed,
+    /// restarts servers whose spec changed, and leaves the others alone. Returns at once (a new
+    /// server's first round can be awaited with [`Hub::wait_started`]). Moves
+    /// [`Hub::tools_changed`] when anything changed, so the catalog is rebuilt.
+    pub fn reconfigure(&self, specs: Vec<ServerSpec>) -> Reconfigured {
+        let mut done = Reconfigured::default();
+        let mut servers = self
+            .inner
+            .servers
+            .write()
+            .unwrap_or_else(|p| p.into_inner());
+        let wanted: BTreeMap<String, ServerSpec> =
+            specs.into_iter().map(|s| (s.name.clone(), s)).collect();
+        let gone: Vec<String> = servers
+            .keys()
+            .filter(|name| !wanted.contains_key(*name))
+            .cloned()
+            .collect();
+        for name in gone {
+            if let Some(old) = servers.remove(&name) {
+                old.retire();
+            }
+            done.stopped.push(name);
+        }
+        let mut to_start = Vec::new();
+        for (name, spec) in wanted {
+            match servers.get(&name) {
+                Some(running) if running.spec == spec => {}
+                Some(running) => {
+                    running.retire();
+                    done.restarted.push(name);
+                    to_start.push(spec);
+                }
+                None => {
+                    done.started.push(name);
+                    to_start.push(spec);
+                }
+            }
+        }
+        if done.is_empty() {
+            return done;
+        }
+        // The retired actors were flagged above, so none of them writes after this.
+        self.inner.board.status.send_modify(|all| {
+            for name in &done.stopped {
+                all.remove(name);
+            }
+            for spec in &to_start {
+                all.insert(spec.name.clone(), ServerStatus::new());
+            }
+        });
+        for spec in to_start {
+            let name = spec.name.clone();
+            let running = spawn_actor(spec, &self.inner.options, &self.inner.board);
+            servers.insert(name, running);
+        }
+        drop(servers);
+        self.inner.board.bump_tools_changed();
+        done
     }
 
     /// Reads `path` and starts its servers.
@@ -254,7 +366,16 @@ impl Hub {
 
     /// The bound on one server's start.
     pub fn start_timeout(&self) -> Duration {
-        self.inner.start_timeout
+        self.inner.options.start_timeout
+    }
+
+    /// Whether `server` is in the current set.
+    fn has(&self, server: &str) -> bool {
+        self.inner
+            .servers
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(server)
     }
 
     /// Every server's status, by name.
@@ -345,10 +466,17 @@ impl McpCaller for Hub {
         args: Value,
     ) -> Pin<Box<dyn Future<Output = Result<Value, CallError>> + Send + 'a>> {
         Box::pin(async move {
-            let Some(handle) = self.inner.servers.get(server) else {
+            let handle = self
+                .inner
+                .servers
+                .read()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(server)
+                .map(|r| r.handle.clone());
+            let Some(handle) = handle else {
                 return Err(CallError::Unavailable(format!(
                     "MCP server {server:?} is not running: it is not in PTC_MCP_CONFIG \
-                     (its tools come from a saved catalog)"
+                     (its tools come from a saved catalog, or it was just removed)"
                 )));
             };
             let args = match args {
@@ -372,11 +500,35 @@ impl McpCaller for Hub {
                 )));
             }
             answer.await.unwrap_or_else(|_| {
+                if !self.has(server) {
+                    return Err(CallError::Unavailable(format!(
+                        "MCP server {server:?} was removed from PTC_MCP_CONFIG during the call \
+                         to {server}__{tool}"
+                    )));
+                }
                 Err(CallError::Unavailable(format!(
                     "MCP server {server:?} went away during the call to {server}__{tool}; \
                      it is being restarted"
                 )))
             })
         })
+    }
+}
+
+/// Starts one server's actor with its own stop token, under the hub's.
+fn spawn_actor(spec: ServerSpec, options: &HubOptions, board: &StatusBoard) -> Running {
+    let stop = options.shutdown.child_token();
+    let retired = Arc::new(AtomicBool::new(false));
+    let options = HubOptions {
+        shutdown: stop.clone(),
+        ..options.clone()
+    };
+    let (actor, handle) = Actor::new(spec.clone(), options, board.clone(), retired.clone());
+    tokio::spawn(actor.run());
+    Running {
+        spec,
+        handle,
+        stop,
+        retired,
     }
 }

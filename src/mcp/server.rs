@@ -25,6 +25,7 @@ use serde_json::Value;
 use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::process::{ExitStatus, Stdio};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncReadExt;
@@ -140,6 +141,8 @@ pub(crate) struct Actor {
     options: HubOptions,
     calls: mpsc::Receiver<CallRequest>,
     board: StatusBoard,
+    /// Set by the hub when it stops this actor for good (see `StatusBoard::update`).
+    retired: Arc<AtomicBool>,
 }
 
 /// Why the serving phase ended.
@@ -155,6 +158,7 @@ impl Actor {
         spec: ServerSpec,
         options: HubOptions,
         board: StatusBoard,
+        retired: Arc<AtomicBool>,
     ) -> (Actor, ServerHandle) {
         let (tx, rx) = mpsc::channel(CALL_QUEUE);
         (
@@ -163,6 +167,7 @@ impl Actor {
                 options,
                 calls: rx,
                 board,
+                retired,
             },
             ServerHandle { calls: tx },
         )
@@ -173,7 +178,7 @@ impl Actor {
     }
 
     fn set(&self, f: impl FnOnce(&mut ServerStatus)) {
-        self.board.update(&self.spec.name, f);
+        self.board.update(&self.spec.name, &self.retired, f);
     }
 
     pub(crate) async fn run(mut self) {

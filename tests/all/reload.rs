@@ -2,9 +2,14 @@
 //! a run is in flight, broken manifests that keep the last good catalog, and an MCP server's
 //! tools/list_changed.
 
-use crate::common::{HostServer, TEST_TIMEOUT, TempDir, TestSidecar, tool};
+use crate::common::{HostServer, TEST_TIMEOUT, TempDir, TestSidecar, processes_with, tool};
+use ptc_sidecar::mcp::{Hub, HubOptions, Reconfigured, ServerSpec, Transport};
+use ptc_sidecar::run::CallError;
+use ptc_sidecar::run::dispatch::McpCaller;
 use serde_json::{Value, json};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
 
 fn manifest(host: &HostServer, tools: &[(&str, &str)]) -> String {
     let tools: Vec<Value> = tools
@@ -202,6 +207,280 @@ async fn an_mcp_servers_list_changed_rebuilds_the_catalog() {
         })
         .await;
         assert_eq!(h["status"], "ok");
+    })
+    .await
+    .unwrap();
+}
+
+/// A link to the demo server under `dir`: its path, passed as the command, marks the process
+/// in /proc (`processes_with`), so a test can tell its own server from other tests' servers.
+fn demo_link(dir: &TempDir, name: &str) -> String {
+    let link = dir.0.join(name);
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_ptc-demo-mcp"), &link).unwrap();
+    link.to_str().unwrap().to_string()
+}
+
+fn mcp_config(servers: &[(&str, &str)]) -> String {
+    let servers: serde_json::Map<String, Value> = servers
+        .iter()
+        .map(|(name, command)| (name.to_string(), json!({"command": command, "args": []})))
+        .collect();
+    json!({ "mcpServers": servers }).to_string()
+}
+
+/// Pids of the processes started from `command`, waiting up to a few seconds for the count
+/// to be `want` (a stopped server gets a grace period before its group is killed).
+async fn pids_of(command: &str, want: usize) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let found = processes_with(command);
+        if found.len() == want || Instant::now() >= deadline {
+            return found;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn an_added_mcp_server_starts_and_a_removed_one_stops() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let dir = TempDir::new("reload-mcp-servers");
+        let demo = demo_link(&dir, "demo-server");
+        let demo2 = demo_link(&dir, "demo2-server");
+        save(&dir, "mcp.json", &mcp_config(&[("demo", &demo)]));
+        let path = dir.0.join("mcp.json");
+        let s = TestSidecar::start(&[("PTC_ENABLED", "true"), ("PTC_MCP_CONFIG", path.to_str().unwrap())]).await;
+        let h = health(&s).await;
+        assert_eq!(h["mcp_servers"]["demo"]["state"], "ready", "{h}");
+        let restarts = h["mcp_servers"]["demo"]["restarts"].clone();
+        let version = h["catalog"]["version"].as_u64().unwrap();
+        let demo_pid = pids_of(&demo, 1).await;
+        assert_eq!(demo_pid.len(), 1, "{demo_pid:?}");
+
+        // Added: demo2 starts and its tools appear; demo is left alone.
+        save(&dir, "mcp.json", &mcp_config(&[("demo", &demo), ("demo2", &demo2)]));
+        let h = wait_until(&s, "demo2 in the catalog", |h| {
+            h["mcp_servers"]["demo2"]["state"] == "ready" && h["catalog"]["version"].as_u64() > Some(version)
+        })
+        .await;
+        assert!(h["reload"]["last_error"].is_null(), "{h}");
+        assert_eq!(h["mcp_servers"]["demo"]["restarts"], restarts, "demo was not restarted: {h}");
+        assert_eq!(h["mcp_servers"]["demo"]["state"], "ready", "{h}");
+        assert_eq!(pids_of(&demo, 1).await, demo_pid, "demo keeps the same process");
+        assert_eq!(pids_of(&demo2, 1).await.len(), 1);
+        let r = s.exec("print(await demo2__add(a=2, b=3))\nprint(await demo__add(a=1, b=1))").await;
+        assert_eq!(r["status"], "ok", "{r}");
+        assert_eq!(r["stdout"], "5\n2\n", "{r}");
+        let version = h["catalog"]["version"].as_u64().unwrap();
+
+        // Changed spec (a new env): demo2 restarts with it; demo is left alone.
+        let demo2_pid = pids_of(&demo2, 1).await;
+        let mut changed: Value = serde_json::from_str(&mcp_config(&[("demo", &demo), ("demo2", &demo2)])).unwrap();
+        changed["mcpServers"]["demo2"]["env"] = json!({"DEMO2_MARK": "1"});
+        save(&dir, "mcp.json", &changed.to_string());
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            let now = processes_with(&demo2);
+            if now.len() == 1 && now != demo2_pid && health(&s).await["mcp_servers"]["demo2"]["state"] == "ready" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "demo2 was not restarted: {now:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(pids_of(&demo, 1).await, demo_pid, "demo keeps the same process");
+        let r = s.exec("print(await demo2__add(a=3, b=4))").await;
+        assert_eq!(r["stdout"], "7\n", "{r}");
+
+        // Removed: demo2 stops, its tools go, and its process is gone.
+        save(&dir, "mcp.json", &mcp_config(&[("demo", &demo)]));
+        let h = wait_until(&s, "demo2 gone", |h| {
+            h["mcp_servers"].get("demo2").is_none() && h["catalog"]["version"].as_u64() > Some(version)
+        })
+        .await;
+        assert!(h["reload"]["last_error"].is_null(), "{h}");
+        assert_eq!(h["mcp_servers"]["demo"]["restarts"], restarts, "{h}");
+        let left = pids_of(&demo2, 0).await;
+        assert!(left.is_empty(), "demo2 left processes behind: {left:?}");
+        assert_eq!(pids_of(&demo, 1).await, demo_pid, "demo keeps the same process");
+        let r = s
+            .exec("try:\n    await call_tool('demo2__add', a=1, b=2)\nexcept ToolError as e:\n    print(e.type)\nprint(await demo__add(a=2, b=2))")
+            .await;
+        assert_eq!(r["stdout"], "unknown_tool\n4\n", "{r}");
+        let tools: Value = s.http.get(s.url("/v1/tools")).send().await.unwrap().json().await.unwrap();
+        let description = tools["tools"].as_array().unwrap().iter().find(|t| t["name"] == "exec_code").unwrap()["description"].as_str().unwrap().to_string();
+        assert!(description.contains("demo__") && !description.contains("demo2__"), "{description}");
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_broken_mcp_config_keeps_the_servers_running_and_says_why() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let dir = TempDir::new("reload-mcp-broken");
+        let demo = demo_link(&dir, "demo-server");
+        save(&dir, "mcp.json", &mcp_config(&[("demo", &demo)]));
+        let path = dir.0.join("mcp.json");
+        let s = TestSidecar::start(&[
+            ("PTC_ENABLED", "true"),
+            ("PTC_MCP_CONFIG", path.to_str().unwrap()),
+        ])
+        .await;
+        let mut events = s.sidecar.state.events.subscribe();
+        let h = health(&s).await;
+        let restarts = h["mcp_servers"]["demo"]["restarts"].clone();
+        let demo_pid = pids_of(&demo, 1).await;
+        assert_eq!(demo_pid.len(), 1, "{demo_pid:?}");
+
+        // Half-written: nothing stops, and /healthz says why.
+        std::fs::write(&path, "{\"mcpServers\": {\"demo\": {\"comm").unwrap();
+        let h = wait_until(&s, "the reload error", |h| {
+            h["reload"]["last_error"].is_string()
+        })
+        .await;
+        let why = h["reload"]["last_error"].as_str().unwrap();
+        assert!(
+            why.starts_with("PTC_MCP_CONFIG") && why.contains("not valid JSON"),
+            "{h}"
+        );
+        assert!(why.ends_with("; keeping catalog version 1"), "{h}");
+        assert_eq!(h["catalog"]["version"], 1);
+        assert_eq!(h["mcp_servers"]["demo"]["state"], "ready", "{h}");
+        assert_eq!(h["mcp_servers"]["demo"]["restarts"], restarts, "{h}");
+        let e: Value = loop {
+            let e: Value = serde_json::from_str(&events.recv().await.unwrap()).unwrap();
+            if e["type"] == "catalog.reloaded" {
+                break e;
+            }
+        };
+        assert_eq!(e["ok"], false, "{e}");
+        assert!(
+            e["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("PTC_MCP_CONFIG"),
+            "{e}"
+        );
+
+        // Valid JSON, bad server: still nothing stops.
+        save(
+            &dir,
+            "mcp.json",
+            &json!({"mcpServers": {"bad__name": {"command": "x"}}}).to_string(),
+        );
+        let h = wait_until(&s, "the server error", |h| {
+            h["reload"]["last_error"]
+                .as_str()
+                .is_some_and(|m| m.contains("bad__name"))
+        })
+        .await;
+        assert_eq!(h["mcp_servers"]["demo"]["state"], "ready", "{h}");
+        assert!(h["mcp_servers"].get("bad__name").is_none(), "{h}");
+        let r = s.exec("print(await demo__add(a=2, b=3))").await;
+        assert_eq!(r["stdout"], "5\n", "the servers still serve: {r}");
+        assert_eq!(
+            pids_of(&demo, 1).await,
+            demo_pid,
+            "demo keeps the same process"
+        );
+
+        // Fixed (unchanged from the start): the error clears, demo was never restarted.
+        save(&dir, "mcp.json", &mcp_config(&[("demo", &demo)]));
+        let h = wait_until(&s, "the error to clear", |h| {
+            h["reload"]["last_error"].is_null()
+        })
+        .await;
+        assert_eq!(h["mcp_servers"]["demo"]["restarts"], restarts, "{h}");
+        assert_eq!(
+            pids_of(&demo, 1).await,
+            demo_pid,
+            "demo keeps the same process"
+        );
+    })
+    .await
+    .unwrap();
+}
+
+fn spec(name: &str, command: &str, env: &[(&str, &str)]) -> ServerSpec {
+    ServerSpec {
+        name: name.into(),
+        transport: Transport::Stdio {
+            command: command.into(),
+            args: vec![],
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+        },
+    }
+}
+
+#[tokio::test]
+async fn the_hub_reconfigures_only_what_changed() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let dir = TempDir::new("hub-reconfigure");
+        let (a, b, c) = (
+            demo_link(&dir, "a-server"),
+            demo_link(&dir, "b-server"),
+            demo_link(&dir, "c-server"),
+        );
+        let shutdown = CancellationToken::new();
+        let _stop = shutdown.clone().drop_guard();
+        let hub = Hub::start(
+            vec![spec("a", &a, &[]), spec("b", &b, &[])],
+            HubOptions::new(Duration::from_secs(20), shutdown),
+        );
+        // A clone made before the change (as dispatch and AppState hold) sees it too.
+        let caller: Arc<dyn McpCaller> = Arc::new(hub.clone());
+        hub.wait_started(Duration::from_secs(21)).await;
+        let a_pid = pids_of(&a, 1).await;
+        assert_eq!(pids_of(&b, 1).await.len(), 1);
+        let mut changed = hub.tools_changed();
+        changed.borrow_and_update();
+
+        // The same set: nothing happens, and the catalog is not asked to rebuild.
+        let same = hub.reconfigure(vec![spec("b", &b, &[]), spec("a", &a, &[])]);
+        assert!(same.is_empty(), "{same:?}");
+        assert!(!changed.has_changed().unwrap());
+
+        // b removed, a's env changed, c new.
+        let done = hub.reconfigure(vec![spec("a", &a, &[("X", "1")]), spec("c", &c, &[])]);
+        assert_eq!(
+            done,
+            Reconfigured {
+                started: vec!["c".into()],
+                stopped: vec!["b".into()],
+                restarted: vec!["a".into()]
+            }
+        );
+        assert!(changed.has_changed().unwrap());
+        assert_eq!(hub.status().keys().cloned().collect::<Vec<_>>(), ["a", "c"]);
+        assert!(hub.health().get("b").is_none());
+        match caller.call("b", "add", json!({"a": 1, "b": 2})).await {
+            Err(CallError::Unavailable(m)) => assert!(m.contains("not in PTC_MCP_CONFIG"), "{m}"),
+            other => panic!("a removed server answered {other:?}"),
+        }
+        hub.wait_started(Duration::from_secs(21)).await;
+        assert!(hub.catalog_servers().0.iter().all(|s| s.server != "b"));
+        assert_eq!(
+            caller
+                .call("c", "add", json!({"a": 1, "b": 2}))
+                .await
+                .unwrap(),
+            json!("3")
+        );
+        assert_eq!(
+            caller
+                .call("a", "add", json!({"a": 2, "b": 2}))
+                .await
+                .unwrap(),
+            json!("4")
+        );
+        assert!(pids_of(&b, 0).await.is_empty(), "b's process is gone");
+        let a_now = pids_of(&a, 1).await;
+        assert_eq!(a_now.len(), 1, "{a_now:?}");
+        assert_ne!(a_now, a_pid, "a runs with its new spec");
+        assert_eq!(hub.status()["a"].restarts, 0);
     })
     .await
     .unwrap();
