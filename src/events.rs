@@ -25,6 +25,10 @@ pub const QUEUE_CAPACITY: usize = 8192;
 pub const DEFAULT_HOLD: usize = 50_000;
 /// Events per pipelined round trip to Redis.
 pub const BATCH_MAX: usize = 512;
+/// How long the writer lets events gather after the first one before it writes: one round
+/// trip per burst instead of one per event, so a busy run costs Redis (and this machine's
+/// CPU) little. Events reach Redis at most this much later.
+pub const LINGER: Duration = Duration::from_millis(5);
 /// Events an in-process subscriber may lag behind before it misses some (and is told).
 pub const LIVE_CAPACITY: usize = 4096;
 /// One connect or one batch to Redis may take this long: a slow Redis is treated as away.
@@ -361,6 +365,12 @@ impl Writer {
                         None => return,
                     },
                     _ = shutdown.cancelled() => return,
+                }
+                if rx.len() < BATCH_MAX {
+                    tokio::select! {
+                        _ = tokio::time::sleep(LINGER) => {}
+                        _ = shutdown.cancelled() => {}
+                    }
                 }
             }
             self.take_queued(&mut rx, &mut held);
