@@ -531,3 +531,28 @@ async fn futures_join_all<F: std::future::Future>(
         .map(|v| v.expect("every future finished"))
         .collect()
 }
+
+#[tokio::test]
+async fn policy_leaves_tools_out_of_the_description_and_out_of_reach() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        // Denied host tools: not described, not callable by either name.
+        let f = fixture(&[("PTC_DENY_TOOLS", "explode,garb*")]).await;
+        let tools: Value = f.s.http.get(f.s.url("/v1/tools")).send().await.unwrap().json().await.unwrap();
+        let description = tools["tools"].as_array().unwrap().iter().find(|t| t["name"] == "exec_code").unwrap()["description"].as_str().unwrap().to_string();
+        assert!(description.contains("get_weather(city)"), "{description}");
+        assert!(!description.contains("explode") && !description.contains("garbage"), "{description}");
+        let r = f.s.exec("for name in ['explode', 'garbage']:\n    try:\n        await call_tool(name)\n    except ToolError as e:\n        print(e.type)\nprint('explode' in dir(tools))\n").await;
+        assert_eq!(stdout(&r), "unknown_tool\nunknown_tool\nFalse\n", "{r}");
+        assert_eq!(f.host.calls.load(std::sync::atomic::Ordering::Relaxed), 0);
+
+        // Read-only: only MCP tools annotated readOnlyHint are callable from code.
+        let dir = TempDir::new("policy-mcp");
+        let config = json!({"mcpServers": {"demo": {"command": env!("CARGO_BIN_EXE_ptc-demo-mcp"), "args": []}}});
+        let path = dir.write("mcp.json", &config.to_string());
+        let s = TestSidecar::start(&[("PTC_ENABLED", "true"), ("PTC_MCP_CONFIG", path.to_str().unwrap()), ("PTC_READ_ONLY_TOOLS", "true")]).await;
+        let r = s.exec("print(await demo__add(a=1, b=2))\ntry:\n    await call_tool('demo__fail', message='x')\nexcept ToolError as e:\n    print(e.type)\n").await;
+        assert_eq!(stdout(&r), "3\nunknown_tool\n", "{r}");
+    })
+    .await
+    .unwrap();
+}
