@@ -8,9 +8,12 @@
 //! of the sequential-call workload is in `cargo bench --bench exec`.
 
 use ptc_sidecar::events::{Event, Events, EventsConfig, QUEUE_CAPACITY};
-use std::process::{Child, Command, Stdio};
+#[path = "support.rs"]
+mod support;
+
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+use support::{KillOnDrop, redis_server};
 use tokio_util::sync::CancellationToken;
 
 fn main() {
@@ -80,49 +83,13 @@ fn main() {
     });
 }
 
-/// Our own redis-server on a free port when the binary is there, else `REDIS_URL`.
+/// Our own redis-server when the binary is there, else `REDIS_URL`.
 fn redis() -> (String, Option<KillOnDrop>) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port");
-    match Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(Stdio::null())
-        .spawn()
-    {
-        Ok(child) => {
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-                assert!(Instant::now() < deadline, "redis-server did not start");
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            (
-                format!("redis://127.0.0.1:{port}/0"),
-                Some(KillOnDrop(child)),
-            )
-        }
-        Err(_) => (
+    match redis_server() {
+        Some((url, server)) => (url, Some(server)),
+        None => (
             std::env::var("REDIS_URL").expect("redis-server or REDIS_URL"),
             None,
         ),
-    }
-}
-
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
     }
 }

@@ -16,11 +16,14 @@
 //!
 //! Run: `cargo bench --bench exec` (`-- --no-peer` to skip progtc, `-- --quick` for a smoke run).
 
+#[path = "support.rs"]
+mod support;
+
 use serde_json::{Value, json};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use support::{free_port, redis_server};
 
 struct Params {
     exec_n: usize,
@@ -77,14 +80,6 @@ fn main() {
         serde_json::to_string_pretty(&peer).unwrap_or_default()
     );
     print_table(&ours, &peer);
-}
-
-/// A free loopback port (bound then released).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
 }
 
 async fn start_host() -> std::net::SocketAddr {
@@ -226,25 +221,9 @@ async fn bench_sidecar(p: &Params) -> Value {
 /// against the same without Redis, alternating runs of the two sidecars: the median per-call
 /// overheads and their ratio (target: at most 1.05).
 async fn events_on_off(http: &reqwest::Client, host: std::net::SocketAddr, p: &Params) -> Value {
-    let port = free_port();
-    let Ok(redis) = Command::new("redis-server")
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .stdout(Stdio::null())
-        .spawn()
-    else {
+    let Some((url, redis)) = redis_server() else {
         return json!({"error": "redis-server is not installed"});
     };
-    let redis = KillOnDrop(redis);
-    let url = format!("redis://127.0.0.1:{port}/0");
     let off = start_sidecar(host, None);
     let on = start_sidecar(host, Some(&url));
     wait_up(http, &off).await;
@@ -285,15 +264,6 @@ async fn events_on_off(http: &reqwest::Client, host: std::net::SocketAddr, p: &P
         "published": health["events"]["published"],
         "dropped": health["events"]["dropped"],
     })
-}
-
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// Workloads 2 and 3 for one no-op tool (by its Python name): K sequential calls and G calls

@@ -308,3 +308,21 @@ pub fn unique(label: &str) -> String {
         N.fetch_add(1, Ordering::Relaxed)
     )
 }
+
+/// Waits until this sidecar has no live run and no child process left (at most 5 s).
+pub async fn assert_nothing_left(s: &TestSidecar) {
+    let runner = s.sidecar.state.runner.clone().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let procs = processes_with(s.runtime.0.to_str().unwrap());
+        if procs.is_empty() && runner.live_runs() == 0 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "left behind: {} runs, {procs:#?}",
+            runner.live_runs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

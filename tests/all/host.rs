@@ -2,10 +2,9 @@
 //! `POST /v1/exec/{id}/results`) and direct posting (`POST /tool_call` on the IPC bridge),
 //! through real HTTP with real python3 children.
 
-use crate::common::{HostServer, TEST_TIMEOUT, TempDir, TestSidecar, processes_with, tool};
+use crate::common::{HostServer, TEST_TIMEOUT, TempDir, TestSidecar, assert_nothing_left, tool};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use std::time::{Duration, Instant};
 
 /// A sidecar whose host tools have no callback URL: only an attached caller can run them.
 async fn attached_sidecar(extra: &[(&str, &str)]) -> (TestSidecar, TempDir) {
@@ -88,23 +87,6 @@ async fn post_results(s: &TestSidecar, exec_id: &str, results: Value) -> (u16, V
         response.status().as_u16(),
         response.json().await.unwrap_or(Value::Null),
     )
-}
-
-async fn assert_nothing_left(s: &TestSidecar) {
-    let runner = s.sidecar.state.runner.clone().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let procs = processes_with(s.runtime.0.to_str().unwrap());
-        if procs.is_empty() && runner.live_runs() == 0 {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "left behind: {} runs, {procs:#?}",
-            runner.live_runs()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test]

@@ -2,10 +2,10 @@
 //! real python3 children: every round, every bad input of the issue, and at the end the real
 //! client (`tests/librechat/drive.mjs`) where node and its install are present.
 
-use crate::common::{TEST_TIMEOUT, TestSidecar, processes_with};
+use crate::common::{TEST_TIMEOUT, TestSidecar, assert_nothing_left};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const PROGRAMMATIC: &str = "/exec/programmatic";
 
@@ -84,23 +84,6 @@ async fn drive(s: &TestSidecar, code: &str) -> (Value, Vec<Value>) {
         r = next;
     }
     (r, rounds)
-}
-
-async fn assert_nothing_left(s: &TestSidecar) {
-    let runner = s.sidecar.state.runner.clone().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let procs = processes_with(s.runtime.0.to_str().unwrap());
-        if procs.is_empty() && runner.live_runs() == 0 {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "left behind: {} runs, {procs:#?}",
-            runner.live_runs()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 }
 
 #[tokio::test]
