@@ -8,7 +8,7 @@
 //! of the sequential-call workload is in `cargo bench --bench exec`.
 
 use ptc_sidecar::events::{Event, Events, EventsConfig, QUEUE_CAPACITY};
-#[path = "support.rs"]
+#[path = "support/mod.rs"]
 mod support;
 
 use std::sync::atomic::Ordering;

@@ -16,7 +16,7 @@
 //!
 //! Run: `cargo bench --bench exec` (`-- --no-peer` to skip progtc, `-- --quick` for a smoke run).
 
-#[path = "support.rs"]
+#[path = "support/mod.rs"]
 mod support;
 
 use serde_json::{Value, json};
