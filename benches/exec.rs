@@ -218,49 +218,55 @@ async fn bench_sidecar(p: &Params) -> Value {
 }
 
 /// The sequential-call workload with events going to Redis (a `redis-server` of our own)
-/// against the same without Redis, alternating runs of the two sidecars: the median per-call
-/// overheads and their ratio (target: at most 1.05).
+/// against the same without Redis: three sidecars (off, on, and a second off as a control for
+/// the machine's noise) run in turn, 11 rounds; the median per-call overheads, the on/off ratio
+/// (target: at most 1.05), and the off/off ratio that shows how large noise alone is.
 async fn events_on_off(http: &reqwest::Client, host: std::net::SocketAddr, p: &Params) -> Value {
+    /// Rounds of the three sidecars in turn.
+    const ROUNDS: usize = 11;
     let Some((url, redis)) = redis_server() else {
         return json!({"error": "redis-server is not installed"});
     };
-    let off = start_sidecar(host, None);
-    let on = start_sidecar(host, Some(&url));
-    wait_up(http, &off).await;
-    wait_up(http, &on).await;
-    let empty = |sidecar: &Sidecar| {
-        let url = sidecar.url.clone();
-        async move {
-            let mut lat = Vec::new();
-            for _ in 0..30 {
-                lat.push(exec(http, &url, "print(1)").await.0.as_secs_f64() * 1e3);
-            }
-            median(&mut lat)
+    let sidecars = [
+        start_sidecar(host, None),
+        start_sidecar(host, Some(&url)),
+        start_sidecar(host, None),
+    ];
+    let mut empty_ms = Vec::new();
+    for sidecar in &sidecars {
+        wait_up(http, sidecar).await;
+        let mut lat = Vec::new();
+        for _ in 0..30 {
+            lat.push(exec(http, &sidecar.url, "print(1)").await.0.as_secs_f64() * 1e3);
         }
-    };
-    let (empty_off, empty_on) = (empty(&off).await, empty(&on).await);
+        empty_ms.push(median(&mut lat));
+    }
     let code = format!("for _ in range({}):\n    await noop()\n", p.seq_k);
-    let (mut per_off, mut per_on) = (Vec::new(), Vec::new());
-    for _ in 0..p.repeats.max(5) {
-        let (t, _) = exec(http, &off.url, &code).await;
-        per_off.push((t.as_secs_f64() * 1e3 - empty_off) / p.seq_k as f64);
-        let (t, _) = exec(http, &on.url, &code).await;
-        per_on.push((t.as_secs_f64() * 1e3 - empty_on) / p.seq_k as f64);
+    let mut per_call: [Vec<f64>; 3] = Default::default();
+    for _ in 0..ROUNDS {
+        for (i, sidecar) in sidecars.iter().enumerate() {
+            let (t, _) = exec(http, &sidecar.url, &code).await;
+            per_call[i].push((t.as_secs_f64() * 1e3 - empty_ms[i]) / p.seq_k as f64);
+        }
     }
     let health: Value = http
-        .get(format!("{}/healthz", on.url))
+        .get(format!("{}/healthz", sidecars[1].url))
         .send()
         .await
         .expect("healthz")
         .json()
         .await
         .expect("healthz json");
-    let (off_ms, on_ms) = (median(&mut per_off), median(&mut per_on));
+    let [off, on, control] = per_call.map(|mut v| median(&mut v));
+    drop(sidecars);
     drop(redis);
     json!({
-        "off_per_call_ms": round(off_ms),
-        "on_per_call_ms": round(on_ms),
-        "ratio": round(on_ms / off_ms),
+        "rounds": ROUNDS,
+        "off_per_call_ms": round(off),
+        "on_per_call_ms": round(on),
+        "ratio": round(on / off),
+        "control_off_per_call_ms": round(control),
+        "control_ratio": round(control / off),
         "published": health["events"]["published"],
         "dropped": health["events"]["dropped"],
     })
