@@ -110,15 +110,7 @@ async fn tools_in_every_format_with_etag() {
         let body: Value = r.json().await.unwrap();
         assert_eq!(body["error"]["type"], "not_found");
 
-        let health: Value = s
-            .http
-            .get(s.url("/healthz"))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let health = s.health().await;
         assert_eq!(health["status"], "ok");
         assert_eq!(health["catalog"]["ptc_tools"], 1);
     })

@@ -96,6 +96,23 @@ impl TestSidecar {
         format!("http://{}{path}", self.addr)
     }
 
+    /// `GET` a JSON endpoint of the control API.
+    pub async fn get_json(&self, path: &str) -> Value {
+        self.http
+            .get(self.url(path))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap()
+    }
+
+    /// `GET /healthz`.
+    pub async fn health(&self) -> Value {
+        self.get_json("/healthz").await
+    }
+
     pub async fn exec(&self, code: &str) -> Value {
         self.exec_body(json!({"code": code})).await
     }

@@ -77,22 +77,11 @@ async fn start(servers: Value, extra: &[(&str, &str)]) -> Mcp {
     Mcp { s, _dir: dir }
 }
 
-async fn health(s: &TestSidecar) -> Value {
-    s.http
-        .get(s.url("/healthz"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
 /// Waits until `/healthz` shows `server` in `state`.
 async fn wait_for_state(s: &TestSidecar, server: &str, state: &str) -> Value {
     let deadline = Instant::now() + SETTLE;
     loop {
-        let h = health(s).await;
+        let h = s.health().await;
         if h["mcp_servers"][server]["state"] == state {
             return h;
         }
@@ -147,7 +136,7 @@ for call in (demo__fail(message="the disk is full"), demo__lookup_country(code="
         assert_eq!(r["status"], "error");
         assert!(r["stderr"].as_str().unwrap().contains("ToolInputError"), "{r}");
 
-        let h = health(&t.s).await;
+        let h = t.s.health().await;
         assert_eq!(
             h["mcp_servers"],
             json!({"demo": {"state": "ready", "tools": 8, "restarts": 0}})
@@ -202,7 +191,7 @@ async fn a_server_that_hangs_at_start_holds_up_nothing() {
         let r = t.s.exec("print(await demo__multiply(a=6, b=7))").await;
         assert_eq!(stdout(&r), "42\n", "{r}");
 
-        let h = health(&t.s).await;
+        let h = t.s.health().await;
         let stuck = &h["mcp_servers"]["stuck"];
         assert!(
             ["failed", "restarting"].contains(&stuck["state"].as_str().unwrap()),
@@ -313,7 +302,7 @@ print(await demo__add(a=1, b=1))
             stdout(&r),
             "ToolError demo__slow did not answer within 1 s (PTC_TOOL_TIMEOUT)\n2\n"
         );
-        assert_eq!(health(&t.s).await["mcp_servers"]["demo"]["restarts"], 0);
+        assert_eq!(t.s.health().await["mcp_servers"]["demo"]["restarts"], 0);
         let deadline = Instant::now() + SETTLE;
         while !log.text().contains("slow call cancelled") {
             assert!(
@@ -412,7 +401,7 @@ print(await bad__fine())
              ToolError MCP server \"bad\" answered bad__hologram with a malformed result (not a valid tools/call result)\n\
              fine\n"
         );
-        assert_eq!(health(&t.s).await["mcp_servers"]["bad"]["state"], "ready");
+        assert_eq!(t.s.health().await["mcp_servers"]["bad"]["state"], "ready");
     })
     .await
     .unwrap();
@@ -541,7 +530,7 @@ async fn tools_list_changed_relists_the_server() {
         let (servers, _) = hub.catalog_servers();
         let names: Vec<&str> = servers[0].tools.iter().map(|t| t.name.as_str()).collect();
         assert!(names.contains(&"extra_echo"), "{names:?}");
-        assert_eq!(health(&t.s).await["mcp_servers"]["demo"]["tools"], 9);
+        assert_eq!(t.s.health().await["mcp_servers"]["demo"]["tools"], 9);
     })
     .await
     .unwrap();
@@ -661,7 +650,7 @@ print([b["type"] for b in blocks], blocks[1]["mimeType"])
             err.contains("ToolError: MCP server \"everything\" went away during the call to everything__echo (cannot reach it:"),
             "{r}"
         );
-        let h = health(&t.s).await;
+        let h = t.s.health().await;
         assert!(
             ["failed", "restarting"].contains(&h["mcp_servers"]["everything"]["state"].as_str().unwrap()),
             "{h}"

@@ -26,21 +26,10 @@ fn save(dir: &TempDir, name: &str, text: &str) {
     std::fs::rename(&tmp, dir.0.join(name)).unwrap();
 }
 
-async fn health(s: &TestSidecar) -> Value {
-    s.http
-        .get(s.url("/healthz"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
-}
-
 async fn wait_until(s: &TestSidecar, what: &str, check: impl Fn(&Value) -> bool) -> Value {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
-        let h = health(s).await;
+        let h = s.health().await;
         if check(&h) {
             return h;
         }
@@ -190,7 +179,7 @@ async fn an_mcp_servers_list_changed_rebuilds_the_catalog() {
         let s = TestSidecar::start(&[("PTC_ENABLED", "true"), ("PTC_MCP_CONFIG", path.to_str().unwrap())]).await;
         let r = s.exec("print(await demo__add(a=2, b=3))").await;
         assert_eq!(r["status"], "ok", "{r}");
-        let version = health(&s).await["catalog"]["version"].as_u64().unwrap();
+        let version = s.health().await["catalog"]["version"].as_u64().unwrap();
 
         let r = s.exec("await demo__toggle_extra()\nprint('toggled')").await;
         assert_eq!(r["stdout"], "toggled\n", "{r}");
@@ -250,7 +239,7 @@ async fn an_added_mcp_server_starts_and_a_removed_one_stops() {
         save(&dir, "mcp.json", &mcp_config(&[("demo", &demo)]));
         let path = dir.0.join("mcp.json");
         let s = TestSidecar::start(&[("PTC_ENABLED", "true"), ("PTC_MCP_CONFIG", path.to_str().unwrap())]).await;
-        let h = health(&s).await;
+        let h = s.health().await;
         assert_eq!(h["mcp_servers"]["demo"]["state"], "ready", "{h}");
         let restarts = h["mcp_servers"]["demo"]["restarts"].clone();
         let version = h["catalog"]["version"].as_u64().unwrap();
@@ -281,7 +270,7 @@ async fn an_added_mcp_server_starts_and_a_removed_one_stops() {
         let deadline = Instant::now() + Duration::from_secs(15);
         loop {
             let now = processes_with(&demo2);
-            if now.len() == 1 && now != demo2_pid && health(&s).await["mcp_servers"]["demo2"]["state"] == "ready" {
+            if now.len() == 1 && now != demo2_pid && s.health().await["mcp_servers"]["demo2"]["state"] == "ready" {
                 break;
             }
             assert!(Instant::now() < deadline, "demo2 was not restarted: {now:?}");
@@ -327,7 +316,7 @@ async fn a_broken_mcp_config_keeps_the_servers_running_and_says_why() {
         ])
         .await;
         let mut events = s.sidecar.state.events.subscribe();
-        let h = health(&s).await;
+        let h = s.health().await;
         let restarts = h["mcp_servers"]["demo"]["restarts"].clone();
         let demo_pid = pids_of(&demo, 1).await;
         assert_eq!(demo_pid.len(), 1, "{demo_pid:?}");
