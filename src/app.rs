@@ -97,7 +97,18 @@ pub fn snapshot_with_mcp(
     saved: &[SavedCatalog],
     hub: Option<&Hub>,
 ) -> Result<Snapshot, SourceError> {
-    let mut input = load_input(config, saved)?;
+    let input = load_input(config, saved)?;
+    Ok(Snapshot::new(build_catalog(config, input, hub, 1)))
+}
+
+/// Builds a catalog from the read sources and the running MCP servers' tools (a live server
+/// replaces a saved catalog of the same name). Startup and hot reload both build this way.
+pub fn build_catalog(
+    config: &Config,
+    mut input: CatalogInput,
+    hub: Option<&Hub>,
+    version: u64,
+) -> Catalog {
     if let Some(hub) = hub {
         let (servers, problems) = hub.catalog_servers();
         input
@@ -106,11 +117,7 @@ pub fn snapshot_with_mcp(
         input.servers.extend(servers);
         input.problems.extend(problems);
     }
-    Ok(Snapshot::new(Catalog::build(
-        input,
-        &Policy::from(config),
-        1,
-    )))
+    Catalog::build(input, &Policy::from(config), version)
 }
 
 /// Starts the servers of `PTC_MCP_CONFIG` (when set) and waits for their first attempt, at

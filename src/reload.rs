@@ -11,7 +11,7 @@
 //! stop, changed ones restart (see [`Hub::reconfigure`]); a broken file changes nothing.
 
 use crate::app::{self, SavedCatalog};
-use crate::catalog::{Catalog, Policy, Tool};
+use crate::catalog::{Catalog, Tool};
 use crate::config::Config;
 use crate::events::{Event, Events};
 use crate::mcp::{self, Hub};
@@ -165,19 +165,10 @@ impl Reloader {
         }
         // Taken after the wait above: the version goes up from what is current now.
         let current = self.snapshots.borrow().clone();
-        let mut input = input;
-        if let Some(hub) = &self.mcp {
-            let (servers, problems) = hub.catalog_servers();
-            // As at startup: a live server replaces a saved catalog of the same name.
-            input
-                .servers
-                .retain(|s| !servers.iter().any(|live| live.server == s.server));
-            input.servers.extend(servers);
-            input.problems.extend(problems);
-        }
-        let catalog = Catalog::build(
+        let catalog = app::build_catalog(
+            &self.config,
             input,
-            &Policy::from(self.config.as_ref()),
+            self.mcp.as_ref(),
             current.catalog.version + 1,
         );
         let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
