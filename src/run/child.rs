@@ -48,6 +48,35 @@ pub struct SpawnSpec {
     pub limits: Limits,
 }
 
+impl SpawnSpec {
+    /// `python -I -u -B SCRIPT` with a cleared environment (only `PATH` and `LANG`), in its own
+    /// process group, killed on drop: how every interpreter of docs/runner-protocol.md starts.
+    pub fn command(&self, script: &Path) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new(&self.python);
+        cmd.arg("-I")
+            .arg("-u")
+            .arg("-B")
+            .arg(script)
+            .env_clear()
+            .env("PATH", &self.path_env)
+            .env("LANG", "C.UTF-8")
+            .process_group(0)
+            .kill_on_drop(true);
+        cmd
+    }
+
+    /// The whole environment of a run's child: nothing of the sidecar's but `PATH`.
+    pub fn run_env(&self, scratch: &Path) -> [(&'static str, String); 4] {
+        let scratch = scratch.to_string_lossy().into_owned();
+        [
+            ("PATH", self.path_env.clone()),
+            ("LANG", "C.UTF-8".into()),
+            ("HOME", scratch.clone()),
+            ("TMPDIR", scratch),
+        ]
+    }
+}
+
 /// A started child. Dropping it kills its whole process group and removes its scratch dir.
 pub struct Child {
     exit: Exit,
@@ -73,22 +102,12 @@ enum Exit {
 pub fn spawn(spec: &SpawnSpec, sdk_dir: &Path, id: &str) -> std::io::Result<Child> {
     let scratch = spec.scratch_root.join(id);
     std::fs::create_dir_all(&scratch)?;
-    let mut cmd = tokio::process::Command::new(&spec.python);
-    cmd.arg("-I")
-        .arg("-u")
-        .arg("-B")
-        .arg(sdk_dir.join("ptc_bootstrap.py"))
-        .env_clear()
-        .env("PATH", &spec.path_env)
-        .env("LANG", "C.UTF-8")
-        .env("HOME", &scratch)
-        .env("TMPDIR", &scratch)
+    let mut cmd = spec.command(&sdk_dir.join("ptc_bootstrap.py"));
+    cmd.envs(spec.run_env(&scratch))
         .current_dir(&scratch)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
+        .stderr(Stdio::piped());
     let limits = spec.limits;
     // SAFETY: the closure runs between fork and exec and calls only setrlimit, which is
     // async-signal-safe; it allocates nothing and takes no lock.

@@ -52,20 +52,11 @@ impl Zygote {
     /// Starts `python -I -u -B SDK_DIR/ptc_zygote.py` with the control socket as its stdin.
     pub fn start(spec: &SpawnSpec, sdk_dir: &Path) -> io::Result<Zygote> {
         let (ours, theirs) = seqpacket_pair()?;
-        let mut cmd = tokio::process::Command::new(&spec.python);
-        cmd.arg("-I")
-            .arg("-u")
-            .arg("-B")
-            .arg(sdk_dir.join("ptc_zygote.py"))
-            .env_clear()
-            .env("PATH", &spec.path_env)
-            .env("LANG", "C.UTF-8")
-            .current_dir(sdk_dir)
+        let mut cmd = spec.command(&sdk_dir.join("ptc_zygote.py"));
+        cmd.current_dir(sdk_dir)
             .stdin(Stdio::from(theirs))
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .process_group(0)
-            .kill_on_drop(true);
+            .stderr(Stdio::inherit());
         let process = cmd.spawn()?;
         let pgid = process.id().map(|p| p as i32).unwrap_or(0);
         set_nonblocking(ours.as_raw_fd())?;
@@ -102,11 +93,15 @@ impl Zygote {
         let (stderr_r, stderr_w) = pipe()?;
         let (tx, rx) = oneshot::channel();
         lock(&self.waiters).forks.insert(id.to_string(), tx);
-        let scratch_text = scratch.to_string_lossy();
+        let env: serde_json::Map<String, serde_json::Value> = spec
+            .run_env(&scratch)
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.into()))
+            .collect();
         let message = json!({
             "id": id,
-            "scratch": scratch_text,
-            "env": {"PATH": spec.path_env, "LANG": "C.UTF-8", "HOME": scratch_text, "TMPDIR": scratch_text},
+            "scratch": scratch.to_string_lossy(),
+            "env": env,
             "limits": {
                 "as": limits.address_space,
                 "cpu": limits.cpu_secs,
