@@ -362,13 +362,8 @@ class _Client:
         return _Conn(sock, reader, writer, loop.time())
 
     def _release(self, pool, conn):
-        waiters = pool.waiters
-        while waiters:
-            waiter = waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(conn)
-                return
-        pool.idle.append(conn)
+        if not self._wake(pool, conn):
+            pool.idle.append(conn)
 
     def _discard(self, pool, conn):
         try:
@@ -379,13 +374,15 @@ class _Client:
         self._wake(pool, None)
 
     def _wake(self, pool, value):
-        """Lets the first live waiter open a connection in a freed slot."""
+        """Hands `value` (a connection, or None: a freed slot to open one in) to the first live
+        waiter; False when nobody waits."""
         waiters = pool.waiters
         while waiters:
             waiter = waiters.popleft()
             if not waiter.done():
                 waiter.set_result(value)
-                return
+                return True
+        return False
 
     def _watch(self, pool):
         """The one timer of a pool: fails calls past their deadline, re-arms for the next."""
