@@ -1,6 +1,6 @@
 //! The control API over real HTTP: tool lists, caching, auth, errors.
 
-use crate::common::{TEST_TIMEOUT, TempDir, TestSidecar};
+use crate::common::{TEST_TIMEOUT, TempDir, TestSidecar, names};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 
@@ -36,13 +36,7 @@ async fn tools_in_every_format_with_etag() {
         let body: Value = r.json().await.unwrap();
         assert_eq!(body["version"], 1);
         assert_eq!(body["etag"], etag.as_str());
-        let names: Vec<&str> = body["tools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t["name"].as_str().unwrap())
-            .collect();
-        assert_eq!(names, ["complete", "exec_code"]);
+        assert_eq!(names(&body["tools"]), ["complete", "exec_code"]);
         assert_eq!(
             body["tools"][1]["input_schema"]["properties"]["timeout"]["maximum"],
             45
@@ -169,13 +163,7 @@ async fn ptc_off_means_direct_tools_and_409_for_exec() {
             .json()
             .await
             .unwrap();
-        let names: Vec<&str> = body["tools"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|t| t["name"].as_str().unwrap())
-            .collect();
-        assert_eq!(names, ["complete", "lookup"]);
+        assert_eq!(names(&body["tools"]), ["complete", "lookup"]);
         let r = s
             .http
             .post(s.url("/v1/exec_code"))

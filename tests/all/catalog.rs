@@ -1,7 +1,7 @@
 //! The catalog and what the model sees of it: the lossless check over the real corpus and
 //! hand-written schemas, bad input, and the `tools` command.
 
-use crate::common::{TempDir, config, corpus};
+use crate::common::{TempDir, config, corpus, names};
 use pretty_assertions::assert_eq;
 use ptc_sidecar::app::{self, SavedCatalog};
 use ptc_sidecar::catalog::source::ToolDef;
@@ -327,13 +327,7 @@ fn the_tools_command_prints_what_the_llm_gets() {
         String::from_utf8_lossy(&out.stderr)
     );
     let tools: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let names: Vec<&str> = tools
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(names, ["complete", "exec_code"]);
+    assert_eq!(names(&tools), ["complete", "exec_code"]);
     assert_eq!(tools[0]["input_schema"]["required"], json!(["answer"]));
     let description = tools[1]["description"].as_str().unwrap();
     assert!(
@@ -367,13 +361,7 @@ fn the_tools_command_prints_what_the_llm_gets() {
     // PTC off: every tool direct, no exec_code.
     let out = cli(&["tools", "--format", "mcp"], &[("PTC_TOOLS_FILE", m)]);
     let tools: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let names: Vec<&str> = tools
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(names, ["complete", "get-weather"]);
+    assert_eq!(names(&tools), ["complete", "get-weather"]);
     assert!(tools[1]["inputSchema"].is_object());
 
     // Bad input: clear message, exit 2, nothing on stdout.

@@ -23,6 +23,16 @@ pub fn corpus() -> Vec<SavedCatalog> {
     SavedCatalog::all_in(&corpus_dir()).unwrap()
 }
 
+/// The `name`s of a tool list (the array itself, or the `tools` of a `/v1/tools` answer).
+pub fn names(tools: &Value) -> Vec<&str> {
+    tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect()
+}
+
 /// A directory removed when dropped.
 pub struct TempDir(pub PathBuf);
 
