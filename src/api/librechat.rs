@@ -133,6 +133,36 @@ struct Run {
     request_ids: Mutex<Vec<String>>,
 }
 
+impl Run {
+    /// A run in round 0 with its channels: where its host calls are sent, and where its
+    /// result is delivered.
+    fn new(
+        id: String,
+        session_id: String,
+        deadline: Instant,
+        expires_ms: u64,
+    ) -> (Run, mpsc::Sender<PendingCall>, oneshot::Sender<ExecResult>) {
+        let (host, calls) = mpsc::channel(HOST_QUEUE);
+        let (done_tx, done) = oneshot::channel();
+        let run = Run {
+            id,
+            session_id,
+            deadline,
+            expires_ms,
+            stop: CancellationToken::new(),
+            driver: tokio::sync::Mutex::new(Driver {
+                round: 0,
+                token_live: false,
+                calls,
+                done,
+                waiting: Vec::new(),
+            }),
+            request_ids: Mutex::new(Vec::new()),
+        };
+        (run, host, done_tx)
+    }
+}
+
 /// The part of a run one request at a time works on.
 struct Driver {
     /// `tool_call_required` answers given so far; a token is valid for this round only.
@@ -429,24 +459,14 @@ struct Start {
 /// Starts the run in its own task (so it outlives the request that started it) and a reaper
 /// that frees it at its deadline if no client comes back for it.
 fn start(lc: &Lc, runner: &Runner, s: Start) -> Arc<Run> {
-    let (host, calls) = mpsc::channel(HOST_QUEUE);
-    let (done_tx, done) = oneshot::channel();
     let deadline = Instant::now() + s.timeout;
-    let run = Arc::new(Run {
-        id: new_token()[..24].to_string(),
-        session_id: s.session_id.clone(),
+    let (run, host, done_tx) = Run::new(
+        new_token()[..24].to_string(),
+        s.session_id.clone(),
         deadline,
-        expires_ms: now_ms() + s.timeout.as_millis() as u64,
-        stop: CancellationToken::new(),
-        driver: tokio::sync::Mutex::new(Driver {
-            round: 0,
-            token_live: false,
-            calls,
-            done,
-            waiting: Vec::new(),
-        }),
-        request_ids: Mutex::new(Vec::new()),
-    });
+        now_ms() + s.timeout.as_millis() as u64,
+    );
+    let run = Arc::new(run);
     lock(&lc.0.runs).insert(run.id.clone(), run.clone());
     let request = ExecRequest {
         code: s.code,
@@ -880,24 +900,7 @@ mod tests {
     fn test_run(
         deadline: Instant,
     ) -> (Run, mpsc::Sender<PendingCall>, oneshot::Sender<ExecResult>) {
-        let (host, calls) = mpsc::channel(HOST_QUEUE);
-        let (done_tx, done) = oneshot::channel();
-        let run = Run {
-            id: "r".into(),
-            session_id: "s".into(),
-            deadline,
-            expires_ms: 0,
-            stop: CancellationToken::new(),
-            driver: tokio::sync::Mutex::new(Driver {
-                round: 0,
-                token_live: false,
-                calls,
-                done,
-                waiting: Vec::new(),
-            }),
-            request_ids: Mutex::new(Vec::new()),
-        };
-        (run, host, done_tx)
+        Run::new("r".into(), "s".into(), deadline, 0)
     }
 
     fn pending(id: &str) -> PendingCall {
