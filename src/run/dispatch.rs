@@ -87,6 +87,10 @@ pub struct Validators {
 impl Validators {
     fn get(&self, tool: &Tool) -> Option<Arc<jsonschema::Validator>> {
         let mut map = self.compiled.lock().unwrap_or_else(|p| p.into_inner());
+        // The common case, without allocating a key: compiled on an earlier call.
+        if let Some(compiled) = map.get(&tool.name) {
+            return compiled.clone();
+        }
         map.entry(tool.name.clone())
             .or_insert_with(|| match jsonschema::validator_for(&tool.input_schema) {
                 Ok(v) => Some(Arc::new(v)),
