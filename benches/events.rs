@@ -7,19 +7,23 @@
 //! Run: `cargo bench --bench events` (`-- --quick` for fewer events). The events-on/off ratio
 //! of the sequential-call workload is in `cargo bench --bench exec`.
 
+// A benchmark stops at the first broken step: unwrap/expect are its assertions.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use ptc_sidecar::events::{Event, Events, EventsConfig, QUEUE_CAPACITY};
-#[path = "support/mod.rs"]
+#[path = "../tests/support/mod.rs"]
 mod support;
 
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
-use support::{KillOnDrop, redis_server};
+use support::TestRedis;
 use tokio_util::sync::CancellationToken;
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
     let n: u64 = if quick { 20_000 } else { 200_000 };
-    let (url, _server) = redis();
+    let redis = redis();
+    let url = redis.url.clone();
     let rt = tokio::runtime::Runtime::new().expect("tokio runtime");
     rt.block_on(async {
         let shutdown = CancellationToken::new();
@@ -83,13 +87,8 @@ fn main() {
     });
 }
 
-/// Our own redis-server when the binary is there, else `REDIS_URL`.
-fn redis() -> (String, Option<KillOnDrop>) {
-    match redis_server() {
-        Some((url, server)) => (url, Some(server)),
-        None => (
-            std::env::var("REDIS_URL").expect("redis-server or REDIS_URL"),
-            None,
-        ),
-    }
+/// Our own redis-server when the binary is there (a shared Redis would measure its other
+/// clients too), else `REDIS_URL`.
+fn redis() -> TestRedis {
+    TestRedis::try_own().unwrap_or_else(TestRedis::any)
 }

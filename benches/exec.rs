@@ -14,16 +14,24 @@
 //! the callback protocol by this program. The peer's figures come from
 //! `benches/peer/progtc_bench.py` in a venv made by `benches/peer/setup-progtc.sh`.
 //!
+//! 6. The sandbox's cost: workloads 1 and 2 with `PTC_SANDBOX=off` against the default
+//!    (`sandbox_on_off`), three sidecars in turn.
+//!
 //! Run: `cargo bench --bench exec` (`-- --no-peer` to skip progtc, `-- --quick` for a smoke run).
+//! The sidecars inherit this process's environment: `PTC_SANDBOX=off cargo bench --bench exec`
+//! measures workloads 1–5 without the sandbox.
 
-#[path = "support/mod.rs"]
+// A benchmark stops at the first broken step: unwrap/expect are its assertions.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../tests/support/mod.rs"]
 mod support;
 
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use support::{free_port, redis_server};
+use support::TestRedis;
 
 struct Params {
     exec_n: usize,
@@ -111,12 +119,17 @@ impl Drop for Sidecar {
 }
 
 fn start_sidecar(host: std::net::SocketAddr, redis_url: Option<&str>) -> Sidecar {
+    let redis = redis_url.map(|u| ("REDIS_URL", u.to_string()));
+    start_sidecar_with(host, redis.as_slice())
+}
+
+/// A sidecar on `127.0.0.1:0` (its serving line says the port it got) with `env` on top of the
+/// benchmark's settings; its log after that line goes to our stderr.
+fn start_sidecar_with(host: std::net::SocketAddr, env: &[(&str, String)]) -> Sidecar {
+    use std::io::BufRead;
     static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "ptc-bench-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-    ));
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("ptc-bench-{}-{n}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("bench dir");
     let manifest = json!({
         "callback": {"url": format!("http://{host}/tools")},
@@ -128,26 +141,55 @@ fn start_sidecar(host: std::net::SocketAddr, redis_url: Option<&str>) -> Sidecar
     let mcp = dir.join("mcp.json");
     let servers = json!({"mcpServers": {"demo": {"command": env!("CARGO_BIN_EXE_ptc-demo-mcp")}}});
     std::fs::write(&mcp, servers.to_string()).expect("write MCP config");
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_ptc-sidecar"))
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ptc-sidecar"))
         .arg("serve")
         .env("PTC_ENABLED", "true")
         .env("PTC_TOOLS_FILE", &tools)
         .env("PTC_MCP_CONFIG", &mcp)
-        .env("PTC_LISTEN", format!("127.0.0.1:{port}"))
+        .env("PTC_LISTEN", "127.0.0.1:0")
         .env("PTC_RUNTIME_DIR", dir.join("rt"))
         .env("PTC_WARM_WORKERS", "2")
-        .env("RUST_LOG", "warn")
-        .envs(redis_url.map(|u| ("REDIS_URL", u.to_string())))
-        .env("PTC_AGENT_ID", format!("bench-{port}"))
+        .env("RUST_LOG", "warn,ptc_sidecar=info")
+        .env("PTC_AGENT_ID", format!("bench-{}-{n}", std::process::id()))
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
         .stdin(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("start ptc-sidecar");
-    Sidecar {
+    let stderr = std::io::BufReader::new(child.stderr.take().expect("piped stderr"));
+    // Owned from here: a failure below kills it (Drop) instead of leaving it running.
+    let mut sidecar = Sidecar {
         child,
-        url: format!("http://127.0.0.1:{port}"),
+        url: String::new(),
         _dir: dir,
-    }
+    };
+    let (serving_tx, serving_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut serving = Some(serving_tx);
+        for line in stderr.lines().map_while(Result::ok) {
+            match serving.take() {
+                Some(tx) if line.contains("ptc-sidecar serving") => {
+                    let _ = tx.send(line);
+                }
+                waiting => {
+                    serving = waiting;
+                    if line.contains("WARN") || line.contains("ERROR") {
+                        eprintln!("{line}");
+                    }
+                }
+            }
+        }
+    });
+    let line = serving_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("ptc-sidecar did not print its serving line");
+    let addr = line
+        .split("listen=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("listen= in the serving line");
+    sidecar.url = format!("http://{addr}");
+    sidecar
 }
 
 async fn exec(http: &reqwest::Client, url: &str, code: &str) -> (Duration, Value) {
@@ -164,6 +206,16 @@ async fn exec(http: &reqwest::Client, url: &str, code: &str) -> (Duration, Value
     let elapsed = t.elapsed();
     assert_eq!(r["status"], "ok", "benchmark run failed: {r}");
     (elapsed, r)
+}
+
+async fn health(http: &reqwest::Client, sidecar: &Sidecar) -> Value {
+    http.get(format!("{}/healthz", sidecar.url))
+        .send()
+        .await
+        .expect("healthz")
+        .json()
+        .await
+        .expect("healthz json")
 }
 
 async fn wait_up(http: &reqwest::Client, sidecar: &Sidecar) {
@@ -205,7 +257,9 @@ async fn bench_sidecar(p: &Params) -> Value {
         call_workloads(&http, &sidecar.url, empty_ms, "demo__noop", p).await;
     drop(sidecar);
     let events = events_on_off(&http, host, p).await;
+    let sandbox = sandbox_on_off(&http, host, p).await;
     json!({
+        "sandbox_on_off": sandbox,
         "events_on_off": events,
         "exec_print": {"n": p.exec_n, "p50_ms": round(percentile(&mut lat.clone(), 50.0)), "p99_ms": round(percentile(&mut lat, 99.0))},
         "seq_calls": seq_calls,
@@ -224,9 +278,10 @@ async fn bench_sidecar(p: &Params) -> Value {
 async fn events_on_off(http: &reqwest::Client, host: std::net::SocketAddr, p: &Params) -> Value {
     /// Rounds of the three sidecars in turn.
     const ROUNDS: usize = 11;
-    let Some((url, redis)) = redis_server() else {
+    let Some(redis) = TestRedis::try_own() else {
         return json!({"error": "redis-server is not installed"});
     };
+    let url = redis.url.clone();
     let sidecars = [
         start_sidecar(host, None),
         start_sidecar(host, Some(&url)),
@@ -249,14 +304,7 @@ async fn events_on_off(http: &reqwest::Client, host: std::net::SocketAddr, p: &P
             per_call[i].push((t.as_secs_f64() * 1e3 - empty_ms[i]) / p.seq_k as f64);
         }
     }
-    let health: Value = http
-        .get(format!("{}/healthz", sidecars[1].url))
-        .send()
-        .await
-        .expect("healthz")
-        .json()
-        .await
-        .expect("healthz json");
+    let health = health(http, &sidecars[1]).await;
     let [off, on, control] = per_call.map(|mut v| median(&mut v));
     drop(sidecars);
     drop(redis);
@@ -269,6 +317,72 @@ async fn events_on_off(http: &reqwest::Client, host: std::net::SocketAddr, p: &P
         "control_ratio": round(control / off),
         "published": health["events"]["published"],
         "dropped": health["events"]["dropped"],
+    })
+}
+
+/// What the sandbox costs (issue 9): `print(1)` end to end and the sequential-call workload on
+/// a sidecar with `PTC_SANDBOX=off` against one with the default sandbox, and a second `off`
+/// as a control for the machine's noise, in turn for 7 rounds; medians and on/off ratios.
+async fn sandbox_on_off(http: &reqwest::Client, host: std::net::SocketAddr, p: &Params) -> Value {
+    /// Rounds of the three sidecars in turn.
+    const ROUNDS: usize = 7;
+    /// `print(1)` runs per sidecar and round.
+    const PRINTS: usize = 20;
+    // An interpreter the run user can read (a python3 under root's home is closed to it, and
+    // the sandbox would then run code as the sidecar's uid), the same for all three.
+    let debian = Path::new("/usr/bin/python3");
+    let python: Vec<(&str, String)> = if debian.exists() {
+        vec![("PTC_PYTHON", debian.display().to_string())]
+    } else {
+        Vec::new()
+    };
+    let mode = |mode: &str| -> Vec<(&str, String)> {
+        python
+            .iter()
+            .cloned()
+            .chain([("PTC_SANDBOX", mode.to_string())])
+            .collect()
+    };
+    let sidecars = [
+        start_sidecar_with(host, &mode("off")),
+        start_sidecar_with(host, &mode("best-effort")),
+        start_sidecar_with(host, &mode("off")),
+    ];
+    let mut sandbox = Value::Null;
+    for (i, sidecar) in sidecars.iter().enumerate() {
+        wait_up(http, sidecar).await;
+        for _ in 0..10 {
+            exec(http, &sidecar.url, "print(1)").await;
+        }
+        if i == 1 {
+            sandbox = health(http, sidecar).await["sandbox"].clone();
+        }
+    }
+    let code = format!("for _ in range({}):\n    await noop()\n", p.seq_k);
+    let mut print_ms: [Vec<f64>; 3] = Default::default();
+    let mut per_call: [Vec<f64>; 3] = Default::default();
+    for _ in 0..ROUNDS {
+        for (i, sidecar) in sidecars.iter().enumerate() {
+            let mut lat = Vec::new();
+            for _ in 0..PRINTS {
+                lat.push(exec(http, &sidecar.url, "print(1)").await.0.as_secs_f64() * 1e3);
+            }
+            let empty = median(&mut lat);
+            print_ms[i].push(empty);
+            let (t, _) = exec(http, &sidecar.url, &code).await;
+            per_call[i].push((t.as_secs_f64() * 1e3 - empty) / p.seq_k as f64);
+        }
+    }
+    drop(sidecars);
+    let [print_off, print_on, print_control] = print_ms.map(|mut v| median(&mut v));
+    let [call_off, call_on, call_control] = per_call.map(|mut v| median(&mut v));
+    json!({
+        "rounds": ROUNDS,
+        "sandbox": sandbox,
+        "print_p50_ms": {"off": round(print_off), "on": round(print_on), "control_off": round(print_control),
+                         "ratio": round(print_on / print_off), "control_ratio": round(print_control / print_off)},
+        "per_call_ms": {"off": round(call_off), "on": round(call_on), "control_off": round(call_control),
+                        "ratio": round(call_on / call_off), "control_ratio": round(call_control / call_off)},
     })
 }
 

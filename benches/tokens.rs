@@ -8,9 +8,15 @@
 //!
 //! Run: `cargo bench --bench tokens [-- CORPUS_DIR]` (default: tests/corpus).
 
-use ptc_sidecar::app::SavedCatalog;
+// A benchmark stops at the first broken step: unwrap/expect are its assertions.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
 use ptc_sidecar::catalog::{Catalog, CatalogInput, Policy, ServerTools, source};
 use ptc_sidecar::render::{self, Format, llm_tools, lossless};
+use ptc_sidecar::sources::SavedCatalog;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -24,8 +30,7 @@ fn main() -> ExitCode {
         .find(|a| !a.starts_with('-'))
         .map(PathBuf::from)
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/corpus"));
-    let saved = SavedCatalog::all_in(&dir)
-        .unwrap_or_else(|e| panic!("cannot read corpus dir {}: {e}", dir.display()));
+    let saved = support::saved_catalogs_in(&dir);
     let bpe = tiktoken_rs::o200k_base().expect("tiktoken-rs ships o200k_base");
     let count = |text: &str| bpe.encode_with_special_tokens(text).len();
 

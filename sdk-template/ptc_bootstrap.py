@@ -19,7 +19,24 @@ EXIT_INTERRUPTED = 130
 
 
 def main():
-    serve(prepare())
+    prepared = prepare()
+    confine()
+    serve(prepared)
+
+
+def confine():
+    """Applies the run's sandbox as the sidecar's `PTC_SANDBOX` says (docs/SECURITY.md), before
+    the job is read: a warm child waits for its job already confined. A child told nothing, or
+    that cannot apply a layer it was asked for, leaves with exit code 2 (fail closed)."""
+    import ptc_sandbox
+
+    ptc_sandbox.confine_or_exit(
+        lambda: ptc_sandbox.confine_spec(ptc_sandbox.spec_from_env() or _EVERY_LAYER)
+    )
+
+
+# What a child does when the sidecar said nothing: ask for every layer, and so fail closed.
+_EVERY_LAYER = {"landlock": True, "seccomp": True}
 
 
 def prepare():
@@ -30,6 +47,9 @@ def prepare():
         sys.path.insert(0, sdk_dir)
     import ptc_sdk
     import ptc_guard  # noqa: F401  (installed per job in serve(); imported here, before the job)
+    import ptc_sandbox
+
+    ptc_sandbox.prepare()
 
     try:
         tools = ptc_sdk.load_catalog(os.path.join(sdk_dir, "catalog.json"))

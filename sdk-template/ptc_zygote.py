@@ -5,9 +5,15 @@ then forks one child per request. A child starts from exactly the state a cold b
 before it reads its job, so its run is the same as a cold one's (docs/runner-protocol.md).
 
 Requests: one JSON message per fork, `{"id", "scratch", "env", "limits"}`, with the child's
-stdin, stdout and stderr attached as SCM_RIGHTS. Replies: `forked ID PID`, and `exited PID CODE`
-(CODE negative for a signal) once the child is reaped. The server stays single-threaded and
-never runs user code; it exits when the sidecar closes the socket.
+stdin, stdout and stderr, and its Landlock ruleset when there is one, attached as SCM_RIGHTS;
+the child confines itself (ptc_sandbox) before it continues as a cold child would. Replies:
+`forked ID PID`, and `exited PID CODE` (CODE negative for a signal) once the child is reaped.
+The server stays single-threaded and never runs user code. It is a child subreaper: what a run
+leaves behind (a `setsid` child, a double-forked grandchild) comes here when the run's process
+exits, and is killed before the run's `exited` is sent, so nothing outlives the run. It exits
+when the sidecar shuts the socket down or goes away, after killing its children and what they
+left behind (the children would die with it anyway, by PR_SET_PDEATHSIG; their detached
+processes would not).
 """
 
 import json
@@ -24,6 +30,17 @@ def main():
     import resource
 
     prepared = ptc_bootstrap.prepare()
+    import ptc_sandbox
+
+    # What each child applies after its fork (docs/SECURITY.md): the filters are read once.
+    spec = ptc_sandbox.spec_from_env() or dict(ptc_bootstrap._EVERY_LAYER)
+    filters = None
+    if spec.get("seccomp") and spec.get("filters"):
+        filters = ptc_sandbox.load_filters(spec["filters"])
+    server_pid = os.getpid()
+    ptc_sandbox.become_subreaper()
+    # The runs this server forked that have not been reaped: every other child is a stray.
+    runs = set()
     # The socket moves off fd 0, which children take over for their own stdin.
     ctl = socket.socket(fileno=os.dup(0))
     ctl.setblocking(True)
@@ -42,15 +59,15 @@ def main():
             continue
         if wake_r in ready:
             os.read(wake_r, 4096)
-            _reap(ctl)
+            _reap(ctl, runs)
         if ctl not in ready:
             continue
         try:
-            data, fds, _, _ = socket.recv_fds(ctl, 65536, 3)
+            data, fds, _, _ = socket.recv_fds(ctl, 65536, 4)
         except OSError:
             break
         if not data:
-            break  # the sidecar closed the socket: time to go
+            break  # the sidecar is done with us (or gone): time to go
         try:
             request = json.loads(data)
         except ValueError:
@@ -60,19 +77,38 @@ def main():
         pid = os.fork()
         if pid == 0:
             _child(request, fds, ctl, (wake_r, wake_w), resource)
+            # The run's own Landlock ruleset came as a fourth fd; confine closes it.
+            ptc_sandbox.confine_or_exit(
+                ptc_sandbox.confine_spec, spec,
+                ruleset_fd=fds[3] if len(fds) > 3 else None,
+                filters=filters, parent_pid=server_pid,
+            )
             ptc_bootstrap.serve(prepared)  # never returns
             os._exit(2)
         try:
             os.setpgid(pid, pid)  # also done by the child: whichever runs first wins the race
         except OSError:
             pass
+        runs.add(pid)
         for fd in fds:
             os.close(fd)
         _send(ctl, "forked %s %d\n" % (request.get("id", "?"), pid))
+    _leave()
+
+
+def _leave():
+    """Exits, and nothing of ours outlives us: the runs still going, and what they left behind."""
+    import ptc_sandbox
+
+    ptc_sandbox.kill_strays(set())
     os._exit(0)
 
 
-def _reap(ctl):
+def _reap(ctl, runs):
+    """Reaps exited children. A run's exit is reported once the strays it left are dead; a
+    stray's exit (one that died by itself) is nobody's business."""
+    import ptc_sandbox
+
     while True:
         try:
             pid, status = os.waitpid(-1, os.WNOHANG)
@@ -80,14 +116,17 @@ def _reap(ctl):
             return
         if pid == 0:
             return
-        _send(ctl, "exited %d %d\n" % (pid, os.waitstatus_to_exitcode(status)))
+        if pid in runs:
+            runs.discard(pid)
+            ptc_sandbox.kill_strays(runs)
+            _send(ctl, "exited %d %d\n" % (pid, os.waitstatus_to_exitcode(status)))
 
 
 def _send(ctl, text):
     try:
         ctl.send(text.encode())
     except OSError:
-        os._exit(0)
+        _leave()  # the sidecar is gone
 
 
 def _child(request, fds, ctl, wake, resource):
@@ -98,14 +137,16 @@ def _child(request, fds, ctl, wake, resource):
         os.setpgid(0, 0)
         limits = request.get("limits") or {}
         for name, key in (("RLIMIT_AS", "as"), ("RLIMIT_CPU", "cpu"),
-                          ("RLIMIT_FSIZE", "fsize"), ("RLIMIT_NOFILE", "nofile")):
+                          ("RLIMIT_FSIZE", "fsize"), ("RLIMIT_NOFILE", "nofile"),
+                          ("RLIMIT_NPROC", "nproc")):
             if key in limits:
                 value = int(limits[key])
                 resource.setrlimit(getattr(resource, name), (value, value))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
         for target, fd in zip((0, 1, 2), fds):
             os.dup2(fd, target)
-        for fd in list(fds) + list(wake):
+        # fds[3], the run's Landlock ruleset, stays open for confine.
+        for fd in list(fds[:3]) + list(wake):
             os.close(fd)
         ctl.close()
         os.chdir(request["scratch"])

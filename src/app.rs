@@ -1,19 +1,26 @@
-//! Wiring: reads the configured sources into a catalog snapshot, and runs the control API.
+//! Wiring: starts a sidecar's parts in order (the MCP servers, the first catalog snapshot, the
+//! event publisher, the runner, the reloader) and serves the control API.
 //!
-//! Owns the current [`Snapshot`] (catalog plus its rendering) behind a watch channel: readers
-//! take an `Arc` of the snapshot they started with; a reload sends a new one.
+//! Owns the order of startup and shutdown, the runner's settings derived from the
+//! configuration, and the runtime directory it makes. It holds no logic of its own: reading the
+//! sources belongs to [`sources`], reloading to [`reload`], serving to [`api`]. Nothing in the
+//! library imports this module (only `main`, tests and benchmarks do), so every part it starts
+//! can be used alone.
 
-use crate::api;
-use crate::catalog::source::{self, Problem, SourceError};
-use crate::catalog::{Catalog, CatalogInput, Policy, ServerTools};
-use crate::config::{Config, Listen};
-use crate::events::{DEFAULT_HOLD, Events, EventsConfig};
-use crate::mcp::{Hub, HubOptions, McpConfigError};
-use crate::reload::{ReloadStatus, Reloader};
-pub use crate::render::Snapshot;
-use crate::run::child::{self, Limits};
-use crate::run::dispatch::McpCaller;
-use crate::run::{Backends, Runner, RunnerConfig};
+use crate::api::{self, AppState};
+use crate::catalog::source::SourceError;
+use crate::config::{Config, Listen, SandboxMode, SandboxUser};
+use crate::events::{DEFAULT_HOLD, Events, EventsConfig, EventsError};
+use crate::mcp::{Hub, McpConfigError};
+use crate::reload::{ReloadStatus, Reloader, WatchError};
+use crate::render::Snapshot;
+use crate::run::{
+    Backends, Limits, McpCaller, PythonError, Runner, RunnerConfig, SandboxSettings, ScratchQuota,
+    resolve_python,
+};
+use crate::sandbox;
+use crate::sources::{self, SavedCatalog};
+use crate::util::private_dir;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,166 +29,46 @@ use tokio_util::sync::CancellationToken;
 
 /// How long in-flight requests get to finish once shutdown starts.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
-
-/// A saved MCP `tools/list` result standing in for a server (`--mcp-catalog NAME=FILE`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct SavedCatalog {
-    pub server: String,
-    pub path: PathBuf,
-}
-
-impl std::str::FromStr for SavedCatalog {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let (server, path) = s
-            .split_once('=')
-            .ok_or_else(|| format!("{s:?} is not NAME=FILE (e.g. github=corpus/github.json)"))?;
-        check_server_name(server)?;
-        if path.is_empty() {
-            return Err(format!("{s:?} names no file after '='"));
-        }
-        Ok(SavedCatalog {
-            server: server.to_string(),
-            path: PathBuf::from(path),
-        })
-    }
-}
-
-impl SavedCatalog {
-    /// Every `NAME.json` in a directory as server NAME, by name (the corpus layout).
-    pub fn all_in(dir: &std::path::Path) -> std::io::Result<Vec<SavedCatalog>> {
-        let mut saved: Vec<SavedCatalog> = std::fs::read_dir(dir)?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "json"))
-            .filter_map(|path| {
-                let server = path.file_stem()?.to_string_lossy().into_owned();
-                Some(SavedCatalog { server, path })
-            })
-            .collect();
-        saved.sort_by(|a, b| a.server.cmp(&b.server));
-        Ok(saved)
-    }
-}
-
-pub use crate::mcp::check_server_name;
-
-/// Reads the host manifest and any saved MCP catalogs.
-pub fn load_input(config: &Config, saved: &[SavedCatalog]) -> Result<CatalogInput, SourceError> {
-    let mut input = CatalogInput::default();
-    if let Some(path) = &config.tools_file {
-        let (manifest, problems) = source::read_manifest(path)?;
-        input.host_tools = manifest.tools;
-        input.callback = manifest.callback;
-        input.problems.extend(problems);
-    }
-    for s in saved {
-        let (tools, problems) = source::read_saved_tool_list(&s.path)?;
-        input.problems.extend(problems);
-        input.servers.push(ServerTools {
-            server: s.server.clone(),
-            tools,
-        });
-    }
-    Ok(input)
-}
-
-/// Builds the first snapshot from the configuration.
-pub fn initial_snapshot(config: &Config, saved: &[SavedCatalog]) -> Result<Snapshot, SourceError> {
-    snapshot_with_mcp(config, saved, None)
-}
-
-/// The first snapshot with the running MCP servers' tools. A live server replaces a saved
-/// catalog of the same name once it has listed its tools.
-pub fn snapshot_with_mcp(
-    config: &Config,
-    saved: &[SavedCatalog],
-    hub: Option<&Hub>,
-) -> Result<Snapshot, SourceError> {
-    let input = load_input(config, saved)?;
-    Ok(Snapshot::new(build_catalog(config, input, hub, 1)))
-}
-
-/// Builds a catalog from the read sources and the running MCP servers' tools (a live server
-/// replaces a saved catalog of the same name). Startup and hot reload both build this way.
-pub fn build_catalog(
-    config: &Config,
-    mut input: CatalogInput,
-    hub: Option<&Hub>,
-    version: u64,
-) -> Catalog {
-    if let Some(hub) = hub {
-        let (servers, problems) = hub.catalog_servers();
-        input
-            .servers
-            .retain(|s| !servers.iter().any(|live| live.server == s.server));
-        input.servers.extend(servers);
-        input.problems.extend(problems);
-    }
-    Catalog::build(input, &Policy::from(config), version)
-}
-
-/// Starts the servers of `PTC_MCP_CONFIG` (when set) and waits for their first attempt, at
-/// most the start timeout plus [`MCP_STARTUP_SLACK`].
-pub async fn start_mcp(
-    config: &Config,
-    shutdown: CancellationToken,
-) -> Result<Option<Hub>, McpConfigError> {
-    let Some(path) = &config.mcp_config else {
-        return Ok(None);
-    };
-    let hub = Hub::from_file(path, HubOptions::new(config.mcp_start_timeout, shutdown))?;
-    hub.wait_started(config.mcp_start_timeout + MCP_STARTUP_SLACK)
-        .await;
-    Ok(Some(hub))
-}
-
-/// Beyond the start timeout, how long startup waits for the MCP servers' first round: each
-/// actor reports within its own timeout, so this only covers scheduling.
-pub const MCP_STARTUP_SLACK: Duration = Duration::from_secs(1);
-
-/// Logs what a person should know about a snapshot.
-pub fn log_report(snapshot: &Snapshot) {
-    for line in snapshot.catalog.report() {
-        tracing::warn!("{line}");
-    }
-    for note in &snapshot.rendered.notes {
-        tracing::info!("{note}");
-    }
-}
-
-/// Shared state of the running sidecar.
-#[derive(Clone)]
-pub struct AppState {
-    pub config: Arc<Config>,
-    pub snapshot: watch::Receiver<Arc<Snapshot>>,
-    /// Present when PTC is on.
-    pub runner: Option<Runner>,
-    /// Present when `PTC_MCP_CONFIG` is set.
-    pub mcp: Option<Hub>,
-    /// Every run and call, to Redis (with `REDIS_URL`) and to `GET /v1/events`.
-    pub events: Events,
-    /// The last hot reload's outcome.
-    pub reload: Arc<std::sync::Mutex<ReloadStatus>>,
-}
+/// Name of the runtime directory made under the temp directory when `PTC_RUNTIME_DIR` is
+/// unset (a random suffix follows).
+pub const RUNTIME_DIR_PREFIX: &str = "ptc-sidecar";
 
 /// Tool calls one run may make: enough for real batch work, a stop for a runaway loop.
 pub const MAX_CALLS_PER_RUN: usize = 10_000;
 /// Tool calls of one run in flight at once: bounds what one script can load onto backends.
 pub const MAX_IN_FLIGHT_PER_RUN: usize = 64;
-/// Largest file a child may write.
-pub const CHILD_MAX_FILE_BYTES: u64 = 256 << 20;
 /// Open files of a child.
 pub const CHILD_MAX_OPEN_FILES: u64 = 256;
 /// CPU seconds a child gets beyond `PTC_TIMEOUT` before the kernel stops it.
 pub const CHILD_CPU_GRACE_SECS: u64 = 5;
 
-/// The runner's settings from the configuration; resolves the interpreter (once).
-pub async fn runner_config(config: &Config) -> Result<RunnerConfig, String> {
-    let python = child::resolve_python(&config.python).await?;
-    let runtime_dir = config.runtime_dir.clone().unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("ptc-sidecar-{}", std::process::id()))
-    });
-    Ok(RunnerConfig {
+/// Why a sidecar did not start. Each names what to fix.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    McpConfig(#[from] McpConfigError),
+    #[error(transparent)]
+    Tools(#[from] SourceError),
+    #[error(transparent)]
+    Events(#[from] EventsError),
+    /// `PTC_PYTHON` is not a usable interpreter.
+    #[error(transparent)]
+    Python(#[from] PythonError),
+    #[error("cannot make a runtime directory in {} (TMPDIR): {source}", .parent.display())]
+    RuntimeDir {
+        parent: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("cannot start the runner: {0}")]
+    Runner(#[source] std::io::Error),
+    #[error(transparent)]
+    Reload(#[from] WatchError),
+}
+
+/// The runner's settings from the configuration, with the resolved interpreter and the
+/// runtime directory in use.
+pub fn runner_config(config: &Config, python: PathBuf, runtime_dir: PathBuf) -> RunnerConfig {
+    RunnerConfig {
         python,
         timeout: config.timeout,
         tool_timeout: config.tool_timeout,
@@ -194,12 +81,39 @@ pub async fn runner_config(config: &Config) -> Result<RunnerConfig, String> {
         limits: Limits {
             address_space: config.memory_mb << 20,
             cpu_secs: config.timeout.as_secs() + CHILD_CPU_GRACE_SECS,
-            file_size: CHILD_MAX_FILE_BYTES,
+            // No one file may pass the scratch quota (EFBIG); the watch sees the rest.
+            file_size: config.scratch_max_mb << 20,
             open_files: CHILD_MAX_OPEN_FILES,
+            processes: sandbox::DEFAULT_MAX_PROCESSES,
         },
-        path_env: std::env::var("PATH").unwrap_or_else(|_| "/usr/local/bin:/usr/bin:/bin".into()),
+        path_env: config.path_env.clone(),
         allow_subprocess: config.allow_subprocess,
-    })
+        sandbox: SandboxSettings {
+            mode: match config.sandbox {
+                SandboxMode::Strict => sandbox::Mode::Strict,
+                SandboxMode::BestEffort => sandbox::Mode::BestEffort,
+                SandboxMode::Off => sandbox::Mode::Off,
+            },
+            user: Some(match &config.sandbox_user {
+                SandboxUser::Name(name) => name.clone(),
+                SandboxUser::Uid(uid) => uid.to_string(),
+            }),
+            read_paths: config.sandbox_read_paths.clone(),
+        },
+        scratch_quota: ScratchQuota {
+            max_bytes: config.scratch_max_mb << 20,
+            max_files: config.scratch_max_files,
+        },
+    }
+}
+
+/// A directory this sidecar made, removed with everything in it when dropped.
+struct OwnedDir(PathBuf);
+
+impl Drop for OwnedDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// A started sidecar: its state, and the token that stops everything it started.
@@ -208,19 +122,24 @@ pub struct Sidecar {
     pub shutdown: CancellationToken,
     /// Sends a new snapshot (reload).
     pub snapshots: watch::Sender<Arc<Snapshot>>,
-    owned_runtime_dir: Option<PathBuf>,
+    /// The runtime directory when we made it (no `PTC_RUNTIME_DIR`); dropped after the
+    /// shutdown token is cancelled.
+    _runtime_dir: Option<OwnedDir>,
 }
 
 impl Sidecar {
-    /// Loads the catalog and, with PTC on, starts the runner (IPC bridge, warm pool).
-    pub async fn start(config: Config, saved: &[SavedCatalog]) -> anyhow::Result<Sidecar> {
+    /// Starts the MCP servers, loads the catalog and, with PTC on, starts the runner (IPC
+    /// bridge, warm pool); then watches the sources. A failure stops whatever had started.
+    pub async fn start(config: Config, saved: &[SavedCatalog]) -> Result<Sidecar, StartError> {
         let shutdown = CancellationToken::new();
-        let mcp = start_mcp(&config, shutdown.child_token()).await?;
+        // Cancels everything started so far if a later step fails.
+        let started = shutdown.clone().drop_guard();
+        let mcp = sources::start_mcp(&config, shutdown.child_token()).await?;
         for line in mcp.iter().flat_map(Hub::status_lines) {
             tracing::info!("{line}");
         }
-        let snapshot = Arc::new(snapshot_with_mcp(&config, saved, mcp.as_ref())?);
-        log_report(&snapshot);
+        let snapshot = Arc::new(sources::first_snapshot(&config, saved, mcp.as_ref())?);
+        sources::log_report(&snapshot);
         let (tx, rx) = watch::channel(snapshot);
         let events = Events::start(
             EventsConfig {
@@ -231,18 +150,31 @@ impl Sidecar {
                 hold: DEFAULT_HOLD,
             },
             shutdown.child_token(),
-        )
-        .map_err(anyhow::Error::msg)?;
-        let mut owned_runtime_dir = None;
+        )?;
+        let mut runtime_dir = None;
         let runner = if config.enabled {
-            let rc = runner_config(&config).await.map_err(anyhow::Error::msg)?;
-            if config.runtime_dir.is_none() {
-                owned_runtime_dir = Some(rc.runtime_dir.clone());
-            }
+            let python = resolve_python(&config.python).await?;
+            let dir = match &config.runtime_dir {
+                Some(dir) => dir.clone(),
+                None => {
+                    let dir =
+                        private_dir(&config.temp_dir, RUNTIME_DIR_PREFIX).map_err(|source| {
+                            StartError::RuntimeDir {
+                                parent: config.temp_dir.clone(),
+                                source,
+                            }
+                        })?;
+                    runtime_dir.insert(OwnedDir(dir)).0.clone()
+                }
+            };
             let mut backends = Backends::new(config.tool_timeout);
             backends.events = events.clone();
             backends.mcp = mcp.clone().map(|hub| Arc::new(hub) as Arc<dyn McpCaller>);
-            Some(Runner::start(rc, rx.clone(), backends, shutdown.child_token()).await?)
+            let rc = runner_config(&config, python, dir);
+            let runner = Runner::start(rc, rx.clone(), backends, shutdown.child_token())
+                .await
+                .map_err(StartError::Runner)?;
+            Some(runner)
         } else {
             None
         };
@@ -256,8 +188,8 @@ impl Sidecar {
             events: events.clone(),
             status: reload.clone(),
         }
-        .spawn(shutdown.child_token())
-        .map_err(anyhow::Error::msg)?;
+        .spawn(shutdown.child_token())?;
+        started.disarm();
         Ok(Sidecar {
             state: AppState {
                 config,
@@ -269,23 +201,15 @@ impl Sidecar {
             },
             shutdown,
             snapshots: tx,
-            owned_runtime_dir,
+            _runtime_dir: runtime_dir,
         })
     }
 }
 
 impl Drop for Sidecar {
     fn drop(&mut self) {
+        // Before the fields drop: children stop before their runtime directory goes.
         self.shutdown.cancel();
-        if let Some(dir) = self.owned_runtime_dir.take() {
-            let _ = std::fs::remove_dir_all(dir);
-        }
-    }
-}
-
-impl AppState {
-    pub fn current(&self) -> Arc<Snapshot> {
-        self.snapshot.borrow().clone()
     }
 }
 
@@ -354,9 +278,4 @@ pub async fn run(
             Ok(())
         }
     }
-}
-
-/// Problems as strings, for responses.
-pub fn problem_lines(problems: &[Problem]) -> Vec<String> {
-    problems.iter().map(ToString::to_string).collect()
 }

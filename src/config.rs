@@ -2,9 +2,17 @@
 //! the typed [`Config`] the rest of the program uses.
 //!
 //! Raw strings first, then validation (the ripgrep way), so a bad value stops startup with a
-//! message naming the variable and the form it accepts. Nothing else in the program reads the
-//! environment.
+//! message naming the variable and the form it accepts (one parser per form, in [`parse`]).
+//! Nothing else in the program reads the environment: the process's own `PATH`, `HOME` and
+//! `TMPDIR`, which children and the runtime directory need, come through [`Config`] too, so
+//! tests pass them like any other variable.
 
+mod parse;
+
+use parse::{
+    check_agent_id, default_agent_id, non_empty, parse_bool, parse_globs, parse_list, parse_listen,
+    parse_range, parse_read_paths, parse_redis_url, parse_sandbox, parse_sandbox_user, parse_secs,
+};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -36,13 +44,55 @@ pub struct RawConfig {
     ptc_allow_subprocess: Option<String>,
     ptc_runtime_dir: Option<String>,
     ptc_mcp_start_timeout: Option<String>,
+    ptc_sandbox: Option<String>,
+    ptc_sandbox_user: Option<String>,
+    ptc_sandbox_read_paths: Option<String>,
+    ptc_scratch_max_mb: Option<String>,
+    ptc_scratch_max_files: Option<String>,
+    path: Option<String>,
+    home: Option<String>,
+    tmpdir: Option<String>,
 }
+
+/// The variables [`Config::from_vars`] reads besides those starting with `PTC_`.
+const OTHER_VARIABLES: [&str; 4] = ["REDIS_URL", "PATH", "HOME", "TMPDIR"];
 
 /// Where the control API listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Listen {
     Tcp(SocketAddr),
     Unix(PathBuf),
+}
+
+/// How strictly runs are confined (`PTC_SANDBOX`; the sandbox itself is issue #9).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SandboxMode {
+    /// Every layer must apply, or the run does not start.
+    Strict,
+    /// Apply what the kernel and our privileges allow, and say what was left out.
+    #[default]
+    BestEffort,
+    /// No confinement beyond the resource limits.
+    Off,
+}
+
+impl std::str::FromStr for SandboxMode {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "strict" => Ok(SandboxMode::Strict),
+            "best-effort" => Ok(SandboxMode::BestEffort),
+            "off" => Ok(SandboxMode::Off),
+            _ => Err(()),
+        }
+    }
+}
+
+/// The account runs switch to (`PTC_SANDBOX_USER`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SandboxUser {
+    Name(String),
+    Uid(u32),
 }
 
 /// The validated configuration.
@@ -78,15 +128,36 @@ pub struct Config {
     pub runtime_dir: Option<PathBuf>,
     /// Bound on starting one MCP server (spawn, initialize, list tools).
     pub mcp_start_timeout: Duration,
+    /// How strictly runs are confined.
+    pub sandbox: SandboxMode,
+    /// The account runs switch to when the sidecar may switch.
+    pub sandbox_user: SandboxUser,
+    /// Absolute paths a run may read besides the interpreter and its SDK.
+    pub sandbox_read_paths: Vec<PathBuf>,
+    /// Bytes a run may write to its scratch directory, in MiB.
+    pub scratch_max_mb: u64,
+    /// Files (and directories) a run may create in its scratch directory.
+    pub scratch_max_files: u64,
+    /// The sidecar's `PATH`: children (runs, stdio MCP servers) get it.
+    pub path_env: String,
+    /// The sidecar's `HOME`, passed on to stdio MCP servers.
+    pub home: Option<PathBuf>,
+    /// Where the default runtime directory is made (`TMPDIR`, else `/tmp`).
+    pub temp_dir: PathBuf,
 }
 
 pub const DEFAULT_DIRECT_TOOLS: &str = "complete,fail,onboarding_handoff";
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7400";
+/// `PATH` for children when the sidecar has none.
+pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+/// The temp directory when `TMPDIR` is unset, as for `std::env::temp_dir`.
+pub const DEFAULT_TEMP_DIR: &str = "/tmp";
+pub const DEFAULT_SANDBOX_USER: &str = "ptc-run";
 
-/// Longest `PTC_TIMEOUT`: a day. Longer runs belong in a job system, not a tool call.
-const MAX_TIMEOUT_SECS: u64 = 86_400;
 /// `PTC_MAX_OUTPUT_BYTES` bounds: enough for a traceback, at most 64 MiB held per stream.
 const OUTPUT_BYTES_RANGE: (u64, u64) = (1024, 64 * 1024 * 1024);
+/// Largest `PTC_SCRATCH_MAX_FILES`: past it a file count is no longer a limit worth the name.
+const MAX_SCRATCH_FILES: u64 = 10_000_000;
 
 /// A variable with a value we cannot use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -98,9 +169,22 @@ pub struct ConfigError {
 }
 
 impl Config {
-    /// Reads the process environment.
+    /// Reads the process environment. Variables we do not read may hold anything; one we read
+    /// must be UTF-8.
     pub fn from_env() -> Result<Config, ConfigError> {
-        Self::from_vars(std::env::vars())
+        let mut vars = Vec::new();
+        for (key, value) in std::env::vars_os() {
+            let Some(key) = key.to_str().filter(|k| is_ours(k)) else {
+                continue;
+            };
+            let value = value.into_string().map_err(|v| ConfigError {
+                variable: "environment",
+                value: format!("{key}={}", v.to_string_lossy()),
+                expected: "UTF-8 text".into(),
+            })?;
+            vars.push((key.to_string(), value));
+        }
+        Self::from_vars(vars)
     }
 
     /// Reads the given variables (tests pass their own instead of mutating the environment).
@@ -108,10 +192,12 @@ impl Config {
         vars: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Config, ConfigError> {
         // Only our variables: envy would otherwise fail on unrelated non-UTF-8 or odd names.
-        let ours = vars.into_iter().filter(|(k, _)| {
-            let k = k.to_ascii_uppercase();
-            k.starts_with("PTC_") || k == "REDIS_URL"
-        });
+        // Once each (the last value wins; envy reads names in any case, and fails on a repeat).
+        let ours: std::collections::BTreeMap<String, String> = vars
+            .into_iter()
+            .filter(|(k, _)| is_ours(k))
+            .map(|(k, v)| (k.to_ascii_uppercase(), v))
+            .collect();
         let raw: RawConfig = envy::from_iter(ours).map_err(|e| ConfigError {
             variable: "environment",
             value: String::new(),
@@ -186,155 +272,35 @@ impl RawConfig {
                 (1, 600),
             )
             .map(Duration::from_secs)?,
+            sandbox: parse_sandbox(self.ptc_sandbox)?,
+            sandbox_user: parse_sandbox_user(self.ptc_sandbox_user)?,
+            sandbox_read_paths: parse_read_paths(self.ptc_sandbox_read_paths)?,
+            scratch_max_mb: parse_range(
+                "PTC_SCRATCH_MAX_MB",
+                self.ptc_scratch_max_mb,
+                256,
+                (1, 1 << 20),
+            )?,
+            scratch_max_files: parse_range(
+                "PTC_SCRATCH_MAX_FILES",
+                self.ptc_scratch_max_files,
+                10_000,
+                (1, MAX_SCRATCH_FILES),
+            )?,
+            path_env: non_empty(self.path).unwrap_or_else(|| DEFAULT_PATH.into()),
+            home: non_empty(self.home).map(PathBuf::from),
+            temp_dir: PathBuf::from(
+                non_empty(self.tmpdir)
+                    .as_deref()
+                    .unwrap_or(DEFAULT_TEMP_DIR),
+            ),
         })
     }
 }
 
-impl Default for Config {
-    fn default() -> Self {
-        // The empty environment always validates.
-        RawConfig::default().validate().expect("defaults are valid")
-    }
-}
-
-fn non_empty(value: Option<String>) -> Option<String> {
-    value.filter(|v| !v.trim().is_empty())
-}
-
-fn parse_bool(
-    variable: &'static str,
-    value: Option<String>,
-    default: bool,
-) -> Result<bool, ConfigError> {
-    let Some(value) = non_empty(value) else {
-        return Ok(default);
-    };
-    match value.trim().to_ascii_lowercase().as_str() {
-        "true" | "1" | "yes" | "on" => Ok(true),
-        "false" | "0" | "no" | "off" => Ok(false),
-        _ => Err(ConfigError {
-            variable,
-            value,
-            expected: "true or false (also 1/0, yes/no, on/off)".into(),
-        }),
-    }
-}
-
-fn parse_range(
-    variable: &'static str,
-    value: Option<String>,
-    default: u64,
-    (min, max): (u64, u64),
-) -> Result<u64, ConfigError> {
-    let Some(value) = non_empty(value) else {
-        return Ok(default);
-    };
-    match value.trim().parse::<u64>() {
-        Ok(n) if (min..=max).contains(&n) => Ok(n),
-        _ => Err(ConfigError {
-            variable,
-            value,
-            expected: format!("a whole number from {min} to {max}"),
-        }),
-    }
-}
-
-fn parse_secs(
-    variable: &'static str,
-    value: Option<String>,
-    default: u64,
-) -> Result<Duration, ConfigError> {
-    parse_range(variable, value, default, (1, MAX_TIMEOUT_SECS)).map(Duration::from_secs)
-}
-
-fn parse_list(value: &str) -> Vec<String> {
-    value
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(str::to_string)
-        .collect()
-}
-
-fn parse_globs(variable: &'static str, value: Option<String>) -> Result<Vec<String>, ConfigError> {
-    let patterns = parse_list(value.as_deref().unwrap_or(""));
-    if let Some(bad) = patterns.iter().find(|p| p.chars().any(char::is_whitespace)) {
-        return Err(ConfigError {
-            variable,
-            value: bad.clone(),
-            expected: "comma-separated tool name patterns using * and ? (e.g. github__*,read_*)"
-                .into(),
-        });
-    }
-    Ok(patterns)
-}
-
-fn parse_listen(value: &str) -> Result<Listen, ConfigError> {
-    let value = value.trim();
-    if let Some(path) = value.strip_prefix("unix:") {
-        if path.is_empty() {
-            return Err(listen_error(value));
-        }
-        return Ok(Listen::Unix(PathBuf::from(path)));
-    }
-    value
-        .parse::<SocketAddr>()
-        .map(Listen::Tcp)
-        .map_err(|_| listen_error(value))
-}
-
-fn listen_error(value: &str) -> ConfigError {
-    ConfigError {
-        variable: "PTC_LISTEN",
-        value: value.into(),
-        expected: "HOST:PORT with a numeric IP (127.0.0.1:7400, [::1]:7400) or unix:/path/to.sock"
-            .into(),
-    }
-}
-
-fn parse_redis_url(value: Option<String>) -> Result<Option<String>, ConfigError> {
-    let Some(url) = non_empty(value) else {
-        return Ok(None);
-    };
-    let ok = ["redis://", "rediss://", "redis+unix://", "unix://"]
-        .iter()
-        .any(|scheme| url.starts_with(scheme) && url.len() > scheme.len());
-    if ok {
-        Ok(Some(url))
-    } else {
-        Err(ConfigError {
-            variable: "REDIS_URL",
-            value: url,
-            expected: "redis://[user:password@]host[:port][/db], rediss://… or unix:///path".into(),
-        })
-    }
-}
-
-fn check_agent_id(id: String) -> Result<String, ConfigError> {
-    let ok = id.len() <= 128
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | ':'));
-    if ok {
-        Ok(id)
-    } else {
-        Err(ConfigError {
-            variable: "PTC_AGENT_ID",
-            value: id,
-            expected: "up to 128 characters from A-Z a-z 0-9 - _ . : (it names Redis keys)".into(),
-        })
-    }
-}
-
-/// The hostname, as DESIGN.md says; in a pod that is the pod name.
-fn default_agent_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .ok()
-        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
-        .map(|h| h.trim().to_string())
-        .and_then(|h| check_agent_id(h).ok())
-        .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "ptc-sidecar".into())
+fn is_ours(key: &str) -> bool {
+    let key = key.to_ascii_uppercase();
+    key.starts_with("PTC_") || OTHER_VARIABLES.contains(&key.as_str())
 }
 
 #[cfg(test)]
@@ -359,6 +325,58 @@ mod tests {
         assert_eq!(c.events_stream_maxlen, 10_000);
         assert!(!c.read_only_tools && !c.events_bodies);
         assert!(c.api_key.is_none() && c.redis_url.is_none());
+        assert_eq!(c.sandbox, SandboxMode::BestEffort);
+        assert_eq!(c.sandbox_user, SandboxUser::Name("ptc-run".into()));
+        assert_eq!(c.sandbox_read_paths, Vec::<PathBuf>::new());
+        assert_eq!((c.scratch_max_mb, c.scratch_max_files), (256, 10_000));
+        assert_eq!(c.path_env, DEFAULT_PATH);
+        assert_eq!(c.home, Some(PathBuf::from("/root")));
+        assert_eq!(c.temp_dir, PathBuf::from("/tmp"));
+    }
+
+    #[test]
+    fn the_process_paths_come_from_the_variables() {
+        let c = config(&[
+            ("PATH", "/opt/bin:/usr/bin"),
+            ("HOME", "/home/agent"),
+            ("TMPDIR", "/var/tmp"),
+            ("UNRELATED", "ignored"),
+        ])
+        .unwrap();
+        assert_eq!(c.path_env, "/opt/bin:/usr/bin");
+        assert_eq!(c.home, Some(PathBuf::from("/home/agent")));
+        assert_eq!(c.temp_dir, PathBuf::from("/var/tmp"));
+        assert_eq!(config(&[]).unwrap().home, None);
+    }
+
+    #[test]
+    fn sandbox_settings_are_read() {
+        let c = config(&[
+            ("PTC_SANDBOX", "Strict"),
+            ("PTC_SANDBOX_USER", "1001"),
+            (
+                "PTC_SANDBOX_READ_PATHS",
+                "/usr/share/zoneinfo, /etc/ssl/certs,",
+            ),
+            ("PTC_SCRATCH_MAX_MB", "1048576"),
+            ("PTC_SCRATCH_MAX_FILES", "1"),
+        ])
+        .unwrap();
+        assert_eq!(c.sandbox, SandboxMode::Strict);
+        assert_eq!(c.sandbox_user, SandboxUser::Uid(1001));
+        assert_eq!(
+            c.sandbox_read_paths,
+            [
+                PathBuf::from("/usr/share/zoneinfo"),
+                PathBuf::from("/etc/ssl/certs")
+            ]
+        );
+        assert_eq!((c.scratch_max_mb, c.scratch_max_files), (1 << 20, 1));
+        let c = config(&[("PTC_SANDBOX", "off"), ("PTC_SANDBOX_USER", "nobody")]).unwrap();
+        assert_eq!(c.sandbox, SandboxMode::Off);
+        assert_eq!(c.sandbox_user, SandboxUser::Name("nobody".into()));
+        let c = config(&[("PTC_SANDBOX", "best-effort")]).unwrap();
+        assert_eq!(c.sandbox, SandboxMode::BestEffort);
     }
 
     #[test]
@@ -419,6 +437,38 @@ mod tests {
             (
                 ("PTC_DENY_TOOLS", "a b"),
                 "PTC_DENY_TOOLS=\"a b\" is not valid: comma-separated",
+            ),
+            (
+                ("PTC_SANDBOX", "on"),
+                "PTC_SANDBOX=\"on\" is not valid: strict, best-effort or off",
+            ),
+            (
+                ("PTC_SANDBOX_USER", "-x"),
+                "PTC_SANDBOX_USER=\"-x\" is not valid: a user name",
+            ),
+            (
+                ("PTC_SANDBOX_USER", "4294967295"),
+                "PTC_SANDBOX_USER=\"4294967295\" is not valid: a user name",
+            ),
+            (
+                ("PTC_SANDBOX_USER", "a b"),
+                "PTC_SANDBOX_USER=\"a b\" is not valid: a user name",
+            ),
+            (
+                ("PTC_SANDBOX_READ_PATHS", "/etc/ssl,certs"),
+                "PTC_SANDBOX_READ_PATHS=\"certs\" is not valid: comma-separated absolute paths",
+            ),
+            (
+                ("PTC_SCRATCH_MAX_MB", "0"),
+                "PTC_SCRATCH_MAX_MB=\"0\" is not valid: a whole number from 1 to 1048576",
+            ),
+            (
+                ("PTC_SCRATCH_MAX_FILES", "0"),
+                "PTC_SCRATCH_MAX_FILES=\"0\" is not valid: a whole number from 1",
+            ),
+            (
+                ("REDIS_URL", "http://u:secret@h"),
+                "REDIS_URL=\"http://h\" is not valid: redis://",
             ),
         ];
         for ((k, v), want) in cases {

@@ -7,13 +7,17 @@
 //! `ptc:stream:{agent}` with `MAXLEN ~`); while Redis is away it holds up to
 //! [`EventsConfig::hold`] events in order, reconnects with backoff and flushes them when Redis is
 //! back. Delivery is at least once: a batch cut off mid-flight is sent again whole.
+//!
+//! Redis errors reach the log and `/healthz`, so they are shown with URLs redacted (a Redis
+//! URL may carry a password).
 
+use crate::util::{lock, now_ms, redact_urls};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 use tokio::sync::{broadcast, mpsc};
 use tokio_util::sync::CancellationToken;
 
@@ -35,6 +39,34 @@ pub const LIVE_CAPACITY: usize = 4096;
 pub const REDIS_TIMEOUT: Duration = Duration::from_secs(3);
 /// Reconnect backoff, doubling from the first to the second.
 pub const BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
+
+/// A `REDIS_URL` the publisher cannot use. The message carries the cause, redacted; the
+/// Redis error is not chained as a source, which would show it unredacted.
+#[derive(Debug, thiserror::Error)]
+#[error("REDIS_URL={:?} is not usable: {}", redact_urls(url), redact_urls(&error.to_string()))]
+pub struct EventsError {
+    pub url: String,
+    pub error: redis::RedisError,
+}
+
+/// Why `ptc-sidecar events` stopped watching (causes redacted and not chained, as above).
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("REDIS_URL={:?}: {}", redact_urls(url), redact_urls(&error.to_string()))]
+    Url {
+        url: String,
+        error: redis::RedisError,
+    },
+    #[error("cannot connect to Redis at {}: {}", redact_urls(url), redact_urls(&error.to_string()))]
+    Connect {
+        url: String,
+        error: redis::RedisError,
+    },
+    #[error("cannot subscribe: {}", redact_urls(&.0.to_string()))]
+    Subscribe(redis::RedisError),
+    #[error("the Redis connection ended")]
+    Ended,
+}
 
 /// What the publisher needs.
 #[derive(Debug, Clone)]
@@ -146,12 +178,14 @@ struct Inner {
 impl Events {
     /// Starts the writer when a Redis URL is configured; without one, events go to
     /// subscribers and the debug log only.
-    pub fn start(cfg: EventsConfig, shutdown: CancellationToken) -> Result<Events, String> {
+    pub fn start(cfg: EventsConfig, shutdown: CancellationToken) -> Result<Events, EventsError> {
         let stats = Arc::new(Stats::default());
         let queue = match &cfg.redis_url {
             Some(url) => {
-                let client = redis::Client::open(url.as_str())
-                    .map_err(|e| format!("REDIS_URL={url:?} is not usable: {e}"))?;
+                let client = redis::Client::open(url.as_str()).map_err(|error| EventsError {
+                    url: url.clone(),
+                    error,
+                })?;
                 let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
                 let writer = Writer {
                     client,
@@ -166,33 +200,33 @@ impl Events {
             }
             None => None,
         };
+        Ok(Events::new(cfg.agent_id, cfg.bodies, queue, stats))
+    }
+
+    /// Events that go nowhere but to subscribers and the debug log (a runner's default
+    /// backends, before the sidecar's own publisher is set).
+    pub fn local(agent_id: &str) -> Events {
+        Events::new(agent_id.into(), false, None, Arc::default())
+    }
+
+    fn new(
+        agent_id: String,
+        bodies: bool,
+        queue: Option<mpsc::Sender<Arc<str>>>,
+        stats: Arc<Stats>,
+    ) -> Events {
         let (live, _) = broadcast::channel(LIVE_CAPACITY);
-        Ok(Events {
+        Events {
             inner: Arc::new(Inner {
-                agent_id: cfg.agent_id,
-                bodies: cfg.bodies,
-                redis: cfg.redis_url.is_some(),
+                agent_id,
+                bodies,
+                redis: queue.is_some(),
                 seq: AtomicU64::new(0),
                 queue,
                 live,
                 stats,
             }),
-        })
-    }
-
-    /// Events that go nowhere but to subscribers (tests, `exec` on the command line).
-    pub fn local(agent_id: &str) -> Events {
-        Events::start(
-            EventsConfig {
-                agent_id: agent_id.into(),
-                redis_url: None,
-                stream_maxlen: 1,
-                bodies: false,
-                hold: 1,
-            },
-            CancellationToken::new(),
-        )
-        .unwrap_or_else(|_| unreachable!("without Redis nothing can fail"))
+        }
     }
 
     /// Whether events carry argument and result bodies.
@@ -240,7 +274,7 @@ impl Events {
             "published": s.published.load(Ordering::Relaxed),
             "held": s.held.load(Ordering::Relaxed),
             "dropped": s.dropped.load(Ordering::Relaxed),
-            "last_error": s.last_error.lock().unwrap_or_else(|p| p.into_inner()).clone(),
+            "last_error": lock(&s.last_error).clone(),
         })
     }
 }
@@ -304,19 +338,24 @@ pub async fn watch(
     agent: Option<&str>,
     json: bool,
     mut out: impl std::io::Write,
-) -> Result<(), String> {
+) -> Result<(), WatchError> {
     use futures_util::StreamExt;
-    let client =
-        redis::Client::open(redis_url).map_err(|e| format!("REDIS_URL={redis_url:?}: {e}"))?;
+    let client = redis::Client::open(redis_url).map_err(|error| WatchError::Url {
+        url: redis_url.to_string(),
+        error,
+    })?;
     let mut pubsub = client
         .get_async_pubsub()
         .await
-        .map_err(|e| format!("cannot connect to Redis at {redis_url}: {e}"))?;
+        .map_err(|error| WatchError::Connect {
+            url: redis_url.to_string(),
+            error,
+        })?;
     match agent {
         Some(agent) => pubsub.subscribe(format!("ptc:events:{agent}")).await,
         None => pubsub.psubscribe("ptc:events:*").await,
     }
-    .map_err(|e| format!("cannot subscribe: {e}"))?;
+    .map_err(WatchError::Subscribe)?;
     let mut messages = pubsub.on_message();
     while let Some(msg) = messages.next().await {
         let payload: String = msg.get_payload().unwrap_or_default();
@@ -332,14 +371,7 @@ pub async fn watch(
             return Ok(());
         }
     }
-    Err("the Redis connection ended".into())
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
+    Err(WatchError::Ended)
 }
 
 /// The one task that talks to Redis.
@@ -386,7 +418,7 @@ impl Writer {
                         );
                     }
                     Err(e) => {
-                        self.fail(&e);
+                        self.fail(&e.to_string());
                         // Keep taking events while waiting, so emitters never find the queue full.
                         let sleep = tokio::time::sleep(backoff);
                         tokio::pin!(sleep);
@@ -440,14 +472,13 @@ impl Writer {
         }
     }
 
-    async fn connect(&self) -> Result<redis::aio::MultiplexedConnection, String> {
+    async fn connect(&self) -> redis::RedisResult<redis::aio::MultiplexedConnection> {
         let config = redis::AsyncConnectionConfig::new()
             .set_connection_timeout(Some(REDIS_TIMEOUT))
             .set_response_timeout(Some(REDIS_TIMEOUT));
         self.client
             .get_multiplexed_async_connection_with_config(&config)
             .await
-            .map_err(|e| e.to_string())
     }
 
     fn take_queued(&self, rx: &mut mpsc::Receiver<Arc<str>>, held: &mut VecDeque<Arc<str>>) {
@@ -474,16 +505,13 @@ impl Writer {
     }
 
     fn fail(&self, error: &str) {
+        let error = redact_urls(error);
         let was = self.stats.connected.swap(false, Ordering::Relaxed);
-        let mut last = self
-            .stats
-            .last_error
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if was || last.as_deref() != Some(error) {
+        let mut last = lock(&self.stats.last_error);
+        if was || last.as_deref() != Some(error.as_str()) {
             tracing::warn!("events: Redis unavailable ({error}); holding events and reconnecting");
         }
-        *last = Some(error.to_string());
+        *last = Some(error);
     }
 }
 

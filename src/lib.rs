@@ -1,8 +1,13 @@
 //! ptc-sidecar: programmatic tool calling for any agent runtime.
 //!
-//! Data flows one way: [`config`] → [`catalog`] (sources, classification, Python names) →
-//! [`render`] (signatures, the `exec_code` description, provider tool lists) → [`api`] (the
-//! control API). [`app`] wires them together; `main` parses the command line.
+//! Data flows one way: [`config`] → [`sandbox`] (how a run is confined) → [`catalog`] (sources,
+//! classification, Python names) → [`render`] (signatures, the `exec_code` description,
+//! provider tool lists) → [`run`] (runs, IPC, dispatch) → the backends ([`mcp`], [`events`]) →
+//! [`sources`] (the configured sources read into a snapshot) → [`reload`] → [`api`] (the
+//! control API). A module imports only from modules before it ([`util`] from none), with one
+//! exception: [`run`] emits its events through [`events`], a leaf that imports only [`util`]
+//! (docs/ARCHITECTURE.md). [`app`] wires them together and nothing in the library imports it;
+//! `main` parses the command line.
 
 pub mod api;
 pub mod app;
@@ -13,3 +18,6 @@ pub mod mcp;
 pub mod reload;
 pub mod render;
 pub mod run;
+pub mod sandbox;
+pub mod sources;
+pub mod util;

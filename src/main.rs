@@ -1,11 +1,15 @@
-//! The `ptc-sidecar` command: parses the command line, sets up tracing, and hands over to `app`.
+//! The `ptc-sidecar` command: parses the command line, sets up tracing, and hands over to `app`
+//! (or, for the one-shot `tools` command, to `sources`).
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use ptc_sidecar::app::{self, Listener, SavedCatalog};
+use ptc_sidecar::app::{self, Listener};
 use ptc_sidecar::config::Config;
+use ptc_sidecar::render::llm::UnknownFormat;
 use ptc_sidecar::render::{Format, llm_tools};
 use ptc_sidecar::run::{ExecRequest, ExecStatus};
+use ptc_sidecar::sandbox;
+use ptc_sidecar::sources::{self, SavedCatalog};
 use std::process::ExitCode;
 
 #[derive(Parser)]
@@ -64,19 +68,36 @@ fn main() -> ExitCode {
             tracing_subscriber::EnvFilter::try_from_default_env()
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
         )
-        .with_writer(std::io::stderr)
+        // Colour for a person at a terminal only: a log collector gets plain lines.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(ptc_sidecar::util::RedactedStderr)
         .init();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("ptc-sidecar: {e:#}");
+            eprintln!("ptc-sidecar: {}", describe(&e));
             ExitCode::from(2)
         }
     }
 }
 
+/// An error with its causes, as `{:#}` shows them, less each cause the message before it
+/// already contains (our errors say their cause in their own message).
+fn describe(e: &anyhow::Error) -> String {
+    let mut text = e.to_string();
+    for cause in e.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.contains(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
     let config = Config::from_env()?;
+    keep_secrets()?;
     match cli.command {
         Command::Tools {
             format,
@@ -89,14 +110,12 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 .clone()
                 .context("REDIS_URL is not set; events are only in Redis and at GET /v1/events")?;
             let agent = (!all).then(|| agent.unwrap_or_else(|| config.agent_id.clone()));
-            runtime()?
-                .block_on(ptc_sidecar::events::watch(
-                    &url,
-                    agent.as_deref(),
-                    json,
-                    std::io::stdout(),
-                ))
-                .map_err(anyhow::Error::msg)
+            Ok(runtime()?.block_on(ptc_sidecar::events::watch(
+                &url,
+                agent.as_deref(),
+                json,
+                std::io::stdout(),
+            ))?)
         }
         Command::Exec { file, mcp_catalog } => {
             let code = exec_code_of(&file)?;
@@ -104,6 +123,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             std::process::exit(exit);
         }
     }
+}
+
+/// The sidecar keeps its secrets from code (docs/SECURITY.md): once the configuration holds
+/// them, they leave the process environment (which children and `/proc/PID/environ` could
+/// show), and the process becomes undumpable (no `/proc/PID/mem` or `environ` for processes of
+/// the same uid, no core dumps).
+fn keep_secrets() -> anyhow::Result<()> {
+    // SAFETY: called from `main` before the tokio runtime or any other thread exists, so no
+    // thread can be reading the environment while it changes.
+    unsafe { sandbox::secrets::scrub_environment(sandbox::secrets::SECRET_VARIABLES) };
+    sandbox::secrets::set_not_dumpable().context("prctl(PR_SET_DUMPABLE, 0)")
 }
 
 fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
@@ -152,14 +182,14 @@ async fn exec(mut config: Config, code: String, saved: Vec<SavedCatalog>) -> any
 fn print_tools(config: &Config, format: &str, saved: &[SavedCatalog]) -> anyhow::Result<()> {
     // MCP servers are started to list their tools, and stopped with the runtime at the end.
     let runtime = runtime()?;
-    let hub = runtime.block_on(app::start_mcp(
+    let hub = runtime.block_on(sources::start_mcp(
         config,
         tokio_util::sync::CancellationToken::new(),
     ))?;
     for line in hub.iter().flat_map(|hub| hub.status_lines()) {
         eprintln!("{line}");
     }
-    let snapshot = app::snapshot_with_mcp(config, saved, hub.as_ref())?;
+    let snapshot = sources::first_snapshot(config, saved, hub.as_ref())?;
     for line in snapshot.catalog.report() {
         eprintln!("warning: {line}");
     }
@@ -174,7 +204,7 @@ fn print_tools(config: &Config, format: &str, saved: &[SavedCatalog]) -> anyhow:
     }
     let format: Format = format
         .parse()
-        .map_err(|e: String| anyhow::anyhow!("--format: {e}, or description"))?;
+        .map_err(|e: UnknownFormat| anyhow::anyhow!("--format: {e}, or description"))?;
     let tools = llm_tools(
         &snapshot.catalog,
         &snapshot.rendered,

@@ -9,13 +9,18 @@
 //!
 //! A change to `PTC_MCP_CONFIG` also reconfigures the hub: added servers start, removed ones
 //! stop, changed ones restart (see [`Hub::reconfigure`]); a broken file changes nothing.
+//!
+//! Reads the sources exactly as startup does, through [`sources`]; must not build catalogs
+//! any other way.
 
-use crate::app::{self, SavedCatalog};
+use crate::catalog::source::SourceError;
 use crate::catalog::{Catalog, Tool};
 use crate::config::Config;
 use crate::events::{Event, Events};
-use crate::mcp::{self, Hub};
+use crate::mcp::{self, Hub, McpConfigError};
 use crate::render::Snapshot;
+use crate::sources::{self, SavedCatalog};
+use crate::util::{lock, redact_urls};
 use notify::Watcher;
 use serde_json::json;
 use std::collections::BTreeMap;
@@ -72,6 +77,28 @@ pub fn diff(old: &Catalog, new: &Catalog) -> Diff {
     d
 }
 
+/// Why a reload kept the current catalog.
+#[derive(Debug, thiserror::Error)]
+pub enum ReloadError {
+    #[error(transparent)]
+    Tools(#[from] SourceError),
+    #[error(transparent)]
+    Mcp(#[from] McpConfigError),
+}
+
+/// Why the reloader could not start watching.
+#[derive(Debug, thiserror::Error)]
+pub enum WatchError {
+    #[error("cannot watch tool files: {0}")]
+    Watcher(#[source] notify::Error),
+    #[error("cannot watch {}: {source}", .dir.display())]
+    Dir {
+        dir: PathBuf,
+        #[source]
+        source: notify::Error,
+    },
+}
+
 /// The last reload's outcome, for `/healthz`.
 #[derive(Debug, Default, Clone)]
 pub struct ReloadStatus {
@@ -91,7 +118,7 @@ pub struct Reloader {
 
 impl Reloader {
     /// Watches until `shutdown`. Fails only when a watcher cannot be set up at all.
-    pub fn spawn(self, shutdown: CancellationToken) -> Result<(), String> {
+    pub fn spawn(self, shutdown: CancellationToken) -> Result<(), WatchError> {
         let (tx, rx) = mpsc::channel::<()>(EVENT_BUFFER);
         let files: Vec<PathBuf> = [&self.config.tools_file, &self.config.mcp_config]
             .into_iter()
@@ -109,11 +136,11 @@ impl Reloader {
                         let _ = sender.try_send(());
                     }
                 })
-                .map_err(|e| format!("cannot watch tool files: {e}"))?;
+                .map_err(WatchError::Watcher)?;
             for dir in watch_dirs(&files) {
-                watcher
-                    .watch(&dir, notify::RecursiveMode::NonRecursive)
-                    .map_err(|e| format!("cannot watch {}: {e}", dir.display()))?;
+                if let Err(source) = watcher.watch(&dir, notify::RecursiveMode::NonRecursive) {
+                    return Err(WatchError::Dir { dir, source });
+                }
             }
             Some(watcher)
         };
@@ -156,29 +183,29 @@ impl Reloader {
     pub async fn reload(&self) {
         let version = self.snapshots.borrow().catalog.version;
         // The tools file first: when it is broken the hub is left alone too.
-        let input = match app::load_input(&self.config, &self.saved) {
+        let input = match sources::load_input(&self.config, &self.saved) {
             Ok(input) => input,
-            Err(e) => return self.fail(e.to_string(), version),
+            Err(e) => return self.fail(&ReloadError::from(e), version),
         };
         if let Err(e) = self.reconfigure_mcp().await {
-            return self.fail(e, version);
+            return self.fail(&e, version);
         }
         // Taken after the wait above: the version goes up from what is current now.
         let current = self.snapshots.borrow().clone();
-        let catalog = app::build_catalog(
+        let catalog = sources::build_catalog(
             &self.config,
             input,
             self.mcp.as_ref(),
             current.catalog.version + 1,
         );
-        let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        let mut status = lock(&self.status);
         status.last_error = None;
         if catalog.fingerprint == current.catalog.fingerprint {
             return;
         }
         let d = diff(&current.catalog, &catalog);
         let snapshot = Arc::new(Snapshot::new(catalog));
-        app::log_report(&snapshot);
+        sources::log_report(&snapshot);
         tracing::info!(
             version = snapshot.catalog.version,
             added = ?d.added, removed = ?d.removed, changed = ?d.changed,
@@ -197,9 +224,10 @@ impl Reloader {
 
     /// Keeps the current catalog (and servers) and says why: log, `/healthz`, and a
     /// `catalog.reloaded` event with `ok: false`, each once per distinct error.
-    fn fail(&self, error: String, version: u64) {
-        let message = format!("{error}; keeping catalog version {version}");
-        let mut status = self.status.lock().unwrap_or_else(|p| p.into_inner());
+    fn fail(&self, error: &ReloadError, version: u64) {
+        // A callback or server URL in the message may carry a token.
+        let message = redact_urls(&format!("{error}; keeping catalog version {version}"));
+        let mut status = lock(&self.status);
         if status.last_error.as_deref() != Some(message.as_str()) {
             tracing::warn!("reload failed: {message}");
             let mut event = Event::new("catalog.reloaded");
@@ -218,11 +246,11 @@ impl Reloader {
     /// `Sidecar::start` builds a hub whenever `PTC_MCP_CONFIG` is set, even when the file
     /// lists no servers, so servers added to an empty file start here too. Without a hub
     /// (a `Reloader` built by hand with `mcp: None`) there is nothing to reconfigure.
-    async fn reconfigure_mcp(&self) -> Result<(), String> {
+    async fn reconfigure_mcp(&self) -> Result<(), ReloadError> {
         let (Some(path), Some(hub)) = (&self.config.mcp_config, &self.mcp) else {
             return Ok(());
         };
-        let specs = mcp::config::read(path).map_err(|e| e.to_string())?;
+        let specs = mcp::config::read(path)?;
         let done = hub.reconfigure(specs);
         if done.is_empty() {
             return Ok(());
@@ -232,7 +260,7 @@ impl Reloader {
             "MCP servers reconfigured"
         );
         if !done.started.is_empty() || !done.restarted.is_empty() {
-            hub.wait_started(hub.start_timeout() + app::MCP_STARTUP_SLACK)
+            hub.wait_started(hub.start_timeout() + sources::MCP_STARTUP_SLACK)
                 .await;
         }
         Ok(())

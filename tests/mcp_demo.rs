@@ -5,6 +5,9 @@
 //! Every test runs under [`TEST_DEADLINE`] and ends by checking that the demo's process group
 //! is empty, so a failing test cannot hang the suite or leave a server behind.
 
+// Helpers outside `#[test]` functions fail the test the same way: unwrap/expect are assertions.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::{
     future::Future,
     process::Stdio,

@@ -2,20 +2,18 @@
 //!
 //! Each event is one `data:` line holding the same JSON as in Redis (docs/events.md). A
 //! subscriber that falls more than `events::LIVE_CAPACITY` events behind is told how many it
-//! missed (`event: lagged`) and carries on; the sidecar never waits for it.
+//! missed (`event: lagged`) and carries on; the sidecar never waits for it. A quiet stream
+//! sends the keep-alive of [`super::sse`].
 
-use crate::app::AppState;
+use super::sse;
+use super::state::AppState;
 use axum::Router;
 use axum::extract::State;
-use axum::response::sse::{Event, KeepAlive, Sse};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
+use axum::response::sse::Event;
 use axum::routing::get;
 use std::convert::Infallible;
-use std::time::Duration;
 use tokio::sync::broadcast::error::RecvError;
-
-/// A comment line this often keeps proxies from closing a quiet stream.
-pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
 pub fn router() -> Router<AppState> {
     Router::new().route("/v1/events", get(stream))
@@ -37,9 +35,7 @@ async fn stream(State(state): State<AppState>) -> Response {
             }
         }
     });
-    Sse::new(events)
-        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
-        .into_response()
+    sse::response(events)
 }
 
 /// A stream fed by a task through a small channel; the task ends when the client goes away.

@@ -98,6 +98,13 @@ pub fn assign<'a>(names: impl IntoIterator<Item = &'a str>) -> (Vec<String>, Vec
     (assigned, renames)
 }
 
+/// Whether `name` is a Python identifier (ASCII: what our normalised names are made of).
+pub fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,6 +176,6 @@ mod tests {
         let (names, _) = assign(input);
         let unique: HashSet<_> = names.iter().collect();
         assert_eq!(unique.len(), names.len(), "{names:?}");
-        assert!(names.iter().all(|n| crate::render::ty::is_identifier(n)));
+        assert!(names.iter().all(|n| is_identifier(n)));
     }
 }

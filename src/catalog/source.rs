@@ -89,6 +89,38 @@ pub enum SourceError {
     },
     #[error("{path}: {message}")]
     Shape { path: PathBuf, message: String },
+    #[error("{path}: {source}")]
+    Callback {
+        path: PathBuf,
+        source: CallbackError,
+    },
+    #[error("{path}: {source}")]
+    ToolList {
+        path: PathBuf,
+        source: ToolListError,
+    },
+}
+
+/// A `"tools"` value that is not a list of tools at all (single bad tools are [`Problem`]s).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(r#""tools" is a JSON {kind}, expected an array"#)]
+pub struct ToolListError {
+    pub kind: &'static str,
+}
+
+/// A manifest `"callback"` that cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CallbackError {
+    #[error(r#""callback" is a JSON {0}; expected {{"url": "http://...", "headers": {{...}}}}"#)]
+    NotObject(&'static str),
+    #[error(r#""callback.url" {:?} must start with http:// or https://"#, crate::util::redact_urls(.0))]
+    UrlScheme(String),
+    #[error(r#""callback" needs a "url" string"#)]
+    NoUrl,
+    #[error(r#""callback.headers" must map header names to strings"#)]
+    HeaderValue,
+    #[error(r#""callback.headers" is a JSON {0}, expected an object"#)]
+    Headers(&'static str),
 }
 
 /// Reads a tool file with the size cap.
@@ -141,7 +173,10 @@ pub fn parse_manifest(
             })?;
             let callback = match obj.get("callback") {
                 None | Some(Value::Null) => None,
-                Some(cb) => Some(parse_callback(cb).map_err(shape)?),
+                Some(cb) => Some(parse_callback(cb).map_err(|source| SourceError::Callback {
+                    path: path.to_path_buf(),
+                    source,
+                })?),
             };
             (callback, tools)
         }
@@ -152,8 +187,7 @@ pub fn parse_manifest(
             )));
         }
     };
-    let origin = path.display().to_string();
-    let (tools, problems) = parse_tool_list(&origin, tools).map_err(shape)?;
+    let (tools, problems) = tool_list_of(path, tools)?;
     Ok((HostManifest { callback, tools }, problems))
 }
 
@@ -176,19 +210,24 @@ pub fn read_saved_tool_list(path: &Path) -> Result<(Vec<ToolDef>, Vec<Problem>),
             )));
         }
     };
-    parse_tool_list(&path.display().to_string(), tools).map_err(shape)
+    tool_list_of(path, tools)
+}
+
+/// [`parse_tool_list`] for a file: the file is the problems' origin and the error's subject.
+fn tool_list_of(path: &Path, tools: &Value) -> Result<(Vec<ToolDef>, Vec<Problem>), SourceError> {
+    parse_tool_list(&path.display().to_string(), tools).map_err(|source| SourceError::ToolList {
+        path: path.to_path_buf(),
+        source,
+    })
 }
 
 /// Parses an array of tool entries; bad entries become problems.
 pub fn parse_tool_list(
     origin: &str,
     tools: &Value,
-) -> Result<(Vec<ToolDef>, Vec<Problem>), String> {
+) -> Result<(Vec<ToolDef>, Vec<Problem>), ToolListError> {
     let Value::Array(entries) = tools else {
-        return Err(format!(
-            r#""tools" is a JSON {}, expected an array"#,
-            kind(tools)
-        ));
+        return Err(ToolListError { kind: kind(tools) });
     };
     let mut defs = Vec::with_capacity(entries.len());
     let mut problems = Vec::new();
@@ -332,34 +371,21 @@ fn parse_tool(entry: &Value) -> ToolResult {
     ))
 }
 
-fn parse_callback(value: &Value) -> Result<Callback, String> {
+fn parse_callback(value: &Value) -> Result<Callback, CallbackError> {
     let Value::Object(obj) = value else {
-        return Err(format!(
-            r#""callback" is a JSON {}; expected {{"url": "http://...", "headers": {{...}}}}"#,
-            kind(value)
-        ));
+        return Err(CallbackError::NotObject(kind(value)));
     };
     let url = match obj.get("url") {
         Some(Value::String(url)) if url.starts_with("http://") || url.starts_with("https://") => {
             url.clone()
         }
-        Some(Value::String(url)) => {
-            return Err(format!(
-                r#""callback.url" {url:?} must start with http:// or https://"#
-            ));
-        }
-        _ => return Err(r#""callback" needs a "url" string"#.into()),
+        Some(Value::String(url)) => return Err(CallbackError::UrlScheme(url.clone())),
+        _ => return Err(CallbackError::NoUrl),
     };
     let headers = match obj.get("headers") {
         None | Some(Value::Null) => BTreeMap::new(),
-        Some(Value::Object(h)) => string_map(h)
-            .ok_or_else(|| r#""callback.headers" must map header names to strings"#.to_string())?,
-        Some(other) => {
-            return Err(format!(
-                r#""callback.headers" is a JSON {}, expected an object"#,
-                kind(other)
-            ));
-        }
+        Some(Value::Object(h)) => string_map(h).ok_or(CallbackError::HeaderValue)?,
+        Some(other) => return Err(CallbackError::Headers(kind(other))),
     };
     Ok(Callback { url, headers })
 }

@@ -5,6 +5,7 @@
 //! server and what is wrong, and stops startup; nothing here starts a process or opens a socket.
 
 use crate::catalog::source::{self, SourceError, kind};
+use crate::util::redact_urls;
 use reqwest::header::{HeaderName, HeaderValue};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -39,18 +40,83 @@ pub struct ServerSpec {
 pub enum McpConfigError {
     #[error("PTC_MCP_CONFIG: {0}")]
     File(#[from] SourceError),
-    #[error("PTC_MCP_CONFIG {path}: {message}")]
-    Shape { path: PathBuf, message: String },
-    #[error("PTC_MCP_CONFIG {path}: server {server:?}: {message}")]
+    #[error("PTC_MCP_CONFIG {path}: {problem}")]
+    Shape { path: PathBuf, problem: ShapeError },
+    #[error("PTC_MCP_CONFIG {path}: server {server:?}: {problem}")]
     Server {
         path: PathBuf,
         server: String,
-        message: String,
+        problem: ServerError,
     },
 }
 
+/// What is wrong with the file as a whole.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShapeError {
+    #[error(r#""mcpServers" is a JSON {0}, expected an object of servers by name"#)]
+    ServersNotObject(&'static str),
+    #[error(
+        r#"has no "mcpServers"; expected {{"mcpServers": {{"NAME": {{"command": ..., "args": [...]}} or {{"url": ...}}}}}}"#
+    )]
+    NoServers,
+    #[error(r#"is a JSON {0}, expected {{"mcpServers": {{...}}}}"#)]
+    NotObject(&'static str),
+}
+
+/// What is wrong with one server's entry. URLs are shown without userinfo or query string
+/// (they may carry a token), since these messages reach the log and `/healthz`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ServerError {
+    #[error(transparent)]
+    Name(#[from] ServerNameError),
+    #[error("is a JSON {0}, expected an object with \"command\" or \"url\"")]
+    NotObject(&'static str),
+    #[error(r#""disabled" is a JSON {0}, expected true or false"#)]
+    Disabled(&'static str),
+    #[error(r#""type": "sse" (the old HTTP+SSE transport) is not supported; use a streamable HTTP "url""#)]
+    Sse,
+    #[error(r#"gives both "command" and "url"; give one"#)]
+    Both,
+    #[error(
+        r#"needs "command" (stdio, with optional "args" and "env") or "url" (streamable HTTP, with optional "headers")"#
+    )]
+    Neither,
+    #[error(r#""command" is empty"#)]
+    EmptyCommand,
+    #[error(r#""command" is a JSON {0}, expected a string"#)]
+    Command(&'static str),
+    #[error(r#""args" must be an array of strings"#)]
+    ArgNotString,
+    #[error(r#""args" is a JSON {0}, expected an array of strings"#)]
+    Args(&'static str),
+    #[error(r#""{key}" must map names to strings"#)]
+    MapValue { key: &'static str },
+    #[error(r#""{key}" is a JSON {kind}, expected an object of strings"#)]
+    Map {
+        key: &'static str,
+        kind: &'static str,
+    },
+    #[error(r#""url" {:?} must start with http:// or https://"#, redact_urls(.0))]
+    UrlScheme(String),
+    #[error(r#""url" is a JSON {0}, expected a string"#)]
+    Url(&'static str),
+    #[error("header name {0:?} is not a valid HTTP header name")]
+    HeaderName(String),
+    #[error("header {0:?} has a value that is not valid in HTTP")]
+    HeaderValue(String),
+    #[error("header {0:?} is set by the MCP transport itself and cannot be configured")]
+    ReservedHeader(String),
+}
+
+/// A server name that cannot be a tool-name prefix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "MCP server name {0:?} must be non-empty, use only A-Z a-z 0-9 - _ . and not contain \"__\""
+)]
+pub struct ServerNameError(pub String);
+
 /// MCP server names become tool-name prefixes (`server__tool`), so they are kept plain.
-pub fn check_server_name(name: &str) -> Result<(), String> {
+pub fn check_server_name(name: &str) -> Result<(), ServerNameError> {
     let ok = !name.is_empty()
         && !name.contains("__")
         && name
@@ -59,9 +125,7 @@ pub fn check_server_name(name: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "MCP server name {name:?} must be non-empty, use only A-Z a-z 0-9 - _ . and not contain \"__\""
-        ))
+        Err(ServerNameError(name.to_string()))
     }
 }
 
@@ -72,56 +136,33 @@ pub fn read(path: &Path) -> Result<Vec<ServerSpec>, McpConfigError> {
 
 /// Checks a parsed config file; servers come back sorted by name, disabled ones left out.
 pub fn parse(path: &Path, value: &Value) -> Result<Vec<ServerSpec>, McpConfigError> {
-    let shape = |message: String| McpConfigError::Shape {
+    let shape = |problem: ShapeError| McpConfigError::Shape {
         path: path.to_path_buf(),
-        message,
+        problem,
     };
     let servers = match value {
         Value::Object(obj) => match obj.get("mcpServers") {
             Some(Value::Object(servers)) => servers,
-            Some(other) => {
-                return Err(shape(format!(
-                    r#""mcpServers" is a JSON {}, expected an object of servers by name"#,
-                    kind(other)
-                )));
-            }
-            None => {
-                return Err(shape(
-                    r#"has no "mcpServers"; expected {"mcpServers": {"NAME": {"command": ..., "args": [...]} or {"url": ...}}}"#
-                        .into(),
-                ));
-            }
+            Some(other) => return Err(shape(ShapeError::ServersNotObject(kind(other)))),
+            None => return Err(shape(ShapeError::NoServers)),
         },
-        other => {
-            return Err(shape(format!(
-                r#"is a JSON {}, expected {{"mcpServers": {{...}}}}"#,
-                kind(other)
-            )));
-        }
+        other => return Err(shape(ShapeError::NotObject(kind(other)))),
     };
     let mut specs = Vec::new();
     for (name, entry) in servers {
-        let server_err = |message: String| McpConfigError::Server {
+        let server_err = |problem: ServerError| McpConfigError::Server {
             path: path.to_path_buf(),
             server: name.clone(),
-            message,
+            problem,
         };
-        check_server_name(name).map_err(&server_err)?;
+        check_server_name(name).map_err(|e| server_err(e.into()))?;
         let Value::Object(entry) = entry else {
-            return Err(server_err(format!(
-                "is a JSON {}, expected an object with \"command\" or \"url\"",
-                kind(entry)
-            )));
+            return Err(server_err(ServerError::NotObject(kind(entry))));
         };
         match entry.get("disabled") {
             None | Some(Value::Null) | Some(Value::Bool(false)) => {}
             Some(Value::Bool(true)) => continue,
-            Some(other) => {
-                return Err(server_err(format!(
-                    r#""disabled" is a JSON {}, expected true or false"#,
-                    kind(other)
-                )));
-            }
+            Some(other) => return Err(server_err(ServerError::Disabled(kind(other)))),
         }
         let transport = parse_transport(entry).map_err(server_err)?;
         specs.push(ServerSpec {
@@ -133,31 +174,20 @@ pub fn parse(path: &Path, value: &Value) -> Result<Vec<ServerSpec>, McpConfigErr
     Ok(specs)
 }
 
-fn parse_transport(entry: &Map<String, Value>) -> Result<Transport, String> {
+fn parse_transport(entry: &Map<String, Value>) -> Result<Transport, ServerError> {
     if let Some(Value::String(t)) = entry.get("type")
         && t == "sse"
     {
-        return Err(
-            r#""type": "sse" (the old HTTP+SSE transport) is not supported; use a streamable HTTP "url""#
-                .into(),
-        );
+        return Err(ServerError::Sse);
     }
     match (entry.get("command"), entry.get("url")) {
-        (Some(_), Some(_)) => Err(r#"gives both "command" and "url"; give one"#.into()),
-        (None, None) => Err(
-            r#"needs "command" (stdio, with optional "args" and "env") or "url" (streamable HTTP, with optional "headers")"#
-                .into(),
-        ),
+        (Some(_), Some(_)) => Err(ServerError::Both),
+        (None, None) => Err(ServerError::Neither),
         (Some(command), None) => {
             let command = match command {
                 Value::String(c) if !c.trim().is_empty() => c.clone(),
-                Value::String(_) => return Err(r#""command" is empty"#.into()),
-                other => {
-                    return Err(format!(
-                        r#""command" is a JSON {}, expected a string"#,
-                        kind(other)
-                    ));
-                }
+                Value::String(_) => return Err(ServerError::EmptyCommand),
+                other => return Err(ServerError::Command(kind(other))),
             };
             let args = match entry.get("args") {
                 None | Some(Value::Null) => Vec::new(),
@@ -165,13 +195,8 @@ fn parse_transport(entry: &Map<String, Value>) -> Result<Transport, String> {
                     .iter()
                     .map(|a| a.as_str().map(str::to_string))
                     .collect::<Option<Vec<_>>>()
-                    .ok_or_else(|| r#""args" must be an array of strings"#.to_string())?,
-                Some(other) => {
-                    return Err(format!(
-                        r#""args" is a JSON {}, expected an array of strings"#,
-                        kind(other)
-                    ));
-                }
+                    .ok_or(ServerError::ArgNotString)?,
+                Some(other) => return Err(ServerError::Args(kind(other))),
             };
             let env = string_map(entry, "env")?;
             Ok(Transport::Stdio { command, args, env })
@@ -181,28 +206,18 @@ fn parse_transport(entry: &Map<String, Value>) -> Result<Transport, String> {
                 Value::String(u) if u.starts_with("http://") || u.starts_with("https://") => {
                     u.clone()
                 }
-                Value::String(u) => {
-                    return Err(format!(r#""url" {u:?} must start with http:// or https://"#));
-                }
-                other => {
-                    return Err(format!(
-                        r#""url" is a JSON {}, expected a string"#,
-                        kind(other)
-                    ));
-                }
+                Value::String(u) => return Err(ServerError::UrlScheme(u.clone())),
+                other => return Err(ServerError::Url(kind(other))),
             };
             let headers = string_map(entry, "headers")?;
             for (name, value) in &headers {
                 HeaderName::from_bytes(name.as_bytes())
-                    .map_err(|_| format!("header name {name:?} is not a valid HTTP header name"))?;
-                HeaderValue::from_str(value)
-                    .map_err(|_| format!("header {name:?} has a value that is not valid in HTTP"))?;
+                    .map_err(|_| ServerError::HeaderName(name.clone()))?;
+                HeaderValue::from_str(value).map_err(|_| ServerError::HeaderValue(name.clone()))?;
                 if ["accept", "mcp-session-id", "last-event-id"]
                     .contains(&name.to_ascii_lowercase().as_str())
                 {
-                    return Err(format!(
-                        "header {name:?} is set by the MCP transport itself and cannot be configured"
-                    ));
+                    return Err(ServerError::ReservedHeader(name.clone()));
                 }
             }
             Ok(Transport::Http { url, headers })
@@ -210,18 +225,21 @@ fn parse_transport(entry: &Map<String, Value>) -> Result<Transport, String> {
     }
 }
 
-fn string_map(entry: &Map<String, Value>, key: &str) -> Result<BTreeMap<String, String>, String> {
+fn string_map(
+    entry: &Map<String, Value>,
+    key: &'static str,
+) -> Result<BTreeMap<String, String>, ServerError> {
     match entry.get(key) {
         None | Some(Value::Null) => Ok(BTreeMap::new()),
         Some(Value::Object(map)) => map
             .iter()
             .map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
             .collect::<Option<BTreeMap<_, _>>>()
-            .ok_or_else(|| format!(r#""{key}" must map names to strings"#)),
-        Some(other) => Err(format!(
-            r#""{key}" is a JSON {}, expected an object of strings"#,
-            kind(other)
-        )),
+            .ok_or(ServerError::MapValue { key }),
+        Some(other) => Err(ServerError::Map {
+            key,
+            kind: kind(other),
+        }),
     }
 }
 
@@ -231,8 +249,8 @@ mod tests {
     use pretty_assertions::assert_eq;
     use serde_json::json;
 
-    fn parse_value(value: Value) -> Result<Vec<ServerSpec>, String> {
-        parse(Path::new("mcp.json"), &value).map_err(|e| e.to_string())
+    fn parse_value(value: Value) -> Result<Vec<ServerSpec>, McpConfigError> {
+        parse(Path::new("mcp.json"), &value)
     }
 
     #[test]
@@ -309,9 +327,13 @@ mod tests {
                 json!({"mcpServers": {"s": {"command": "x", "disabled": "yes"}}}),
                 r#"server "s": "disabled" is a JSON string"#,
             ),
+            (
+                json!({"mcpServers": {"s": {"url": "ws://u:p@a/mcp?api_key=k"}}}),
+                r#"server "s": "url" "ws://a/mcp" must start with http://"#,
+            ),
         ];
         for (value, want) in cases {
-            let err = parse_value(value.clone()).unwrap_err();
+            let err = parse_value(value.clone()).unwrap_err().to_string();
             assert!(err.contains(want), "{value}: {err}");
         }
     }

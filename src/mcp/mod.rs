@@ -4,7 +4,8 @@
 //! HTTP session, through rmcp), restarts it with backoff when it fails, lists its tools and
 //! passes calls on. The hub is what dispatch calls ([`McpCaller`]) and what `/healthz` and
 //! `ptc-sidecar tools` read. It must not build catalogs: it publishes each server's tools, and
-//! `app` turns them into a catalog.
+//! `sources` turns them into a catalog. It must not read the environment: a stdio server gets
+//! the `PATH` and `HOME` of [`HubOptions`], which come from the configuration.
 //!
 //! # Observing tool changes (for hot reload)
 //!
@@ -14,7 +15,6 @@
 //! reloader does `while rx.changed().await.is_ok() { let (servers, problems) =
 //! hub.catalog_servers(); /* rebuild */ }`. A server that goes down keeps its last list (calls
 //! get `unavailable` meanwhile), so the catalog does not flap while it restarts.
-//! [`Hub::subscribe`] sees every state change as well.
 //!
 //! # Reconfiguring (for hot reload of `PTC_MCP_CONFIG`)
 //!
@@ -26,22 +26,31 @@
 pub mod config;
 pub mod result;
 mod server;
+mod stdio;
 
-pub use config::{McpConfigError, ServerSpec, Transport, check_server_name};
-pub use server::{BACKOFF_MAX, BACKOFF_MIN, CALL_QUEUE, MAX_TOOL_PAGES, MAX_TOOLS, backoff};
+pub use config::{
+    McpConfigError, ServerError, ServerNameError, ServerSpec, ShapeError, Transport,
+    check_server_name,
+};
+pub use server::{
+    BACKOFF_MAX, BACKOFF_MIN, CALL_QUEUE, ConnectError, ListError, MAX_TOOL_PAGES, MAX_TOOLS,
+    backoff,
+};
 
 use crate::catalog::ServerTools;
 use crate::catalog::source::{Problem, ToolDef};
+use crate::config::{Config, DEFAULT_PATH};
 use crate::run::CallError;
-use crate::run::dispatch::McpCaller;
+use crate::run::McpCaller;
 use serde_json::{Value, json};
 use server::{Actor, CallRequest, ServerHandle};
 use std::collections::BTreeMap;
 use std::fmt;
 use std::future::Future;
+use std::path::PathBuf;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
@@ -188,9 +197,14 @@ pub struct HubOptions {
     pub http: reqwest::Client,
     /// Cancelled to stop every server.
     pub shutdown: CancellationToken,
+    /// `PATH` of a stdio server (and where its command is looked up).
+    pub path_env: String,
+    /// `HOME` of a stdio server; unset when `None`.
+    pub home: Option<PathBuf>,
 }
 
 impl HubOptions {
+    /// Defaults, with [`DEFAULT_PATH`] and no `HOME` for stdio servers.
     pub fn new(start_timeout: Duration, shutdown: CancellationToken) -> HubOptions {
         let http = reqwest::Client::builder()
             .connect_timeout(HTTP_CONNECT_TIMEOUT)
@@ -202,6 +216,17 @@ impl HubOptions {
             max_result_bytes: MAX_RESULT_BYTES,
             http,
             shutdown,
+            path_env: DEFAULT_PATH.to_string(),
+            home: None,
+        }
+    }
+
+    /// The configured start timeout, and the sidecar's `PATH` and `HOME` for stdio servers.
+    pub fn from_config(config: &Config, shutdown: CancellationToken) -> HubOptions {
+        HubOptions {
+            path_env: config.path_env.clone(),
+            home: config.home.clone(),
+            ..HubOptions::new(config.mcp_start_timeout, shutdown)
         }
     }
 }
@@ -301,7 +326,7 @@ impl Hub {
             .inner
             .servers
             .write()
-            .unwrap_or_else(|p| p.into_inner());
+            .unwrap_or_else(PoisonError::into_inner);
         let wanted: BTreeMap<String, ServerSpec> =
             specs.into_iter().map(|s| (s.name.clone(), s)).collect();
         let gone: Vec<String> = servers
@@ -374,18 +399,13 @@ impl Hub {
         self.inner
             .servers
             .read()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(PoisonError::into_inner)
             .contains_key(server)
     }
 
     /// Every server's status, by name.
     pub fn status(&self) -> BTreeMap<String, ServerStatus> {
         self.inner.board.status.borrow().clone()
-    }
-
-    /// Sees every change of any server's status.
-    pub fn subscribe(&self) -> watch::Receiver<BTreeMap<String, ServerStatus>> {
-        self.inner.board.status.subscribe()
     }
 
     /// Goes up each time any server's tool list changes (see the module docs).
@@ -430,6 +450,7 @@ impl Hub {
                     "restarts": s.restarts,
                 });
                 match &s.state {
+                    // The actor redacts reasons (URLs may carry a token) before they get here.
                     ServerState::Failed { reason, retry_in } => {
                         entry["error"] = json!(reason);
                         entry["retry_in_ms"] = json!(retry_in.as_millis() as u64);
@@ -470,7 +491,7 @@ impl McpCaller for Hub {
                 .inner
                 .servers
                 .read()
-                .unwrap_or_else(|p| p.into_inner())
+                .unwrap_or_else(PoisonError::into_inner)
                 .get(server)
                 .map(|r| r.handle.clone());
             let Some(handle) = handle else {

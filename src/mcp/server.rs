@@ -5,30 +5,33 @@
 //! Everyone else holds a [`ServerHandle`] (a bounded sender). The actor never waits on a call:
 //! each call runs in its own task on a clone of rmcp's `Peer`, so a slow tool holds up nothing
 //! but itself. Must not leave a process behind: a stdio server runs in its own process group,
-//! which is killed when the connection ends however it ends (see [`GroupKill`]).
+//! which is killed when the connection ends however it ends (see [`super::stdio`]). Must not leak
+//! a secret: failure reasons (the log, `/healthz`) show URLs without userinfo or query.
 
 use super::config::{ServerSpec, Transport};
 use super::result::map_result;
+use super::stdio::{StdioChild, StdioSpec, describe_exit, spawn_stdio, wait_child};
 use super::{HubOptions, ServerState, ServerStatus, StatusBoard};
-use crate::catalog::source::{Problem, ToolDef, parse_tool_list};
+use crate::catalog::source::{Problem, ToolDef, ToolListError, parse_tool_list};
 use crate::run::CallError;
+use crate::util::redact_urls;
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, JsonObject,
     PaginatedRequestParams, ProtocolVersion,
 };
-use rmcp::service::{NotificationContext, Peer, QuitReason, RoleClient, RunningService};
+use rmcp::service::{
+    ClientInitializeError, NotificationContext, Peer, QuitReason, RoleClient, RunningService,
+};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, ServiceError, ServiceExt};
 use serde_json::Value;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::future::Future;
-use std::process::{ExitStatus, Stdio};
+use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
@@ -54,11 +57,6 @@ pub const BACKOFF_RESET_AFTER: Duration = Duration::from_secs(60);
 /// How long a stopping stdio server gets to exit after its stdin closes before its group is
 /// killed: enough to flush, not enough to hold up shutdown.
 pub const STOP_GRACE: Duration = Duration::from_millis(500);
-/// Longest stderr line forwarded to the log: a server printing a binary blob cannot flood it.
-pub const MAX_STDERR_LINE: usize = 2048;
-/// Last stderr lines kept to explain a failure in the log (a missing module, a bad token).
-pub const STDERR_TAIL_LINES: usize = 3;
-
 /// A call on its way to the actor.
 pub(crate) struct CallRequest {
     pub tool: String,
@@ -93,38 +91,38 @@ impl ClientHandler for Handler {
     }
 }
 
-/// Kills a whole process group when dropped. rmcp and tokio kill only the pid; `npx` and shell
-/// wrappers leave grandchildren that this reaches.
-struct GroupKill(libc::pid_t);
-
-impl Drop for GroupKill {
-    fn drop(&mut self) {
-        if self.0 > 0 {
-            // SAFETY: killpg only sends a signal, to the group we created with process_group(0).
-            unsafe { libc::killpg(self.0, libc::SIGKILL) };
-        }
-    }
+/// Why a server did not come up (spawn or connect, initialize, list tools).
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    #[error("did not start within {} s", .0.as_secs_f64())]
+    Timeout(Duration),
+    #[error("cannot start {command:?}: {source}")]
+    Spawn {
+        command: String,
+        source: std::io::Error,
+    },
+    /// `exit` says how the process ended, when it did within [`STOP_GRACE`].
+    #[error("initialize failed: {source}{}", .exit.as_ref().map(|e| format!(" ({e})")).unwrap_or_default())]
+    Initialize {
+        // Boxed: rmcp's error is large, and this travels in every `Result` of a start.
+        source: Box<ClientInitializeError>,
+        exit: Option<String>,
+    },
+    #[error(transparent)]
+    List(#[from] ListError),
 }
 
-/// A running stdio server process.
-struct StdioChild {
-    process: tokio::process::Child,
-    /// Declared after `process` so it drops after it: the group is killed last.
-    _group: GroupKill,
-    stderr_tail: Arc<Mutex<VecDeque<String>>>,
-}
-
-impl StdioChild {
-    /// Logs the last stderr lines at warn level, to explain a failure. They stay out of
-    /// `/healthz`, which is open to probes and must say nothing secret (a server may print
-    /// its token in an error).
-    fn log_tail(&self, server: &str) {
-        let tail = self.stderr_tail.lock().unwrap_or_else(|p| p.into_inner());
-        if !tail.is_empty() {
-            let lines = tail.iter().cloned().collect::<Vec<_>>().join(" | ");
-            tracing::warn!(server = %server, "its stderr ended with: {lines}");
-        }
-    }
+/// Why listing a server's tools failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ListError {
+    #[error("tools/list failed: {0}")]
+    Request(#[from] ServiceError),
+    #[error("tools/list did not answer within {} s", RELIST_TIMEOUT.as_secs())]
+    Timeout,
+    #[error("cannot read its tool list: {0}")]
+    Encode(#[from] serde_json::Error),
+    #[error(transparent)]
+    Shape(#[from] ToolListError),
 }
 
 /// A started, initialized server with its tools listed.
@@ -203,8 +201,8 @@ impl Actor {
                 break;
             };
             let reason = match started {
-                Err(_) => format!("did not start within {} s", timeout.as_secs_f64()),
-                Ok(Err(e)) => e,
+                Err(_) => ConnectError::Timeout(timeout).to_string(),
+                Ok(Err(e)) => e.to_string(),
                 Ok(Ok(connection)) => {
                     let up_since = Instant::now();
                     match self.serve(connection, &mut tools_rx).await {
@@ -218,6 +216,8 @@ impl Actor {
                     }
                 }
             };
+            // The reason goes to the log and `/healthz`; an HTTP server's URL may carry a token.
+            let reason = redact_urls(&reason);
             failures = failures.saturating_add(1);
             let retry_in = backoff(failures);
             tracing::warn!(server = %self.name(), "MCP server failed: {reason}; next attempt in {retry_in:?}");
@@ -323,7 +323,7 @@ impl Actor {
                             tracing::info!(server = %self.name(), tools = tools.len(), "MCP server changed its tools");
                             self.set(|s| s.set_tools(tools, problems));
                         }
-                        Err(e) => tracing::warn!(server = %self.name(), "re-listing tools failed, keeping the last list: {e}"),
+                        Err(e) => tracing::warn!(server = %self.name(), "re-listing tools failed, keeping the last list: {}", redact_urls(&e.to_string())),
                     }
                     if std::mem::take(&mut relist_again) {
                         relist = Some(Box::pin(relist_tools(peer.clone(), self.spec.name.clone())));
@@ -343,31 +343,11 @@ impl Actor {
     }
 }
 
-/// Awaits the process when there is one; never resolves otherwise.
-async fn wait_child(child: &mut Option<StdioChild>) -> std::io::Result<ExitStatus> {
-    match child {
-        Some(c) => c.process.wait().await,
-        None => std::future::pending().await,
-    }
-}
-
 /// Awaits the future when there is one; never resolves otherwise.
 async fn poll_some<F: Future + Unpin>(f: &mut Option<F>) -> F::Output {
     match f {
         Some(f) => f.await,
         None => std::future::pending().await,
-    }
-}
-
-fn describe_exit(status: std::io::Result<ExitStatus>) -> String {
-    use std::os::unix::process::ExitStatusExt;
-    match status {
-        Ok(s) => match (s.code(), s.signal()) {
-            (Some(code), _) => format!("exit status {code}"),
-            (None, Some(signal)) => format!("killed by signal {signal}"),
-            _ => s.to_string(),
-        },
-        Err(e) => format!("cannot wait for it: {e}"),
     }
 }
 
@@ -415,7 +395,8 @@ async fn run_call(
             )))
         }
         Err(e) => Err(CallError::Tool(format!(
-            "MCP server {server:?} failed {server}__{tool}: {e}"
+            "MCP server {server:?} failed {server}__{tool}: {}",
+            redact_urls(&e.to_string())
         ))),
     };
     let _ = reply.send(result);
@@ -430,28 +411,23 @@ fn transport_failure(e: &ServiceError) -> String {
             while let Some(next) = cause.source() {
                 cause = next;
             }
-            format!("cannot reach it: {cause}")
+            format!("cannot reach it: {}", redact_urls(&cause.to_string()))
         }
     }
 }
 
 type Listed = (Vec<ToolDef>, Vec<Problem>);
 /// A re-listing of tools under way.
-type Relist = std::pin::Pin<Box<dyn Future<Output = Result<Listed, String>> + Send>>;
+type Relist = std::pin::Pin<Box<dyn Future<Output = Result<Listed, ListError>> + Send>>;
 
-async fn relist_tools(peer: Peer<RoleClient>, server: String) -> Result<Listed, String> {
+async fn relist_tools(peer: Peer<RoleClient>, server: String) -> Result<Listed, ListError> {
     tokio::time::timeout(RELIST_TIMEOUT, list_tools(&peer, &server))
         .await
-        .unwrap_or_else(|_| {
-            Err(format!(
-                "tools/list did not answer within {} s",
-                RELIST_TIMEOUT.as_secs()
-            ))
-        })
+        .unwrap_or(Err(ListError::Timeout))
 }
 
 /// Every page of `tools/list`, capped, as catalog tool definitions.
-async fn list_tools(peer: &Peer<RoleClient>, server: &str) -> Result<Listed, String> {
+async fn list_tools(peer: &Peer<RoleClient>, server: &str) -> Result<Listed, ListError> {
     let origin = format!("mcp server {server}");
     let mut tools = Vec::new();
     let mut problems = Vec::new();
@@ -471,8 +447,7 @@ async fn list_tools(peer: &Peer<RoleClient>, server: &str) -> Result<Listed, Str
         }
         let result = peer
             .list_tools(Some(PaginatedRequestParams::default().with_cursor(cursor)))
-            .await
-            .map_err(|e| format!("tools/list failed: {e}"))?;
+            .await?;
         tools.extend(result.tools);
         if tools.len() > MAX_TOOLS {
             tools.truncate(MAX_TOOLS);
@@ -490,8 +465,7 @@ async fn list_tools(peer: &Peer<RoleClient>, server: &str) -> Result<Listed, Str
             break;
         }
     }
-    let value =
-        serde_json::to_value(&tools).map_err(|e| format!("cannot read its tool list: {e}"))?;
+    let value = serde_json::to_value(&tools)?;
     let (defs, more) = parse_tool_list(&origin, &value)?;
     problems.extend(more);
     Ok((defs, problems))
@@ -502,26 +476,34 @@ async fn connect(
     spec: &ServerSpec,
     options: &HubOptions,
     tools_changed: mpsc::Sender<()>,
-) -> Result<Connection, String> {
+) -> Result<Connection, ConnectError> {
     let handler = Handler { tools_changed };
     let (service, child) = match &spec.transport {
         Transport::Stdio { command, args, env } => {
-            let (child, stdout, stdin) = spawn_stdio(&spec.name, command, args, env)
-                .map_err(|e| format!("cannot start {command:?}: {e}"))?;
+            let stdio = StdioSpec {
+                server: &spec.name,
+                command,
+                args,
+                env,
+            };
+            let (child, stdout, stdin) =
+                spawn_stdio(&stdio, options).map_err(|source| ConnectError::Spawn {
+                    command: command.clone(),
+                    source,
+                })?;
             let transport =
                 AsyncRwTransport::new_client(stdout, stdin).with_max_line_length(MAX_MESSAGE_BYTES);
             match handler.serve(transport).await {
                 Ok(service) => (service, Some(child)),
-                Err(e) => {
+                Err(source) => {
                     // Give the process a moment to finish printing why it failed.
                     let mut child = child;
                     let status = tokio::time::timeout(STOP_GRACE, child.process.wait()).await;
-                    let exit = match status {
-                        Ok(s) => format!(" ({})", describe_exit(s)),
-                        Err(_) => String::new(),
-                    };
                     child.log_tail(&spec.name);
-                    return Err(format!("initialize failed: {e}{exit}"));
+                    return Err(ConnectError::Initialize {
+                        source: Box::new(source),
+                        exit: status.ok().map(describe_exit),
+                    });
                 }
             }
         }
@@ -540,10 +522,14 @@ async fn connect(
                 StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(map);
             let transport =
                 StreamableHttpClientTransport::with_client(options.http.clone(), config);
-            let service = handler
-                .serve(transport)
-                .await
-                .map_err(|e| format!("initialize failed: {e}"))?;
+            let service =
+                handler
+                    .serve(transport)
+                    .await
+                    .map_err(|source| ConnectError::Initialize {
+                        source: Box::new(source),
+                        exit: None,
+                    })?;
             (service, None)
         }
     };
@@ -559,99 +545,6 @@ async fn connect(
         tools,
         problems,
     })
-}
-
-/// Starts a stdio server: only `PATH`, `HOME` and its own `env`, its own process group, stdio
-/// piped (stderr forwarded to the log, never to our stderr).
-fn spawn_stdio(
-    server: &str,
-    command: &str,
-    args: &[String],
-    env: &std::collections::BTreeMap<String, String>,
-) -> std::io::Result<(
-    StdioChild,
-    tokio::process::ChildStdout,
-    tokio::process::ChildStdin,
-)> {
-    let mut cmd = tokio::process::Command::new(command);
-    cmd.args(args).env_clear();
-    for key in ["PATH", "HOME"] {
-        if let Some(value) = std::env::var_os(key) {
-            cmd.env(key, value);
-        }
-    }
-    cmd.envs(env)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true);
-    let mut process = cmd.spawn()?;
-    let group = GroupKill(process.id().map(|p| p as libc::pid_t).unwrap_or(0));
-    let missing = || std::io::Error::other("a piped stdio stream is missing");
-    let stdout = process.stdout.take().ok_or_else(missing)?;
-    let stdin = process.stdin.take().ok_or_else(missing)?;
-    let stderr = process.stderr.take().ok_or_else(missing)?;
-    let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
-    tokio::spawn(forward_stderr(
-        server.to_string(),
-        stderr,
-        stderr_tail.clone(),
-    ));
-    Ok((
-        StdioChild {
-            process,
-            _group: group,
-            stderr_tail,
-        },
-        stdout,
-        stdin,
-    ))
-}
-
-/// Forwards a server's stderr to the log line by line (debug), each line capped, and keeps the
-/// last few lines. Always drains, so the server never blocks on a full pipe.
-async fn forward_stderr(
-    server: String,
-    mut stderr: tokio::process::ChildStderr,
-    tail: Arc<Mutex<VecDeque<String>>>,
-) {
-    let mut buf = [0u8; 8192];
-    let mut line: Vec<u8> = Vec::new();
-    let mut cut = false;
-    let emit = |line: &mut Vec<u8>, cut: &mut bool| {
-        let mut text = String::from_utf8_lossy(line).into_owned();
-        if *cut {
-            text.push_str(" …[cut]");
-        }
-        tracing::debug!(server = %server, "stderr: {text}");
-        let mut t = tail.lock().unwrap_or_else(|p| p.into_inner());
-        if !text.trim().is_empty() {
-            if t.len() == STDERR_TAIL_LINES {
-                t.pop_front();
-            }
-            t.push_back(text);
-        }
-        line.clear();
-        *cut = false;
-    };
-    while let Ok(n) = stderr.read(&mut buf).await {
-        if n == 0 {
-            break;
-        }
-        for &b in &buf[..n] {
-            if b == b'\n' {
-                emit(&mut line, &mut cut);
-            } else if line.len() < MAX_STDERR_LINE {
-                line.push(b);
-            } else {
-                cut = true;
-            }
-        }
-    }
-    if !line.is_empty() {
-        emit(&mut line, &mut cut);
-    }
 }
 
 #[cfg(test)]

@@ -7,8 +7,9 @@
 
 use super::lower::{Shapes, is_reserved, shape_name};
 use super::signature::signature;
-use super::ty::{Params, Signature, Ty, is_identifier};
+use super::ty::{Params, Signature, Ty};
 use crate::catalog::Catalog;
+use crate::catalog::names::is_identifier;
 use std::collections::HashMap;
 
 /// What the model is told once, before the signatures.

@@ -21,16 +21,19 @@ pub enum Format {
     Mcp,
 }
 
+/// A tool-list format name that is not one of ours.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown format {0:?}; expected anthropic, openai or mcp")]
+pub struct UnknownFormat(pub String);
+
 impl FromStr for Format {
-    type Err = String;
+    type Err = UnknownFormat;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "anthropic" => Ok(Format::Anthropic),
             "openai" => Ok(Format::Openai),
             "mcp" => Ok(Format::Mcp),
-            other => Err(format!(
-                "unknown format {other:?}; expected anthropic, openai or mcp"
-            )),
+            other => Err(UnknownFormat(other.to_string())),
         }
     }
 }

@@ -1,6 +1,7 @@
 //! Rendering: what the model sees of the catalog.
 //!
-//! `ty` is the signature language, `lower` turns JSON Schema into it, `signature` makes one
+//! `ty` is the signature language (`parse` reads it back), `lower` turns JSON Schema into it
+//! (`schema` holds the JSON Schema look-ups it needs), `signature` makes one
 //! line per tool, `description` the whole `exec_code` description, `llm` the provider-shaped
 //! tool list, and `lossless` checks that nothing a call needs was lost. All pure.
 
@@ -8,6 +9,8 @@ pub mod description;
 pub mod llm;
 pub mod lossless;
 pub mod lower;
+pub mod parse;
+pub mod schema;
 pub mod signature;
 pub mod ty;
 

@@ -4,10 +4,20 @@
 //!
 //! Must not leave a process behind: [`Child`] kills its process group on drop.
 
+use crate::sandbox::{self, Sandbox};
+use crate::util::GroupKill;
+use std::any::Any;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::oneshot;
+
+/// How long the configured interpreter may take to say what it is at startup: a first start
+/// may compile or page in a lot, but a hung shim must not hang the sidecar's start.
+pub const PYTHON_PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 
 pub type Stdin = Box<dyn AsyncWrite + Send + Unpin>;
 pub type Output = Box<dyn AsyncRead + Send + Unpin>;
@@ -23,17 +33,9 @@ pub struct Limits {
     pub file_size: u64,
     /// Open file descriptors: bounds sockets and files a script can hold.
     pub open_files: u64,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            address_space: 2 << 30,
-            cpu_secs: 300,
-            file_size: 256 << 20,
-            open_files: 256,
-        }
-    }
+    /// Processes and threads of the child's uid (`RLIMIT_NPROC`; the kernel counts every
+    /// process of that uid, and does not hold root to it): a thread or fork flood stops here.
+    pub processes: u64,
 }
 
 /// How to start children.
@@ -46,6 +48,11 @@ pub struct SpawnSpec {
     /// `PATH` for the child.
     pub path_env: String,
     pub limits: Limits,
+    /// How children are confined (docs/SECURITY.md): the run user, each run's Landlock ruleset,
+    /// and what the child is told to apply (`PTC_SANDBOX`, read by `ptc_sandbox.py`).
+    pub sandbox: Arc<Sandbox>,
+    /// The seccomp filter file every child loads (`None` when seccomp is off or unavailable).
+    pub filters: Option<PathBuf>,
 }
 
 impl SpawnSpec {
@@ -65,6 +72,25 @@ impl SpawnSpec {
         cmd
     }
 
+    /// What a child is told to apply, as the `PTC_SANDBOX` variable's value; `ruleset_fd` is
+    /// where a cold child finds its Landlock ruleset (forked children get theirs with the fork).
+    pub fn sandbox_spec(&self, ruleset_fd: Option<i32>) -> String {
+        self.sandbox
+            .spec(self.filters.as_deref(), ruleset_fd)
+            .to_string()
+    }
+
+    /// Makes a run's scratch directory: private to the user code runs as.
+    pub fn make_scratch(&self, id: &str) -> std::io::Result<PathBuf> {
+        let scratch = self.scratch_root.join(id);
+        std::fs::create_dir_all(&scratch)?;
+        if let Err(e) = self.sandbox.prepare_scratch(&scratch) {
+            let _ = std::fs::remove_dir_all(&scratch);
+            return Err(e);
+        }
+        Ok(scratch)
+    }
+
     /// The whole environment of a run's child: nothing of the sidecar's but `PATH`.
     pub fn run_env(&self, scratch: &Path) -> [(&'static str, String); 4] {
         let scratch = scratch.to_string_lossy().into_owned();
@@ -80,7 +106,7 @@ impl SpawnSpec {
 /// A started child. Dropping it kills its whole process group and removes its scratch dir.
 pub struct Child {
     exit: Exit,
-    pgid: i32,
+    group: GroupKill,
     pub stdin: Option<Stdin>,
     pub stdout: Option<Output>,
     pub stderr: Option<Output>,
@@ -95,48 +121,81 @@ enum Exit {
     Forked {
         report: Option<oneshot::Receiver<i32>>,
         code: Option<i32>,
+        /// The fork server, kept running while this child lives: a newer catalog replacing it
+        /// must not take the report of a run still going.
+        _server: Arc<dyn Any + Send + Sync>,
     },
 }
 
 /// Starts `python -I -u -B SDK_DIR/ptc_bootstrap.py` (see docs/runner-protocol.md).
+/// The child confines itself (`ptc_sandbox.confine`) before it reads its job: its Landlock
+/// ruleset is inherited at [`sandbox::COLD_RULESET_FD`], and it starts as the run user.
 pub fn spawn(spec: &SpawnSpec, sdk_dir: &Path, id: &str) -> std::io::Result<Child> {
-    let scratch = spec.scratch_root.join(id);
-    std::fs::create_dir_all(&scratch)?;
+    let scratch = spec.make_scratch(id)?;
+    let ruleset = match spec.sandbox.ruleset(sdk_dir, &scratch) {
+        Ok(r) => r,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&scratch);
+            return Err(e);
+        }
+    };
     let mut cmd = spec.command(&sdk_dir.join("ptc_bootstrap.py"));
     cmd.envs(spec.run_env(&scratch))
+        .env(
+            sandbox::SPEC_VARIABLE,
+            spec.sandbox_spec(ruleset.as_ref().map(|_| sandbox::COLD_RULESET_FD)),
+        )
         .current_dir(&scratch)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let limits = spec.limits;
-    // SAFETY: the closure runs between fork and exec and calls only setrlimit, which is
-    // async-signal-safe; it allocates nothing and takes no lock.
+    let ruleset_fd = ruleset.as_ref().map(AsRawFd::as_raw_fd);
+    let run_as = spec.sandbox.run_as().cloned();
+    // SAFETY: the closure runs between fork and exec and calls only setrlimit, dup2/fcntl and
+    // the set*id calls of `RunAs::switch`, all async-signal-safe; it allocates nothing and
+    // takes no lock (`run_as` was cloned before the fork).
     unsafe {
         cmd.pre_exec(move || {
-            set_limit(libc::RLIMIT_AS, limits.address_space)?;
-            set_limit(libc::RLIMIT_CPU, limits.cpu_secs)?;
-            set_limit(libc::RLIMIT_FSIZE, limits.file_size)?;
-            set_limit(libc::RLIMIT_NOFILE, limits.open_files)?;
-            set_limit(libc::RLIMIT_CORE, 0)?;
+            set_limits(&limits)?;
+            if let Some(fd) = ruleset_fd {
+                sandbox::inherit_fd(fd, sandbox::COLD_RULESET_FD)?;
+            }
+            if let Some(user) = &run_as {
+                user.switch()?;
+            }
             Ok(())
         });
     }
-    let mut process = match cmd.spawn() {
+    let spawned = cmd.spawn();
+    // The child has its own copy (or none, if the spawn failed): ours closes now.
+    drop(ruleset);
+    let mut process = match spawned {
         Ok(p) => p,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&scratch);
             return Err(e);
         }
     };
-    let pgid = process.id().map(|p| p as i32).unwrap_or(0);
+    let group = GroupKill::of(process.id());
     Ok(Child {
         stdin: process.stdin.take().map(|p| Box::new(p) as Stdin),
         stdout: process.stdout.take().map(|p| Box::new(p) as Output),
         stderr: process.stderr.take().map(|p| Box::new(p) as Output),
         exit: Exit::Process(process),
-        pgid,
+        group,
         scratch,
     })
+}
+
+/// Every resource limit of a child; async-signal-safe (setrlimit only).
+pub fn set_limits(limits: &Limits) -> std::io::Result<()> {
+    set_limit(libc::RLIMIT_AS, limits.address_space)?;
+    set_limit(libc::RLIMIT_CPU, limits.cpu_secs)?;
+    set_limit(libc::RLIMIT_FSIZE, limits.file_size)?;
+    set_limit(libc::RLIMIT_NOFILE, limits.open_files)?;
+    set_limit(libc::RLIMIT_NPROC, limits.processes)?;
+    set_limit(libc::RLIMIT_CORE, 0)
 }
 
 fn set_limit(resource: libc::__rlimit_resource_t, value: u64) -> std::io::Result<()> {
@@ -153,10 +212,16 @@ fn set_limit(resource: libc::__rlimit_resource_t, value: u64) -> std::io::Result
 }
 
 impl Child {
+    /// The run's scratch directory (its cwd, HOME and TMPDIR).
+    pub fn scratch(&self) -> &Path {
+        &self.scratch
+    }
+
     /// A child the fork server made; its group is its pid.
     pub fn forked(
         pid: i32,
         report: oneshot::Receiver<i32>,
+        server: Arc<dyn Any + Send + Sync>,
         stdin: impl AsyncWrite + Send + Unpin + 'static,
         stdout: impl AsyncRead + Send + Unpin + 'static,
         stderr: impl AsyncRead + Send + Unpin + 'static,
@@ -166,17 +231,14 @@ impl Child {
             exit: Exit::Forked {
                 report: Some(report),
                 code: None,
+                _server: server,
             },
-            pgid: pid,
+            group: GroupKill(pid),
             stdin: Some(Box::new(stdin)),
             stdout: Some(Box::new(stdout)),
             stderr: Some(Box::new(stderr)),
             scratch,
         })
-    }
-
-    pub fn pid(&self) -> i32 {
-        self.pgid
     }
 
     /// Waits for the child itself to exit; its exit code, or `-signal` when a signal ended it.
@@ -190,7 +252,7 @@ impl Child {
                     .or_else(|| status.signal().map(|s| -s))
                     .unwrap_or(-1))
             }
-            Exit::Forked { report, code } => {
+            Exit::Forked { report, code, .. } => {
                 if let Some(code) = code {
                     return Ok(*code);
                 }
@@ -210,7 +272,7 @@ impl Child {
     pub fn has_exited(&mut self) -> bool {
         match &mut self.exit {
             Exit::Process(process) => !matches!(process.try_wait(), Ok(None)),
-            Exit::Forked { report, code } => {
+            Exit::Forked { report, code, .. } => {
                 if code.is_some() {
                     return true;
                 }
@@ -228,19 +290,7 @@ impl Child {
 
     /// Kills every process in the child's group, the child and anything it started.
     pub fn kill_group(&self) {
-        kill_group(self.pgid);
-    }
-}
-
-/// SIGKILL to a whole process group, and to its leader in case it has not made the group yet;
-/// a group already gone is fine.
-pub fn kill_group(pgid: i32) {
-    if pgid > 0 {
-        // SAFETY: kill(2) signals processes; no memory is involved.
-        unsafe {
-            libc::kill(-pgid, libc::SIGKILL);
-            libc::kill(pgid, libc::SIGKILL);
-        }
+        self.group.kill();
     }
 }
 
@@ -265,9 +315,25 @@ impl Drop for Child {
     }
 }
 
+/// Why the configured interpreter cannot run code.
+#[derive(Debug, thiserror::Error)]
+pub enum PythonError {
+    #[error("PTC_PYTHON={name:?} did not answer within {} s", PYTHON_PROBE_TIMEOUT.as_secs())]
+    Silent { name: String },
+    #[error("PTC_PYTHON={name:?} cannot be started: {source}")]
+    Unstartable {
+        name: String,
+        source: std::io::Error,
+    },
+    #[error("PTC_PYTHON={name:?} is older than Python 3.9")]
+    TooOld { name: String },
+    #[error("PTC_PYTHON={name:?} is not a working Python 3 interpreter: {stderr}")]
+    NotPython { name: String, stderr: String },
+}
+
 /// Resolves an interpreter name (`python3`, a pyenv shim, a path) to the real binary once, by
 /// asking it: a shim costs ~100 ms per spawn, the binary nothing.
-pub async fn resolve_python(name: &str) -> Result<PathBuf, String> {
+pub async fn resolve_python(name: &str) -> Result<PathBuf, PythonError> {
     let output = tokio::process::Command::new(name)
         .args([
             "-I",
@@ -277,20 +343,22 @@ pub async fn resolve_python(name: &str) -> Result<PathBuf, String> {
         .stdin(Stdio::null())
         .kill_on_drop(true)
         .output();
-    let output = tokio::time::timeout(std::time::Duration::from_secs(20), output)
-        .await
-        .map_err(|_| format!("PTC_PYTHON={name:?} did not answer within 20 s"))?
-        .map_err(|e| format!("PTC_PYTHON={name:?} cannot be started: {e}"))?;
+    let name = name.to_string();
+    let output = match tokio::time::timeout(PYTHON_PROBE_TIMEOUT, output).await {
+        Err(_) => return Err(PythonError::Silent { name }),
+        Ok(Err(source)) => return Err(PythonError::Unstartable { name, source }),
+        Ok(Ok(output)) => output,
+    };
     let text = String::from_utf8_lossy(&output.stdout);
     let mut lines = text.lines();
     match (output.status.success(), lines.next(), lines.next()) {
         (true, Some(exe), Some("True")) if !exe.is_empty() => {
             Ok(std::fs::canonicalize(exe).unwrap_or_else(|_| PathBuf::from(exe)))
         }
-        (true, Some(_), Some(_)) => Err(format!("PTC_PYTHON={name:?} is older than Python 3.9")),
-        _ => Err(format!(
-            "PTC_PYTHON={name:?} is not a working Python 3 interpreter: {}",
-            String::from_utf8_lossy(&output.stderr).trim()
-        )),
+        (true, Some(_), Some(_)) => Err(PythonError::TooOld { name }),
+        _ => Err(PythonError::NotPython {
+            name,
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+        }),
     }
 }

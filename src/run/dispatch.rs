@@ -9,6 +9,7 @@
 use crate::catalog::source::Callback;
 use crate::catalog::{Catalog, Class, Origin, Tool};
 use crate::events::Events;
+use crate::util::{lock, redact_urls};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::future::Future;
@@ -19,6 +20,10 @@ use tokio::sync::{mpsc, oneshot};
 
 /// Largest answer read from a host callback: a tool result is data for code, not a download.
 pub const MAX_CALLBACK_BYTES: usize = 16 << 20;
+
+/// How long an idle connection to a host callback is kept for the next call: long enough to
+/// carry a run's calls one after another, short enough not to hold sockets a host has dropped.
+pub const CALLBACK_POOL_IDLE: Duration = Duration::from_secs(30);
 
 /// The error a model's code sees for one call (`ToolError` / `ToolInputError` in Python).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -86,7 +91,7 @@ pub struct Validators {
 
 impl Validators {
     fn get(&self, tool: &Tool) -> Option<Arc<jsonschema::Validator>> {
-        let mut map = self.compiled.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = lock(&self.compiled);
         // The common case, without allocating a key: compiled on an earlier call.
         if let Some(compiled) = map.get(&tool.name) {
             return compiled.clone();
@@ -205,11 +210,14 @@ pub struct Backends {
 
 impl Backends {
     pub fn new(tool_timeout: Duration) -> Backends {
+        #[allow(
+            clippy::expect_used,
+            reason = "building a client without TLS roots or proxies does not fail"
+        )]
         let http = reqwest::Client::builder()
             .no_proxy()
-            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_idle_timeout(CALLBACK_POOL_IDLE)
             .build()
-            // Building a client without TLS roots or proxies does not fail.
             .expect("reqwest client builds");
         Backends {
             http,
@@ -299,20 +307,21 @@ pub async fn callback(
         request = request.header(k, v);
     }
     let mut response = request.send().await.map_err(|e| {
-        CallError::Unavailable(format!(
+        // The code sees this message: a URL's query string or userinfo may be a secret.
+        CallError::Unavailable(redact_urls(&format!(
             "host callback {} is unreachable: {}",
             cb.url,
             root_cause(&e)
-        ))
+        )))
     })?;
     let status = response.status();
     let mut body = Vec::new();
     while let Some(chunk) = response.chunk().await.map_err(|e| {
-        CallError::Tool(format!(
+        CallError::Tool(redact_urls(&format!(
             "host callback {} broke off its answer: {}",
             cb.url,
             root_cause(&e)
-        ))
+        )))
     })? {
         if body.len() + chunk.len() > MAX_CALLBACK_BYTES {
             return Err(CallError::Tool(format!(
@@ -336,17 +345,7 @@ pub async fn callback(
     })?;
     match answer {
         Value::Object(mut obj) if obj.contains_key("error") && !obj["error"].is_null() => {
-            let error = obj.remove("error").unwrap_or_default();
-            let message = match &error {
-                Value::String(s) => s.clone(),
-                Value::Object(e) => e
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .map(str::to_string)
-                    .unwrap_or_else(|| error.to_string()),
-                other => other.to_string(),
-            };
-            Err(CallError::Tool(message))
+            Err(host_error(obj.remove("error").unwrap_or_default()))
         }
         Value::Object(mut obj) if obj.contains_key("result") => {
             Ok(obj.remove("result").unwrap_or_default())
@@ -356,6 +355,20 @@ pub async fn callback(
             preview()
         ))),
     }
+}
+
+/// A host's `error` for a call, as the call's error: a string, or an object with a `message`
+/// (any other value is shown as JSON). The callback, attached and continuation protocols all
+/// answer errors this way.
+pub fn host_error(error: Value) -> CallError {
+    CallError::Tool(match error {
+        Value::String(message) => message,
+        Value::Object(ref e) => e
+            .get("message")
+            .and_then(Value::as_str)
+            .map_or_else(|| error.to_string(), str::to_string),
+        other => other.to_string(),
+    })
 }
 
 fn root_cause(e: &dyn std::error::Error) -> String {

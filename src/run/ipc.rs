@@ -3,46 +3,43 @@
 //! docs/protocols.md): same token, same dispatch and policy, plain `{result}` or an HTTP error.
 //!
 //! Owns the wire: bearer-token check before anything is read or dispatched, the body limit,
-//! JSON error bodies. What a call does is the runner's business.
+//! JSON error bodies. What a call does is the calls handle's business (`calls::Calls::call`);
+//! this module sees nothing of the runner.
 
+use super::calls::{Calls, RunCtx};
 use super::dispatch::CallError;
-use super::runner::{RunCtx, Runner};
 use axum::Router;
-use axum::body::{Body, to_bytes};
+use axum::body::{Bytes, to_bytes};
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 /// Largest `/call` body: arguments are data for one tool call, not a file transfer.
 pub const MAX_CALL_BYTES: usize = 8 << 20;
 
-#[derive(Deserialize)]
-struct CallRequest {
-    tool: String,
-    #[serde(default = "empty_args")]
-    args: Value,
-}
-
-fn empty_args() -> Value {
-    json!({})
-}
-
-pub async fn serve(listener: tokio::net::TcpListener, runner: Runner, shutdown: CancellationToken) {
+pub async fn serve(listener: tokio::net::TcpListener, calls: Calls, shutdown: CancellationToken) {
     let router = Router::new()
-        .route("/call", post(call))
-        .route("/tool_call", post(tool_call))
+        .route(
+            "/call",
+            post(|State(calls), request| handle(Route::Call, calls, request)),
+        )
+        .route(
+            "/tool_call",
+            post(|State(calls), request| handle(Route::ToolCall, calls, request)),
+        )
         .fallback(|| async {
-            error(
+            refuse(
                 StatusCode::NOT_FOUND,
                 "not_found",
                 "the IPC bridge answers POST /call and POST /tool_call only",
             )
         })
-        .with_state(runner);
+        .with_state(calls);
     let result = axum::serve(listener, router)
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await;
@@ -51,115 +48,132 @@ pub async fn serve(listener: tokio::net::TcpListener, runner: Runner, shutdown: 
     }
 }
 
-fn error(status: StatusCode, kind: &str, message: &str) -> Response {
-    let body = json!({"ok": false, "error": {"type": kind, "message": message}});
+/// The two routes: they differ only in the body's field for the arguments and in how the
+/// answer is shaped.
+#[derive(Clone, Copy)]
+enum Route {
+    /// The SDK's `/call {tool, args}`: HTTP 200 with `{ok, result}` or `{ok: false, error}`.
+    Call,
+    /// `/tool_call {tool, input}`: `{result}`, or `{error}` with a status that says who has to
+    /// act (400 bad input, 404 no such tool, 502 the tool failed, ...).
+    ToolCall,
+}
+
+#[derive(Deserialize)]
+struct CallBody {
+    tool: String,
+    #[serde(default = "empty_args")]
+    args: Value,
+}
+
+#[derive(Deserialize)]
+struct ToolCallBody {
+    tool: String,
+    #[serde(default = "empty_args")]
+    input: Value,
+}
+
+fn empty_args() -> Value {
+    json!({})
+}
+
+impl Route {
+    /// The tool and its arguments.
+    fn parse(self, body: &[u8]) -> serde_json::Result<(String, Value)> {
+        match self {
+            Route::Call => serde_json::from_slice(body).map(|b: CallBody| (b.tool, b.args)),
+            Route::ToolCall => {
+                serde_json::from_slice(body).map(|b: ToolCallBody| (b.tool, b.input))
+            }
+        }
+    }
+
+    /// The body's shape, for a 400.
+    fn expected(self) -> &'static str {
+        match self {
+            Route::Call => r#"{"tool": name, "args": {...}}"#,
+            Route::ToolCall => r#"{"tool": name, "input": {...}}"#,
+        }
+    }
+
+    fn answer(self, result: Result<Value, CallError>) -> Response {
+        match (self, result) {
+            (Route::Call, Ok(result)) => {
+                reply(StatusCode::OK, json!({"ok": true, "result": result}))
+            }
+            (Route::Call, Err(e)) => {
+                reply(StatusCode::OK, json!({"ok": false, "error": e.to_json()}))
+            }
+            (Route::ToolCall, Ok(result)) => reply(StatusCode::OK, json!({"result": result})),
+            (Route::ToolCall, Err(e)) => {
+                let status = match e {
+                    CallError::Input(_) => StatusCode::BAD_REQUEST,
+                    CallError::UnknownTool(_) => StatusCode::NOT_FOUND,
+                    CallError::Tool(_) => StatusCode::BAD_GATEWAY,
+                    CallError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+                    CallError::Limit(_) => StatusCode::TOO_MANY_REQUESTS,
+                    CallError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+                };
+                reply(status, json!({"error": e.to_json()}))
+            }
+        }
+    }
+}
+
+/// The one path of both routes: token, body, parse, dispatch, answer.
+async fn handle(route: Route, calls: Calls, request: Request) -> Response {
+    let outcome = async {
+        let (run, body) = authorized(&calls, request).await?;
+        let (tool, args) = route.parse(&body).map_err(|e| {
+            let message = format!("expected {}: {e}", route.expected());
+            refuse(StatusCode::BAD_REQUEST, "bad_request", &message)
+        })?;
+        Ok(route.answer(calls.call(&run, &tool, args).await))
+    };
+    match outcome.await {
+        Ok(response) | Err(response) => response,
+    }
+}
+
+/// The run a request's bearer token belongs to, and its body within [`MAX_CALL_BYTES`].
+async fn authorized(calls: &Calls, request: Request) -> Result<(Arc<RunCtx>, Bytes), Response> {
+    let token = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    let Some(run) = token.and_then(|t| calls.run_for_token(t)) else {
+        return Err(refuse(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "missing or unknown run token (the run may be over)",
+        ));
+    };
+    to_bytes(request.into_body(), MAX_CALL_BYTES)
+        .await
+        .map(|body| (run, body))
+        .map_err(|_| {
+            refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                &format!("a tool call's body is limited to {MAX_CALL_BYTES} bytes"),
+            )
+        })
+}
+
+/// A request refused before anything was dispatched (either route).
+fn refuse(status: StatusCode, kind: &str, message: &str) -> Response {
+    reply(
+        status,
+        json!({"ok": false, "error": {"type": kind, "message": message}}),
+    )
+}
+
+fn reply(status: StatusCode, body: Value) -> Response {
     (
         status,
         [(header::CONTENT_TYPE, "application/json")],
         body.to_string(),
     )
         .into_response()
-}
-
-/// The run a request's bearer token belongs to, and its body within [`MAX_CALL_BYTES`].
-async fn authorized(
-    runner: &Runner,
-    request: Request,
-) -> Result<(std::sync::Arc<RunCtx>, axum::body::Bytes), Response> {
-    let token = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    let Some(run) = token.and_then(|t| runner.run_for_token(t)) else {
-        return Err(error(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "missing or unknown run token (the run may be over)",
-        ));
-    };
-    let body: Body = request.into_body();
-    match to_bytes(body, MAX_CALL_BYTES).await {
-        Ok(b) => Ok((run, b)),
-        Err(_) => Err(error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "too_large",
-            &format!("a tool call's body is limited to {MAX_CALL_BYTES} bytes"),
-        )),
-    }
-}
-
-async fn call(State(runner): State<Runner>, request: Request) -> Response {
-    let (run, bytes) = match authorized(&runner, request).await {
-        Ok(r) => r,
-        Err(response) => return response,
-    };
-    let req: CallRequest = match serde_json::from_slice(&bytes) {
-        Ok(r) => r,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "bad_request",
-                &format!("expected {{\"tool\": name, \"args\": {{...}}}}: {e}"),
-            );
-        }
-    };
-    let answer = match runner.call(&run, &req.tool, req.args).await {
-        Ok(result) => json!({"ok": true, "result": result}),
-        Err(e) => json!({"ok": false, "error": e.to_json()}),
-    };
-    (
-        [(header::CONTENT_TYPE, "application/json")],
-        answer.to_string(),
-    )
-        .into_response()
-}
-
-#[derive(Deserialize)]
-struct ToolCallRequest {
-    tool: String,
-    #[serde(default = "empty_args")]
-    input: Value,
-}
-
-/// `POST /tool_call {tool, input}` → `{result}`, or `{error: {type, message}}` with a status
-/// that says who has to act (400 bad input, 404 no such tool, 502 the tool failed, ...).
-async fn tool_call(State(runner): State<Runner>, request: Request) -> Response {
-    let (run, bytes) = match authorized(&runner, request).await {
-        Ok(r) => r,
-        Err(response) => return response,
-    };
-    let req: ToolCallRequest = match serde_json::from_slice(&bytes) {
-        Ok(r) => r,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                "bad_request",
-                &format!("expected {{\"tool\": name, \"input\": {{...}}}}: {e}"),
-            );
-        }
-    };
-    match runner.call(&run, &req.tool, req.input).await {
-        Ok(result) => (
-            [(header::CONTENT_TYPE, "application/json")],
-            json!({"result": result}).to_string(),
-        )
-            .into_response(),
-        Err(e) => {
-            let status = match e {
-                CallError::Input(_) => StatusCode::BAD_REQUEST,
-                CallError::UnknownTool(_) => StatusCode::NOT_FOUND,
-                CallError::Tool(_) => StatusCode::BAD_GATEWAY,
-                CallError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
-                CallError::Limit(_) => StatusCode::TOO_MANY_REQUESTS,
-                CallError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-            };
-            (
-                status,
-                [(header::CONTENT_TYPE, "application/json")],
-                json!({"error": e.to_json()}).to_string(),
-            )
-                .into_response()
-        }
-    }
 }

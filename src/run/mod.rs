@@ -1,14 +1,44 @@
-//! Running code: the python3 child (`child`), the SDK it loads (`sdk`), its capped output
-//! (`output`), the IPC bridge it calls (`ipc`), what a call does (`dispatch`) and the runner
-//! that ties one run together (`runner`). See docs/runner-protocol.md for the child's side.
+//! Running code: one `exec_code` run from code to result, and each tool call its code makes.
+//! See docs/runner-protocol.md for the child's side.
+//!
+//! The modules, each importing only from the ones listed before it (no circle):
+//!
+//! | module | owns | may import (within `run/`) |
+//! |---|---|---|
+//! | `output` | capped capture of a child's stdout/stderr, [`OutputChunk`] | — |
+//! | `sdk` | the SDK files and `catalog.json` written per catalog | — |
+//! | `child` | how one python3 child starts (confined by the `sandbox` layer) and stops, [`Limits`], [`resolve_python`] | — |
+//! | `scratch` | the scratch quota: measuring a run's scratch directory while it runs | — |
+//! | `confine` | the runner's [`Sandbox`](crate::sandbox::Sandbox) built once at startup, [`SandboxSettings`] | — |
+//! | `dispatch` | what one call does on its backend, [`CallError`], [`Backends`] | — |
+//! | `zygote` | the fork server of one catalog | `child` |
+//! | `prepare` | the prepared-SDK cache, one [`prepare::CatalogKey`] for every catalog | `sdk`, `dispatch` |
+//! | `pool` | where a child comes from: warm, forked or cold; the refill loop | `child`, `zygote`, `prepare` |
+//! | `calls` | the live runs by token, [`calls::RunCtx`], [`CallRecord`], `call(run, tool, args)` | `dispatch`, `prepare` |
+//! | `ipc` | the loopback HTTP bridge (`/call`, `/tool_call`) | `calls`, `dispatch` |
+//! | `runner` | a run's lifecycle, [`Runner`] and its request and result types | all of the above |
+//!
+//! `child` and `zygote` take a child's confinement from `crate::sandbox` (docs/SECURITY.md).
+//!
+//! Outside `run/`, use what this module re-exports rather than reaching into its submodules.
 
+pub mod calls;
 pub mod child;
+pub mod confine;
 pub mod dispatch;
 pub mod ipc;
 pub mod output;
+pub mod pool;
+pub mod prepare;
 pub mod runner;
+pub mod scratch;
 pub mod sdk;
 pub mod zygote;
 
-pub use dispatch::{Backends, CallError, PendingCall};
+pub use calls::{CallRecord, new_token};
+pub use child::{Limits, PythonError, resolve_python};
+pub use confine::SandboxSettings;
+pub use dispatch::{Backends, CallError, McpCaller, PendingCall, host_error};
+pub use output::OutputChunk;
 pub use runner::{ExecRequest, ExecResult, ExecStatus, Runner, RunnerConfig};
+pub use scratch::ScratchQuota;

@@ -8,14 +8,20 @@ use crate::render::Snapshot;
 use serde_json::{Value, json};
 use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The SDK's files, as shipped in this binary.
-pub const FILES: &[(&str, &str)] = &[
+const FILES: &[(&str, &str)] = &[
     (
         "ptc_bootstrap.py",
         include_str!("../../sdk-template/ptc_bootstrap.py"),
     ),
     ("ptc_sdk.py", include_str!("../../sdk-template/ptc_sdk.py")),
+    (
+        "ptc_sandbox.py",
+        include_str!("../../sdk-template/ptc_sandbox.py"),
+    ),
     (
         "ptc_guard.py",
         include_str!("../../sdk-template/ptc_guard.py"),
@@ -27,7 +33,7 @@ pub const FILES: &[(&str, &str)] = &[
 ];
 
 /// What `catalog.json` holds: the tools code may call, with everything the stubs need.
-pub fn catalog_json(snapshot: &Snapshot) -> Value {
+fn catalog_json(snapshot: &Snapshot) -> Value {
     let catalog: &Catalog = &snapshot.catalog;
     let tools: Vec<Value> = catalog
         .ptc()
@@ -47,7 +53,8 @@ pub fn catalog_json(snapshot: &Snapshot) -> Value {
 
 /// Writes the SDK for a snapshot under `root` and returns its directory. Idempotent: the
 /// directory is named by version and content, and written through a temporary name then
-/// renamed, so a child never sees half a directory.
+/// renamed, so a child never sees half a directory. Blocking (file writes and a compile of
+/// ~100 ms): call it off the async workers.
 pub fn write(root: &Path, snapshot: &Snapshot, python: &Path) -> std::io::Result<PathBuf> {
     let name = format!(
         "sdk-v{}-{:016x}",
@@ -57,7 +64,14 @@ pub fn write(root: &Path, snapshot: &Snapshot, python: &Path) -> std::io::Result
     if dir.join("catalog.json").exists() {
         return Ok(dir);
     }
-    let tmp = root.join(format!(".{name}.{}", std::process::id()));
+    // Unique per call: a writer whose run went away may still be writing when the next one
+    // starts, and each must own its temporary directory.
+    static WRITES: AtomicU64 = AtomicU64::new(0);
+    let tmp = root.join(format!(
+        ".{name}.{}.{}",
+        std::process::id(),
+        WRITES.fetch_add(1, Ordering::Relaxed)
+    ));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp)?;
     for (file, text) in FILES {
@@ -76,6 +90,35 @@ pub fn write(root: &Path, snapshot: &Snapshot, python: &Path) -> std::io::Result
         }
         Err(e) => Err(e),
     }
+}
+
+/// A keyed hash of every file under an SDK directory, names and contents, to notice that the
+/// directory changed after it was written (code that got write access, where the sandbox's
+/// read-only rule is missing). The key is random per sidecar process, so whoever changes the
+/// files cannot make the hash come out the same. Blocking; reads the whole directory.
+pub fn digest(dir: &Path) -> std::io::Result<u64> {
+    use std::hash::{BuildHasher, Hash, Hasher, RandomState};
+    static KEY: OnceLock<RandomState> = OnceLock::new();
+    let mut files = Vec::new();
+    let mut pending = vec![PathBuf::new()];
+    while let Some(rel) = pending.pop() {
+        for entry in std::fs::read_dir(dir.join(&rel))? {
+            let entry = entry?;
+            let rel = rel.join(entry.file_name());
+            if entry.file_type()?.is_dir() {
+                pending.push(rel);
+            } else {
+                files.push(rel);
+            }
+        }
+    }
+    files.sort();
+    let mut hasher = KEY.get_or_init(RandomState::new).build_hasher();
+    for rel in files {
+        rel.hash(&mut hasher);
+        std::fs::read(dir.join(&rel))?.hash(&mut hasher);
+    }
+    Ok(hasher.finish())
 }
 
 /// Compiles the SDK's modules to `__pycache__` once, so children (run with `-B`, which still

@@ -8,15 +8,18 @@
 //! cold child (docs/runner-protocol.md, "Fork server").
 //!
 //! Wire: a `SOCK_SEQPACKET` socketpair is the server's stdin. The sidecar sends one JSON message
-//! per fork with the child's stdin, stdout and stderr pipe ends attached (`SCM_RIGHTS`); the
+//! per fork with the child's stdin, stdout and stderr pipe ends and its Landlock ruleset (when
+//! there is one) attached (`SCM_RIGHTS`); the
 //! server answers `forked ID PID`, and `exited PID CODE` when it reaps a child.
 
-use super::child::{Child, Limits, SpawnSpec};
+use super::child::{Child, SpawnSpec};
+use crate::sandbox;
+use crate::util::{GroupKill, lock};
 use serde_json::json;
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -24,6 +27,9 @@ use std::time::Duration;
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::oneshot;
+
+/// How long a server told to go may take to clean up and exit before it is killed.
+pub const STOP_GRACE: Duration = Duration::from_secs(2);
 
 /// How long the server may take to answer a fork request; a stuck server is replaced.
 pub const FORK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -42,7 +48,9 @@ struct Waiters {
 /// A running fork server.
 pub struct Zygote {
     process: Mutex<Option<tokio::process::Child>>,
-    pgid: i32,
+    /// The SDK directory it serves (its children's Landlock rulesets name it).
+    sdk_dir: PathBuf,
+    group: GroupKill,
     ctl: Arc<AsyncFd<OwnedFd>>,
     waiters: Arc<Mutex<Waiters>>,
     alive: Arc<AtomicBool>,
@@ -54,11 +62,23 @@ impl Zygote {
         let (ours, theirs) = seqpacket_pair()?;
         let mut cmd = spec.command(&sdk_dir.join("ptc_zygote.py"));
         cmd.current_dir(sdk_dir)
+            .env(sandbox::SPEC_VARIABLE, spec.sandbox_spec(None))
             .stdin(Stdio::from(theirs))
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
+        // The server never runs code, but it starts as the run user so that its children do
+        // without any privilege to drop; each child confines itself after the fork.
+        let run_as = spec.sandbox.run_as().cloned();
+        // SAFETY: `RunAs::switch` is async-signal-safe (set*id calls only), and `run_as` was
+        // cloned before the fork.
+        unsafe {
+            cmd.pre_exec(move || match &run_as {
+                Some(user) => user.switch(),
+                None => Ok(()),
+            });
+        }
         let process = cmd.spawn()?;
-        let pgid = process.id().map(|p| p as i32).unwrap_or(0);
+        let group = GroupKill::of(process.id());
         set_nonblocking(ours.as_raw_fd())?;
         // SAFETY: an OwnedFd keeps its fd open and unchanged for as long as it lives, and the
         // AsyncFd owns it.
@@ -70,7 +90,8 @@ impl Zygote {
         tokio::spawn(read_replies(ctl.clone(), waiters.clone(), alive.clone()));
         Ok(Zygote {
             process: Mutex::new(Some(process)),
-            pgid,
+            sdk_dir: sdk_dir.to_path_buf(),
+            group,
             ctl,
             waiters,
             alive,
@@ -81,18 +102,26 @@ impl Zygote {
         self.alive.load(Ordering::Relaxed)
     }
 
-    /// Forks a child for one run, its pipes connected to us.
-    pub async fn fork(&self, spec: &SpawnSpec, id: &str, limits: Limits) -> io::Result<Child> {
+    /// Forks a child for one run, its pipes connected to us; it sets `spec.limits` on itself.
+    pub async fn fork(self: &Arc<Self>, spec: &SpawnSpec, id: &str) -> io::Result<Child> {
         if !self.is_alive() {
             return Err(io::Error::other("the fork server is gone"));
         }
-        let scratch = spec.scratch_root.join(id);
-        std::fs::create_dir_all(&scratch)?;
+        let scratch = spec.make_scratch(id)?;
+        // The run's Landlock ruleset travels with the fork request as a fourth fd.
+        let ruleset = match spec.sandbox.ruleset(&self.sdk_dir, &scratch) {
+            Ok(r) => r,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&scratch);
+                return Err(e);
+            }
+        };
         let (stdin_r, stdin_w) = pipe()?;
         let (stdout_r, stdout_w) = pipe()?;
         let (stderr_r, stderr_w) = pipe()?;
         let (tx, rx) = oneshot::channel();
         lock(&self.waiters).forks.insert(id.to_string(), tx);
+        let limits = spec.limits;
         let env: serde_json::Map<String, serde_json::Value> = spec
             .run_env(&scratch)
             .into_iter()
@@ -107,17 +136,19 @@ impl Zygote {
                 "cpu": limits.cpu_secs,
                 "fsize": limits.file_size,
                 "nofile": limits.open_files,
+                "nproc": limits.processes,
             },
         })
         .to_string();
-        let fds = [
+        let mut fds = vec![
             stdin_r.as_raw_fd(),
             stdout_w.as_raw_fd(),
             stderr_w.as_raw_fd(),
         ];
+        fds.extend(ruleset.as_ref().map(AsRawFd::as_raw_fd));
         let sent = self.send(message.as_bytes(), &fds).await;
         // The child holds its own copies now.
-        drop((stdin_r, stdout_w, stderr_w));
+        drop((stdin_r, stdout_w, stderr_w, ruleset));
         if let Err(e) = sent {
             lock(&self.waiters).forks.remove(id);
             let _ = std::fs::remove_dir_all(&scratch);
@@ -135,6 +166,7 @@ impl Zygote {
         Child::forked(
             pid,
             exit,
+            self.clone(),
             tokio::net::unix::pipe::Sender::from_owned_fd(stdin_w)?,
             tokio::net::unix::pipe::Receiver::from_owned_fd(stdout_r)?,
             tokio::net::unix::pipe::Receiver::from_owned_fd(stderr_r)?,
@@ -154,11 +186,25 @@ impl Zygote {
 }
 
 impl Drop for Zygote {
+    /// Tells the server to go: it sees the end of its requests, kills its children and what
+    /// they left behind, and exits (`ptc_zygote.py`); one that has not within [`STOP_GRACE`]
+    /// is killed with its group. Without a runtime to wait on, it is killed at once.
     fn drop(&mut self) {
         self.alive.store(false, Ordering::Relaxed);
-        super::child::kill_group(self.pgid);
-        // Dropping the process handle reaps it (kill_on_drop).
-        lock(&self.process).take();
+        // SAFETY: shutdown(2) of the socket this Zygote owns (open until `ctl` drops).
+        unsafe { libc::shutdown(self.ctl.as_raw_fd(), libc::SHUT_WR) };
+        let mut group = std::mem::replace(&mut self.group, GroupKill(0));
+        let process = lock(&self.process).take();
+        if let (Some(mut process), Ok(runtime)) = (process, tokio::runtime::Handle::try_current()) {
+            runtime.spawn(async move {
+                if let Ok(Ok(_)) = tokio::time::timeout(STOP_GRACE, process.wait()).await {
+                    // Gone and reaped: its pid may be someone else's group by now.
+                    group.0 = 0;
+                }
+                drop(group);
+            });
+        }
+        // Otherwise `group` and the process handle (kill_on_drop) kill it here.
     }
 }
 
@@ -217,10 +263,6 @@ async fn read_replies(
     let mut w = lock(&waiters);
     w.forks.clear();
     w.exits.clear();
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {

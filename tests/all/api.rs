@@ -178,3 +178,102 @@ async fn ptc_off_means_direct_tools_and_409_for_exec() {
     .await
     .unwrap();
 }
+
+/// Every error answer of the control API and the LibreChat routes, byte for byte: status,
+/// content type and body are the wire contract (clients branch on them).
+#[tokio::test]
+async fn error_answers_are_byte_exact() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        async fn raw(
+            s: &TestSidecar,
+            method: &str,
+            path: &str,
+            headers: &[(&str, &str)],
+            body: Option<&str>,
+        ) -> (u16, String, String) {
+            let mut r = match method {
+                "GET" => s.http.get(s.url(path)),
+                _ => s.http.post(s.url(path)),
+            };
+            for (k, v) in headers {
+                r = r.header(*k, *v);
+            }
+            if let Some(body) = body {
+                r = r
+                    .header("content-type", "application/json")
+                    .body(body.to_string());
+            }
+            let r = r.send().await.unwrap();
+            let status = r.status().as_u16();
+            let kind = r
+                .headers()
+                .get("content-type")
+                .map(|v| v.to_str().unwrap().to_string())
+                .unwrap_or_default();
+            (status, kind, r.text().await.unwrap())
+        }
+        const JSON: &str = "application/json";
+        let key = [("x-api-key", "k")];
+
+        let on = TestSidecar::start(&[
+            ("PTC_ENABLED", "true"),
+            ("PTC_API_KEY", "k"),
+            ("PTC_WARM_WORKERS", "0"),
+        ])
+        .await;
+        let big = format!("{{\"code\": \"{}\"}}", "x".repeat((1 << 20) + 1));
+        // (method, path, headers, body, status, exact body)
+        type Case<'a> = (&'a str, &'a str, &'a [(&'a str, &'a str)], Option<&'a str>, u16, &'a str);
+        let cases: Vec<Case> = vec![
+            ("GET", "/nope", &[], None, 404,
+             r#"{"error":{"type":"not_found","message":"no such endpoint; see README.md for the API"}}"#),
+            ("GET", "/v1/tools", &[], None, 401,
+             r#"{"error":{"type":"unauthorized","message":"this sidecar requires its API key as X-API-Key or Authorization: Bearer"}}"#),
+            ("POST", "/exec/programmatic", &[("x-api-key", "no")], Some("{}"), 401,
+             r#"{"error":{"type":"unauthorized","message":"this sidecar requires its API key as X-API-Key or Authorization: Bearer"}}"#),
+            ("GET", "/v1/tools?format=xml", &key, None, 400,
+             r#"{"error":{"type":"bad_request","message":"unknown format \"xml\"; expected anthropic, openai or mcp"}}"#),
+            ("POST", "/v1/exec_code", &key, Some(r#"{"code": "1", "timeout_ms": 0}"#), 400,
+             r#"{"error":{"type":"bad_request","message":"timeout_ms must be at least 1"}}"#),
+            ("POST", "/v1/exec_code", &key, Some(r#"{"cod": "1"}"#), 400,
+             r#"{"error":{"type":"bad_request","message":"expected {\"code\": \"...\", \"timeout_ms\"?: N}: missing field `code` at line 1 column 12"}}"#),
+            ("POST", "/v1/exec_code", &key, Some(&big), 413,
+             r#"{"error":{"type":"too_large","message":"the body is limited to 1048576 bytes"}}"#),
+            ("POST", "/v1/exec/xnope/results", &key, Some(r#"{"results": []}"#), 404,
+             r#"{"error":{"type":"not_found","message":"no open attached run \"xnope\" (it may be over)"}}"#),
+            ("POST", "/exec/programmatic", &key, Some(r#"{"code": " ", "tools": []}"#), 400,
+             r#"{"error":{"type":"bad_request","message":"\"code\" is empty"}}"#),
+            ("POST", "/exec/programmatic", &key, Some(r#"{"code": "1", "tools": {}}"#), 400,
+             r#"{"error":{"type":"bad_request","message":"\"tools\" is a JSON object, expected an array"}}"#),
+            ("POST", "/exec/programmatic", &key, Some(r#"{"code": "1", "lang": "bash"}"#), 422,
+             r#"{"error":"unsupported_capability","message":"ptc-sidecar runs Python only, not \"bash\""}"#),
+            ("POST", "/exec", &key, Some(r#"{"code": "1", "lang": "js"}"#), 422,
+             r#"{"error":"unsupported_capability","message":"ptc-sidecar runs Python only, not \"js\""}"#),
+            ("POST", "/exec/programmatic", &key, Some(r#"{"continuation_token": "00.00"}"#), 403,
+             r#"{"error":{"type":"invalid_token","message":"the continuation token is not one this sidecar issued (malformed or forged)"}}"#),
+            ("POST", "/exec/programmatic", &key, Some(r#"{"continuation_token": 1}"#), 400,
+             r#"{"error":{"type":"bad_request","message":"expected {\"code\": \"...\", \"tools\": [...], \"timeout\"?: ms, \"session_id\"?: \"...\"} or {\"continuation_token\": \"...\", \"tool_results\": [...]}: invalid type: integer `1`, expected a string"}}"#),
+            ("POST", "/exec/programmatic/cancel", &key, Some(r#"{"request_id": "r"}"#), 404,
+             r#"{"error":{"type":"not_found","message":"no open run has a request with this id (it may be over)"}}"#),
+        ];
+        for (method, path, headers, body, status, want) in cases {
+            let got = raw(&on, method, path, headers, body).await;
+            assert_eq!(got, (status, JSON.into(), want.into()), "{method} {path}");
+        }
+
+        let off = TestSidecar::start(&[]).await;
+        for (path, want) in [
+            ("/v1/exec_code",
+             r#"{"error":{"type":"ptc_disabled","message":"PTC_ENABLED is false on this sidecar: every tool is direct and there is no exec_code"}}"#),
+            ("/exec/programmatic",
+             r#"{"error":{"type":"ptc_disabled","message":"PTC_ENABLED is false on this sidecar: there is no code execution"}}"#),
+            ("/exec",
+             r#"{"error":{"type":"ptc_disabled","message":"PTC_ENABLED is false on this sidecar: there is no code execution"}}"#),
+        ] {
+            let got = raw(&off, "POST", path, &[], Some(r#"{"code": "1"}"#)).await;
+            assert_eq!(got, (409, JSON.into(), want.into()), "{path}");
+        }
+    })
+    .await
+    .unwrap();
+}

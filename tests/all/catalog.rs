@@ -3,10 +3,10 @@
 
 use crate::common::{TempDir, config, corpus, names};
 use pretty_assertions::assert_eq;
-use ptc_sidecar::app::{self, SavedCatalog};
 use ptc_sidecar::catalog::source::ToolDef;
 use ptc_sidecar::catalog::{Catalog, CatalogInput, Policy};
 use ptc_sidecar::render::{self, lossless};
+use ptc_sidecar::sources::{self, SavedCatalog};
 use serde_json::{Value, json};
 
 fn ptc() -> Policy {
@@ -40,14 +40,14 @@ fn host(tools: Value) -> CatalogInput {
 #[test]
 fn the_whole_corpus_renders_losslessly() {
     let c = config(&[("PTC_ENABLED", "true")]);
-    let snapshot = app::initial_snapshot(&c, &corpus()).unwrap();
+    let snapshot = sources::first_snapshot(&c, &corpus(), None).unwrap();
     assert_eq!(snapshot.catalog.ptc().count(), 76);
     assert_eq!(snapshot.catalog.report(), Vec::<String>::new());
     let problems = lossless::check_catalog(&snapshot.catalog, &snapshot.rendered.description);
     assert_eq!(problems, Vec::<String>::new());
     // Each catalog alone too (shapes are named per description).
     for saved in corpus() {
-        let s = app::initial_snapshot(&c, std::slice::from_ref(&saved)).unwrap();
+        let s = sources::first_snapshot(&c, std::slice::from_ref(&saved), None).unwrap();
         assert_eq!(
             lossless::check_catalog(&s.catalog, &s.rendered.description),
             Vec::<String>::new(),
@@ -64,7 +64,7 @@ fn the_corpus_description_is_what_we_expect() {
         .into_iter()
         .filter(|s| s.server == "filesystem")
         .collect();
-    let snapshot = app::initial_snapshot(&c, &saved).unwrap();
+    let snapshot = sources::first_snapshot(&c, &saved, None).unwrap();
     let d = &snapshot.rendered.description;
     assert!(d.contains("## types\nContent = {content}\n"), "{d}");
     assert!(d.contains("\n## filesystem__\nread_file(path, tail?: float, head?: float) -> Content — Read the complete contents of a file as…\n"), "{d}");
@@ -275,11 +275,15 @@ fn malformed_manifests_name_the_file_and_the_fix() {
     for (name, text, want) in cases {
         let path = dir.write(name, text);
         let c = config(&[("PTC_TOOLS_FILE", path.to_str().unwrap())]);
-        let err = app::initial_snapshot(&c, &[]).unwrap_err().to_string();
+        let err = sources::first_snapshot(&c, &[], None)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains(want), "{name}: {err}");
     }
     let c = config(&[("PTC_TOOLS_FILE", "/nonexistent/tools.json")]);
-    let err = app::initial_snapshot(&c, &[]).unwrap_err().to_string();
+    let err = sources::first_snapshot(&c, &[], None)
+        .unwrap_err()
+        .to_string();
     assert!(
         err.starts_with("cannot read /nonexistent/tools.json"),
         "{err}"

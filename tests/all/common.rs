@@ -1,10 +1,18 @@
 //! Shared test harness: temp dirs, configs built from variables (never the process
-//! environment), an in-process sidecar on port 0, and a host tool server.
+//! environment, beyond the `PATH`, `HOME` and `TMPDIR` a sidecar inherits), an in-process
+//! sidecar on port 0, and a host tool server. What the benchmarks use too (a Redis of our own,
+//! the corpus) is in `tests/support`.
 
 #![allow(dead_code)]
 
-use ptc_sidecar::app::{self, Listener, SavedCatalog, Sidecar};
+#[path = "../support/mod.rs"]
+mod support;
+
+pub use support::TestRedis;
+
+use ptc_sidecar::app::{self, Listener, Sidecar};
 use ptc_sidecar::config::{Config, Listen};
+use ptc_sidecar::sources::SavedCatalog;
 use serde_json::{Value, json};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -20,7 +28,7 @@ pub fn corpus_dir() -> PathBuf {
 }
 
 pub fn corpus() -> Vec<SavedCatalog> {
-    SavedCatalog::all_in(&corpus_dir()).unwrap()
+    support::saved_catalogs_in(&corpus_dir())
 }
 
 /// The `name`s of a tool list (the array itself, or the `tools` of a `/v1/tools` answer).
@@ -61,9 +69,14 @@ impl Drop for TempDir {
     }
 }
 
-/// A config from variables, as the process would read them.
+/// A config from variables, as the process would read them: the test process's `PATH`, `HOME`
+/// and `TMPDIR` (what a sidecar inherits; `vars` may override them) and `vars`.
 pub fn config(vars: &[(&str, &str)]) -> Config {
-    Config::from_vars(vars.iter().map(|(k, v)| (k.to_string(), v.to_string()))).unwrap()
+    let inherited = ["PATH", "HOME", "TMPDIR"]
+        .into_iter()
+        .filter_map(|k| Some((k.to_string(), std::env::var(k).ok()?)));
+    let given = vars.iter().map(|(k, v)| (k.to_string(), v.to_string()));
+    Config::from_vars(inherited.chain(given)).unwrap()
 }
 
 /// A running sidecar with its control API on a random loopback port.
@@ -229,101 +242,6 @@ pub fn processes_with(needle: &str) -> Vec<String> {
         }
     }
     found
-}
-
-/// A Redis for tests: `REDIS_URL` when set (for [`TestRedis::any`]), else a `redis-server` of
-/// our own on a free port, stopped on drop.
-pub struct TestRedis {
-    pub url: String,
-    port: u16,
-    child: Option<std::process::Child>,
-    _dir: Option<TempDir>,
-}
-
-impl TestRedis {
-    /// The configured Redis, or our own.
-    pub fn any() -> TestRedis {
-        match std::env::var("REDIS_URL") {
-            Ok(url) if !url.is_empty() => TestRedis {
-                url,
-                port: 0,
-                child: None,
-                _dir: None,
-            },
-            _ => TestRedis::own(),
-        }
-    }
-
-    /// Always our own (a test that stops and restarts it).
-    pub fn own() -> TestRedis {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut r = TestRedis {
-            url: format!("redis://127.0.0.1:{port}/0"),
-            port,
-            child: None,
-            _dir: Some(TempDir::new("redis")),
-        };
-        r.start();
-        r
-    }
-
-    pub fn start(&mut self) {
-        let dir = self
-            ._dir
-            .as_ref()
-            .map(|d| d.0.clone())
-            .unwrap_or_else(std::env::temp_dir);
-        let child = std::process::Command::new("redis-server")
-            .args([
-                "--port",
-                &self.port.to_string(),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ])
-            .arg("--dir")
-            .arg(dir)
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .expect("redis-server is installed (scripts/test installs it)");
-        self.child = Some(child);
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "redis-server did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    pub fn stop(&mut self) {
-        if let Some(mut c) = self.child.take() {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-
-    pub async fn connection(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.url.as_str())
-            .unwrap()
-            .get_multiplexed_async_connection()
-            .await
-            .unwrap()
-    }
-}
-
-impl Drop for TestRedis {
-    fn drop(&mut self) {
-        self.stop();
-    }
 }
 
 /// A name no other test uses (Redis keys, agent ids).

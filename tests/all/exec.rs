@@ -44,7 +44,8 @@ async fn fixture(extra: &[(&str, &str)]) -> Fixture {
         json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]});
     let open = json!({"type": "object", "properties": {}});
     let manifest = json!({
-        "callback": {"url": host.url(), "headers": {"X-Test": "1"}},
+        // A secret in the query string, as some hosts authenticate: code must never see it.
+        "callback": {"url": format!("{}?token={CALLBACK_SECRET}", host.url()), "headers": {"X-Test": "1"}},
         "tools": [
             {"name": "complete", "input_schema": {"type": "object", "properties": {"answer": {"type": "string"}}}},
             {"name": "get-weather", "description": "Weather for a city.", "input_schema": schema_city},
@@ -335,6 +336,9 @@ async fn huge_output_is_capped_with_a_marker() {
     .unwrap();
 }
 
+/// The query-string secret of the fixture's callback URL.
+const CALLBACK_SECRET: &str = "cb-secret-5e1f";
+
 #[tokio::test]
 async fn slow_hosts_dead_hosts_and_garbage() {
     tokio::time::timeout(TEST_TIMEOUT, async {
@@ -365,6 +369,7 @@ except ToolError as e:
             "{r}"
         );
         assert!(stdout(&r).contains("is unreachable"), "{r}");
+        assert!(!r.to_string().contains(CALLBACK_SECRET), "{r}");
     })
     .await
     .unwrap();
@@ -379,7 +384,7 @@ async fn the_child_sees_no_sidecar_secrets() {
             .http
             .post(f.s.url("/v1/exec_code"))
             .header("x-api-key", "top-secret")
-            .json(&json!({"code": "import os, sys\nprint(sorted(os.environ))\nprint(open('/proc/self/cmdline','rb').read().count(b'top-secret'))\nprint(sys.stdin.read())"}))
+            .json(&json!({"code": "import os, sys\nprint(sorted(os.environ))\nprint(' '.join(sys.orig_argv).count('top-secret'))\nprint(sys.stdin.read())"}))
             .send()
             .await
             .unwrap()
@@ -476,6 +481,9 @@ fn the_exec_command_runs_a_script() {
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("HOME", std::env::var("HOME").unwrap_or_default())
         .env("PTC_RUNTIME_DIR", dir.0.join("rt"))
+        // The script's stderr, without the sidecar's warnings (on a machine whose python3 the
+        // run user cannot execute, the sandbox warns that it runs code as the sidecar's uid).
+        .env("RUST_LOG", "error")
         .output()
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "hello 42\n");

@@ -8,6 +8,10 @@ use serde_json::{Value, json};
 use std::time::Duration;
 
 const PROGRAMMATIC: &str = "/exec/programmatic";
+/// The timeout (ms) of runs whose deadline a test waits out. A request's run starts cold (its
+/// own catalog), and on a loaded machine a cold start has taken over a second, so the 1 s
+/// minimum timed the run out before its first tool call.
+const SHORT_RUN_MS: u64 = 3000;
 
 fn tools() -> Value {
     json!([
@@ -262,10 +266,11 @@ async fn bad_tokens() {
         assert_eq!(status, 200);
         assert_eq!(e["status"], "error", "{e}");
 
-        // Expired: the run's deadline (1 s) passed while the client held the token.
-        let (_, r) = post(&s, PROGRAMMATIC, &json!({"code": "print(await add(a=1, b=2))", "tools": tools(), "timeout": 1000})).await;
+        // Expired: the run's deadline passed while the client held the token. The deadline
+        // leaves a cold start room (SHORT_RUN_MS), so the call itself comes before it.
+        let (_, r) = post(&s, PROGRAMMATIC, &json!({"code": "print(await add(a=1, b=2))", "tools": tools(), "timeout": SHORT_RUN_MS})).await;
         assert_eq!(r["status"], "tool_call_required", "{r}");
-        tokio::time::sleep(Duration::from_millis(1200)).await;
+        tokio::time::sleep(Duration::from_millis(SHORT_RUN_MS + 200)).await;
         let (status, e) = post(&s, PROGRAMMATIC, &cont(&r["continuation_token"], answer_all(&r))).await;
         assert_eq!(status, 200);
         assert_eq!(e["status"], "error");
@@ -284,7 +289,7 @@ async fn a_client_that_never_continues_is_reaped() {
         let (_, r) = post(
             &s,
             PROGRAMMATIC,
-            &json!({"code": "print(await add(a=1, b=2))", "tools": tools(), "timeout": 1000}),
+            &json!({"code": "print(await add(a=1, b=2))", "tools": tools(), "timeout": SHORT_RUN_MS}),
         )
         .await;
         assert_eq!(r["status"], "tool_call_required", "{r}");

@@ -1,12 +1,20 @@
 //! The integration tests: one binary, real parts (python3, the sidecar's own HTTP servers,
 //! a host tool server started by the test, Redis and MCP servers where the module says so).
 
+// Helpers outside `#[test]` functions fail the test the same way: unwrap/expect are assertions.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod api;
 mod catalog;
 mod common;
+mod escape;
 mod events;
 mod exec;
 mod host;
 mod librechat;
 mod mcp;
+mod procs;
 mod reload;
+mod runner;
+mod sandbox;
+mod startup;

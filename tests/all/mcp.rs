@@ -5,8 +5,9 @@
 //! Servers started here carry a unique `PTC_TEST_MARK` in their env (given through the config),
 //! which both proves the config's env reaches them and lets a test find their processes.
 
-use crate::common::{TEST_TIMEOUT, TempDir, TestSidecar};
+use crate::common::{TEST_TIMEOUT, TempDir, TestSidecar, config};
 use pretty_assertions::assert_eq;
+use ptc_sidecar::app::{Sidecar, StartError};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -95,6 +96,105 @@ async fn wait_for_state(s: &TestSidecar, server: &str, state: &str) -> Value {
 
 fn stdout(r: &Value) -> &str {
     r["stdout"].as_str().unwrap()
+}
+
+/// The `NAME=value` variables of a process.
+fn environ(pid: i32) -> Vec<String> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    env.split(|&b| b == 0)
+        .filter(|v| !v.is_empty())
+        .map(|v| String::from_utf8_lossy(v).into_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_stdio_server_gets_the_configured_path_and_home_and_its_own_env_only() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let m = mark("env");
+        let home = TempDir::new("home");
+        let home = home.0.to_str().unwrap().to_string();
+        let path = format!(
+            "/nonexistent/ptc-test-bin:{}",
+            std::env::var("PATH").unwrap()
+        );
+        let t = start(
+            json!({"demo": demo(&m)}),
+            &[("PATH", path.as_str()), ("HOME", home.as_str())],
+        )
+        .await;
+        wait_for_state(&t.s, "demo", "ready").await;
+        let pids = marked(&m);
+        assert_eq!(pids.len(), 1, "{pids:?}");
+        let mut env = environ(pids[0]);
+        env.sort();
+        assert_eq!(
+            env,
+            [
+                format!("HOME={home}"),
+                format!("PATH={path}"),
+                format!("PTC_TEST_MARK={m}"),
+            ]
+        );
+        drop(t);
+        wait_until_gone(&m).await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_start_that_fails_after_the_servers_started_stops_them() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let m = mark("failed-start");
+        let dir = TempDir::new("mcp");
+        let servers = json!({"mcpServers": {"demo": demo(&m)}});
+        let path = dir.write("mcp.json", &servers.to_string());
+        let c = config(&[
+            ("PTC_ENABLED", "true"),
+            ("PTC_MCP_CONFIG", path.to_str().unwrap()),
+            // Resolved after the MCP servers are up.
+            ("PTC_PYTHON", "/nonexistent/python3"),
+        ]);
+        let err = match Sidecar::start(c, &[]).await {
+            Ok(_) => panic!("a missing interpreter must stop startup"),
+            Err(e) => e,
+        };
+        assert!(matches!(err, StartError::Python(_)), "{err:?}");
+        assert!(
+            err.to_string()
+                .starts_with(r#"PTC_PYTHON="/nonexistent/python3" cannot be started"#),
+            "{err}"
+        );
+        wait_until_gone(&m).await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn secrets_in_a_server_url_stay_out_of_healthz() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        // Nothing listens on port 9 (discard): the connection is refused at once.
+        let url = "http://agent:hunter2@127.0.0.1:9/mcp?api_key=k-0123";
+        let t = start(
+            json!({"remote": {"url": url}}),
+            &[("PTC_MCP_START_TIMEOUT", "2")],
+        )
+        .await;
+        let h = t.s.health().await;
+        let remote = &h["mcp_servers"]["remote"];
+        assert!(
+            ["failed", "restarting"].contains(&remote["state"].as_str().unwrap()),
+            "{h}"
+        );
+        let error = remote["error"].as_str().unwrap();
+        assert!(!error.is_empty(), "{h}");
+        for secret in ["hunter2", "agent:", "k-0123", "api_key"] {
+            assert!(!error.contains(secret), "{secret} in {error}");
+        }
+    })
+    .await
+    .unwrap();
 }
 
 #[tokio::test]
@@ -281,6 +381,9 @@ async fn a_tool_timeout_cancels_the_call_and_the_server_keeps_serving() {
         .with_ansi(false)
         .finish();
     let _guard = tracing::subscriber::set_default(subscriber);
+    // Other tests' threads may have cached "nobody listens" for the MCP callsites while this
+    // thread's subscriber was being registered; recompute it now that it is.
+    tracing::callsite::rebuild_interest_cache();
     tokio::time::timeout(TEST_TIMEOUT, async {
         let t = start(
             json!({"demo": demo(&mark("timeout"))}),

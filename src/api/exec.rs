@@ -1,19 +1,23 @@
-//! Host tool protocol 2, "attached": `POST /v1/exec_code` with `Accept: text/event-stream`
-//! streams the run as server-sent events, and the caller answers its host tool calls on
-//! `POST /v1/exec/{exec_id}/results` (wire format in docs/protocols.md).
+//! `POST /v1/exec_code` and host tool protocol 2, "attached": the same request answers with the
+//! run's JSON result, or with `Accept: text/event-stream` streams the run as server-sent events
+//! while the caller answers its host tool calls on `POST /v1/exec/{exec_id}/results` (wire
+//! format in docs/protocols.md). The JSON-or-stream choice is made here, in [`exec_code`].
 //!
-//! Owns the open streams (exec id → the run's unanswered calls), the event queue of each
-//! stream, and what a disconnect does: the stream's task owns the run, so when the caller goes
-//! away the task ends and the run (child and process group) is dropped with it. It must not
-//! decide what a call does (`run::dispatch` routes host calls without a callback URL here, and
-//! `PTC_TOOL_TIMEOUT` still fails a call whose result never comes).
+//! Owns the request body of `exec_code`, the open streams (exec id → the run's unanswered
+//! calls), the event queue of each stream, and what a disconnect does: the stream's task owns
+//! the run, so when the caller goes away the task ends and the run (child and process group) is
+//! dropped with it. It must not decide what a call does (`run::dispatch` routes host calls
+//! without a callback URL here, and `PTC_TOOL_TIMEOUT` still fails a call whose result never
+//! comes).
 
-use super::error;
-use crate::run::runner::{OutputChunk, new_token};
-use crate::run::{CallError, ExecRequest, ExecResult, PendingCall, Runner};
+use super::error::{ApiError, json_body};
+use super::sse;
+use crate::run::{CallError, ExecRequest, ExecResult, PendingCall, Runner, host_error};
+use crate::run::{OutputChunk, new_token};
+use crate::util::lock;
 use axum::extract::{Path, Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::http::{HeaderMap, header};
+use axum::response::sse::Event;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
@@ -26,6 +30,8 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 
+/// Largest `POST /v1/exec_code` body: code is text a model wrote, not a file upload.
+pub const MAX_EXEC_BYTES: usize = 1 << 20;
 /// Events handed to the HTTP body ahead of a slow reader. The rest wait in the stream's task,
 /// which stays bounded without ever blocking the run: output past `PTC_MAX_OUTPUT_BYTES` per
 /// stream is not forwarded, and each `tool_call` waits for its answer (64 in flight at most).
@@ -33,9 +39,6 @@ pub const EVENT_QUEUE: usize = 64;
 /// Host calls of one run waiting to become `tool_call` events (the runner lets 64 of a run be
 /// in flight at once).
 const HOST_QUEUE: usize = 64;
-/// How often an idle stream sends a comment, so proxies and the caller's read timeout see a
-/// live connection while code or a tool is slow.
-pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// Largest `/results` body: one round of tool results, each capped like a callback answer.
 pub const MAX_RESULTS_BYTES: usize = 16 << 20;
 
@@ -43,7 +46,7 @@ type Reply = oneshot::Sender<Result<Value, CallError>>;
 
 /// The open attached runs; cloneable handle.
 #[derive(Clone, Default)]
-pub struct Attached(Arc<Mutex<HashMap<String, Arc<Open>>>>);
+struct Attached(Arc<Mutex<HashMap<String, Arc<Open>>>>);
 
 /// One open stream: its calls waiting for a result, by call id.
 #[derive(Default)]
@@ -51,12 +54,66 @@ struct Open {
     waiting: Mutex<HashMap<String, Reply>>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+/// The routes' state: the runner (absent when PTC is off) and the open streams.
+#[derive(Clone)]
+struct Exec {
+    runner: Option<Runner>,
+    attached: Attached,
+}
+
+/// `POST /v1/exec_code` and `POST /v1/exec/{exec_id}/results`.
+pub fn router<S>(runner: Option<Runner>) -> Router<S> {
+    Router::new()
+        .route("/v1/exec_code", post(exec_code))
+        .route("/v1/exec/{exec_id}/results", post(results))
+        .with_state(Exec {
+            runner,
+            attached: Attached::default(),
+        })
+}
+
+#[derive(Deserialize)]
+struct ExecBody {
+    code: String,
+    /// Milliseconds (DESIGN.md); capped by `PTC_TIMEOUT`.
+    timeout_ms: Option<u64>,
+    /// Seconds, as the `exec_code` tool's own input has it; `timeout_ms` wins when both are given.
+    timeout: Option<u64>,
+}
+
+/// JSON, or with `Accept: text/event-stream` the attached protocol's event stream.
+async fn exec_code(State(exec): State<Exec>, request: Request) -> Result<Response, ApiError> {
+    let stream = wants_stream(request.headers());
+    let runner = exec.runner.ok_or(ApiError::PtcDisabled(
+        "PTC_ENABLED is false on this sidecar: every tool is direct and there is no exec_code",
+    ))?;
+    let body: ExecBody = json_body(
+        request,
+        MAX_EXEC_BYTES,
+        r#"{"code": "...", "timeout_ms"?: N}"#,
+    )
+    .await?;
+    let timeout = match (body.timeout_ms, body.timeout) {
+        (Some(0), _) | (None, Some(0)) => {
+            return Err(ApiError::BadRequest("timeout_ms must be at least 1".into()));
+        }
+        (Some(ms), _) => Some(Duration::from_millis(ms)),
+        (None, Some(s)) => Some(Duration::from_secs(s)),
+        (None, None) => None,
+    };
+    let request = ExecRequest {
+        code: body.code,
+        timeout,
+        ..ExecRequest::default()
+    };
+    if stream {
+        return Ok(exec.attached.stream(runner, request));
+    }
+    Ok(Json(runner.exec(request).await).into_response())
 }
 
 /// The caller asked for a stream.
-pub fn wants_stream(headers: &HeaderMap) -> bool {
+fn wants_stream(headers: &HeaderMap) -> bool {
     headers
         .get_all(header::ACCEPT)
         .iter()
@@ -64,16 +121,9 @@ pub fn wants_stream(headers: &HeaderMap) -> bool {
         .any(|v| v.contains("text/event-stream"))
 }
 
-/// `POST /v1/exec/{exec_id}/results`.
-pub fn router<S>(attached: Attached) -> Router<S> {
-    Router::new()
-        .route("/v1/exec/{exec_id}/results", post(results))
-        .with_state(attached)
-}
-
 impl Attached {
     /// Starts the run and answers with its event stream.
-    pub fn stream(&self, runner: Runner, mut request: ExecRequest) -> Response {
+    fn stream(&self, runner: Runner, mut request: ExecRequest) -> Response {
         let exec_id = format!("x{}", &new_token()[..24]);
         let (host, calls) = mpsc::channel(HOST_QUEUE);
         let (output, chunks) = mpsc::unbounded_channel();
@@ -93,9 +143,7 @@ impl Attached {
             cap,
         };
         tokio::spawn(pump.run(runner, request));
-        Sse::new(ReceiverStream::new(stream))
-            .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
-            .into_response()
+        sse::response(ReceiverStream::new(stream))
     }
 }
 
@@ -201,27 +249,22 @@ struct CallResult {
 }
 
 async fn results(
-    State(attached): State<Attached>,
+    State(exec): State<Exec>,
     Path(exec_id): Path<String>,
     request: Request,
-) -> Response {
-    let Some(open) = lock(&attached.0).get(&exec_id).cloned() else {
-        return error(
-            StatusCode::NOT_FOUND,
-            "not_found",
-            format!("no open attached run {exec_id:?} (it may be over)"),
-        );
-    };
-    let body: ResultsBody = match super::json_body(
+) -> Result<Response, ApiError> {
+    let open = lock(&exec.attached.0)
+        .get(&exec_id)
+        .cloned()
+        .ok_or_else(|| {
+            ApiError::NotFound(format!("no open attached run {exec_id:?} (it may be over)"))
+        })?;
+    let body: ResultsBody = json_body(
         request,
         MAX_RESULTS_BYTES,
         r#"{"results": [{"id": "...", "result": ...} | {"id": "...", "error": "message"}]}"#,
     )
-    .await
-    {
-        Ok(b) => b,
-        Err(response) => return response,
-    };
+    .await?;
     let mut applied = Vec::new();
     let mut rejected = Vec::new();
     for r in body.results {
@@ -231,13 +274,7 @@ async fn results(
         };
         let answer = match r.error {
             Some(Value::Null) | None => Ok(r.result),
-            Some(Value::String(message)) => Err(CallError::Tool(message)),
-            Some(other) => Err(CallError::Tool(
-                other
-                    .get("message")
-                    .and_then(Value::as_str)
-                    .map_or_else(|| other.to_string(), str::to_string),
-            )),
+            Some(error) => Err(host_error(error)),
         };
         if reply.send(answer).is_ok() {
             applied.push(r.id);
@@ -245,5 +282,5 @@ async fn results(
             rejected.push(json!({"id": r.id, "reason": "the call is over (PTC_TOOL_TIMEOUT)"}));
         }
     }
-    Json(json!({"applied": applied, "rejected": rejected})).into_response()
+    Ok(Json(json!({"applied": applied, "rejected": rejected})).into_response())
 }

@@ -1,0 +1,184 @@
+//! The API's errors: one type for every refusal an HTTP handler gives, and the one place that
+//! turns it into a status and a body; plus reading a capped JSON body into a value or into the
+//! error that says what was wrong.
+//!
+//! Owns the wire shape of a refusal, `{"error": {"type", "message"}}`, and the two LibreChat
+//! answers whose shape the client fixes (a flat `error` code it branches on). It must not hold
+//! the answers that are not refusals: a LibreChat run that failed is a `200` with
+//! `status: "error"` (the handlers build those).
+
+use axum::Json;
+use axum::body::to_bytes;
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// Why a request was refused. The `Display` text is the `message` of the body.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum ApiError {
+    /// 400 `bad_request`: the body or a parameter says something the endpoint cannot do.
+    #[error("{0}")]
+    BadRequest(String),
+    /// 400 `bad_request`: a continuation's `tool_results` do not match its round.
+    #[error(transparent)]
+    BadResults(#[from] ResultsError),
+    /// 401 `unauthorized`: `PTC_API_KEY` is set and the request did not carry it.
+    #[error("this sidecar requires its API key as X-API-Key or Authorization: Bearer")]
+    Unauthorized,
+    /// 403 `invalid_token`: a continuation token this sidecar did not issue, or for another
+    /// session.
+    #[error("{0}")]
+    InvalidToken(String),
+    /// 404 `not_found`: no such endpoint, or nothing open under the id the request names.
+    #[error("{0}")]
+    NotFound(String),
+    /// 409 `ptc_disabled`: `PTC_ENABLED=false`, so there is no code execution.
+    #[error("{0}")]
+    PtcDisabled(&'static str),
+    /// 409 `token_used`: the continuation token's round was already continued.
+    #[error("this continuation token was already used (each works once)")]
+    TokenUsed,
+    /// 413 `too_large`: the body is over the endpoint's cap.
+    #[error("the body is limited to {limit} bytes")]
+    TooLarge { limit: usize },
+    /// 422 `{"error": "unsupported_capability"}`: a `lang` other than Python. The LibreChat
+    /// client reads this code (not a `type`) as a permanent capability mismatch.
+    #[error("ptc-sidecar runs Python only, not {lang:?}")]
+    UnsupportedLang { lang: String },
+    /// 429 `{"error": "rate_limited", "retry_after_seconds"}`: too many open runs; the
+    /// LibreChat client reads both keys.
+    #[error("too many open runs; retry after {retry_after_seconds} s")]
+    RateLimited { retry_after_seconds: u64 },
+}
+
+/// A continuation's `tool_results` against the calls its round asked for.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum ResultsError {
+    #[error("call_id {0:?} is answered twice")]
+    Twice(String),
+    #[error(
+        "tool_results name call ids this round did not ask for: {}; it asked for: {}",
+        unknown.join(", "),
+        expected.join(", ")
+    )]
+    Unknown {
+        unknown: Vec<String>,
+        expected: Vec<String>,
+    },
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) | ApiError::BadResults(_) => StatusCode::BAD_REQUEST,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::InvalidToken(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::PtcDisabled(_) | ApiError::TokenUsed => StatusCode::CONFLICT,
+            ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::UnsupportedLang { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+        }
+    }
+
+    /// The `type` of the body.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest(_) | ApiError::BadResults(_) => "bad_request",
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::InvalidToken(_) => "invalid_token",
+            ApiError::NotFound(_) => "not_found",
+            ApiError::PtcDisabled(_) => "ptc_disabled",
+            ApiError::TokenUsed => "token_used",
+            ApiError::TooLarge { .. } => "too_large",
+            ApiError::UnsupportedLang { .. } => "unsupported_capability",
+            ApiError::RateLimited { .. } => "rate_limited",
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = match &self {
+            ApiError::UnsupportedLang { .. } => {
+                json!({"error": self.kind(), "message": self.to_string()})
+            }
+            ApiError::RateLimited {
+                retry_after_seconds,
+            } => json!({"error": self.kind(), "retry_after_seconds": retry_after_seconds}),
+            _ => json!({"error": {"type": self.kind(), "message": self.to_string()}}),
+        };
+        (self.status(), Json(body)).into_response()
+    }
+}
+
+/// Reads a JSON body of at most `limit` bytes; `shape` names what was expected when it is not.
+pub async fn json_body<T: serde::de::DeserializeOwned>(
+    request: Request,
+    limit: usize,
+    shape: &str,
+) -> Result<T, ApiError> {
+    let bytes = to_bytes(request.into_body(), limit)
+        .await
+        .map_err(|_| ApiError::TooLarge { limit })?;
+    serde_json::from_slice(&bytes)
+        .map_err(|e| ApiError::BadRequest(format!("expected {shape}: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    async fn wire(e: ApiError) -> (u16, String) {
+        let response = e.into_response();
+        let status = response.status().as_u16();
+        let body = to_bytes(response.into_body(), usize::MAX).await.unwrap();
+        (status, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    /// The bodies the integration tests cannot reach cheaply (256 open runs, a bad round).
+    #[tokio::test]
+    async fn each_error_has_its_status_and_body() {
+        assert_eq!(
+            wire(ApiError::RateLimited {
+                retry_after_seconds: 1
+            })
+            .await,
+            (
+                429,
+                r#"{"error":"rate_limited","retry_after_seconds":1}"#.into()
+            )
+        );
+        assert_eq!(
+            wire(ApiError::TokenUsed).await,
+            (
+                409,
+                r#"{"error":{"type":"token_used","message":"this continuation token was already used (each works once)"}}"#.into()
+            )
+        );
+        assert_eq!(
+            wire(ResultsError::Twice("c1".into()).into()).await,
+            (
+                400,
+                r#"{"error":{"type":"bad_request","message":"call_id \"c1\" is answered twice"}}"#
+                    .into()
+            )
+        );
+        assert_eq!(
+            wire(
+                ResultsError::Unknown {
+                    unknown: vec!["x".into(), "y".into()],
+                    expected: vec!["a".into()],
+                }
+                .into()
+            )
+            .await,
+            (
+                400,
+                r#"{"error":{"type":"bad_request","message":"tool_results name call ids this round did not ask for: x, y; it asked for: a"}}"#.into()
+            )
+        );
+    }
+}

@@ -1,0 +1,130 @@
+//! The control API the agent runtime talks to: `GET /v1/tools` and `GET /healthz` here;
+//! `POST /v1/exec_code` with its attached stream in [`exec`], `GET /v1/events` in [`events`],
+//! the LibreChat-compatible continuation protocol in [`librechat`].
+//!
+//! Owns HTTP concerns only (routes, auth, status codes, caching headers); what the body says
+//! comes from `render` and the snapshot. Every refusal is an [`ApiError`], answered as JSON
+//! `{"error": {"type", "message"}}`.
+//!
+//! Imports inside `api/` go one way: this module wires the others and nothing imports it;
+//! `exec`, `events` and `librechat` use the leaves `error`, `state`, `auth` and `sse`.
+
+mod auth;
+mod error;
+mod events;
+mod exec;
+mod librechat;
+mod sse;
+mod state;
+
+pub use error::{ApiError, ResultsError};
+pub use state::AppState;
+
+use crate::render::{Format, llm_tools};
+use crate::util::lock;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+use serde_json::json;
+
+/// Header carrying the catalog version on `/v1/tools`.
+pub const VERSION_HEADER: &str = "x-catalog-version";
+
+pub fn router(state: AppState) -> Router {
+    let protected = Router::new()
+        .route("/v1/tools", get(tools))
+        .merge(exec::router(state.runner.clone()))
+        .merge(events::router())
+        .merge(librechat::router(state.runner.clone()))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_key,
+        ));
+    Router::new()
+        .route("/healthz", get(healthz))
+        .merge(protected)
+        .fallback(not_found)
+        .with_state(state)
+}
+
+async fn not_found() -> ApiError {
+    ApiError::NotFound("no such endpoint; see README.md for the API".into())
+}
+
+async fn healthz(State(state): State<AppState>) -> Response {
+    let snap = state.current();
+    let reload = lock(&state.reload).clone();
+    Json(json!({
+        "status": "ok",
+        "ptc_enabled": snap.catalog.ptc_enabled,
+        "catalog": {
+            "version": snap.catalog.version,
+            "tools": snap.catalog.tools().len(),
+            "ptc_tools": snap.catalog.ptc().count(),
+            "problems": snap.catalog.report().len(),
+        },
+        // Each MCP server: state (starting|ready|failed|restarting|stopped), tools, restarts,
+        // and the error of a failed or restarting one.
+        "mcp_servers": state.mcp.as_ref().map(|hub| hub.health()).unwrap_or_else(|| json!({})),
+        // The event publisher: connected to Redis or not, what it holds and had to drop.
+        "events": state.events.health(),
+        // Hot reload: how many swaps, and why the last attempt kept the old catalog, if it did.
+        "reload": {"reloads": reload.reloads, "last_error": reload.last_error},
+        // How runs are confined and what is missing (docs/SECURITY.md); null with PTC off.
+        "sandbox": state.runner.as_ref().map(|r| r.sandbox_status()),
+    }))
+    .into_response()
+}
+
+#[derive(Deserialize)]
+struct ToolsQuery {
+    format: Option<String>,
+}
+
+async fn tools(
+    State(state): State<AppState>,
+    Query(q): Query<ToolsQuery>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let format = q
+        .format
+        .as_deref()
+        .unwrap_or("anthropic")
+        .parse::<Format>()
+        .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let snap = state.current();
+    let etag = snap.catalog.etag();
+    let mut response = if if_none_match(&headers, &etag) {
+        StatusCode::NOT_MODIFIED.into_response()
+    } else {
+        let tools = llm_tools(&snap.catalog, &snap.rendered, format, state.config.timeout);
+        Json(json!({
+            "version": snap.catalog.version,
+            "etag": etag,
+            "ptc_enabled": snap.catalog.ptc_enabled,
+            "tools": tools,
+        }))
+        .into_response()
+    };
+    let h = response.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&etag) {
+        h.insert(header::ETAG, v);
+    }
+    h.insert(VERSION_HEADER, HeaderValue::from(snap.catalog.version));
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    Ok(response)
+}
+
+fn if_none_match(headers: &HeaderMap, etag: &str) -> bool {
+    headers
+        .get_all(header::IF_NONE_MATCH)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|t| t.trim().trim_start_matches("W/"))
+        .any(|t| t == etag || t == "*")
+}

@@ -1,0 +1,34 @@
+//! What every handler of the control API can reach: the running sidecar's shared state.
+//!
+//! Owns the shape of that state, not its making (`app` builds it at start-up and hands it to
+//! [`super::router`]); nothing here does I/O.
+
+use crate::config::Config;
+use crate::events::Events;
+use crate::mcp::Hub;
+use crate::reload::ReloadStatus;
+use crate::render::Snapshot;
+use crate::run::Runner;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// Shared state of the running sidecar.
+#[derive(Clone)]
+pub struct AppState {
+    pub config: Arc<Config>,
+    pub snapshot: watch::Receiver<Arc<Snapshot>>,
+    /// Present when PTC is on.
+    pub runner: Option<Runner>,
+    /// Present when `PTC_MCP_CONFIG` is set.
+    pub mcp: Option<Hub>,
+    /// Every run and call, to Redis (with `REDIS_URL`) and to `GET /v1/events`.
+    pub events: Events,
+    /// The last hot reload's outcome.
+    pub reload: Arc<std::sync::Mutex<ReloadStatus>>,
+}
+
+impl AppState {
+    pub fn current(&self) -> Arc<Snapshot> {
+        self.snapshot.borrow().clone()
+    }
+}

@@ -1,0 +1,241 @@
+//! The calls handle: the live runs by bearer token and what one tool call of a run does on the
+//! way to its backend (per-run limits, lookup, argument check, the `tool_call.*` events, the
+//! call record). The IPC server holds this handle, not the runner.
+//!
+//! Owns the runs table: a token is valid exactly while its [`Registration`] lives. It must not
+//! start or stop processes, and must not know which protocol a call arrived by.
+
+use super::dispatch::{self, Backends, CallError, PendingCall};
+use super::prepare::Prepared;
+use crate::catalog::Origin;
+use crate::events::{Event, Events};
+use crate::render::Snapshot;
+use crate::util::{hex, lock, ms};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tokio::sync::{Semaphore, mpsc};
+
+/// One tool call of a run, as the result lists it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CallRecord {
+    pub id: String,
+    pub tool: String,
+    pub ok: bool,
+    pub duration_ms: f64,
+}
+
+/// Bounds on one run's tool calls.
+#[derive(Debug, Clone, Copy)]
+pub struct CallLimits {
+    /// Calls in all: a runaway loop stops with `limit`.
+    pub max_calls: usize,
+    /// Calls in flight at once.
+    pub max_in_flight: usize,
+}
+
+/// A live run as its tool calls see it.
+pub struct RunCtx {
+    pub id: String,
+    /// The catalog the run started with: calls are looked up and routed in it.
+    snapshot: Arc<Snapshot>,
+    prepared: Arc<Prepared>,
+    host: Option<mpsc::Sender<PendingCall>>,
+    calls: Mutex<Vec<CallRecord>>,
+    started_calls: AtomicUsize,
+    in_flight: Semaphore,
+    max_calls: usize,
+}
+
+impl RunCtx {
+    pub fn new(
+        id: String,
+        snapshot: Arc<Snapshot>,
+        prepared: Arc<Prepared>,
+        host: Option<mpsc::Sender<PendingCall>>,
+        limits: CallLimits,
+    ) -> RunCtx {
+        RunCtx {
+            id,
+            snapshot,
+            prepared,
+            host,
+            calls: Mutex::new(Vec::new()),
+            started_calls: AtomicUsize::new(0),
+            in_flight: Semaphore::new(limits.max_in_flight.max(1)),
+            max_calls: limits.max_calls,
+        }
+    }
+
+    /// The calls made so far, in the order they finished.
+    pub fn calls(&self) -> Vec<CallRecord> {
+        lock(&self.calls).clone()
+    }
+}
+
+/// A cloneable handle to the live runs and the backends their calls go to.
+#[derive(Clone)]
+pub struct Calls {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    backends: Backends,
+    runs: Mutex<HashMap<String, Arc<RunCtx>>>,
+}
+
+impl Calls {
+    pub fn new(backends: Backends) -> Calls {
+        Calls {
+            inner: Arc::new(Inner {
+                backends,
+                runs: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+
+    /// Where runs and calls are reported.
+    pub fn events(&self) -> &Events {
+        &self.inner.backends.events
+    }
+
+    /// Makes a run reachable by a new token, until the registration is dropped.
+    pub fn register(&self, run: Arc<RunCtx>) -> Registration {
+        let token = new_token();
+        lock(&self.inner.runs).insert(token.clone(), run);
+        Registration {
+            calls: self.clone(),
+            token,
+        }
+    }
+
+    /// The live run a token belongs to.
+    pub fn run_for_token(&self, token: &str) -> Option<Arc<RunCtx>> {
+        lock(&self.inner.runs).get(token).cloned()
+    }
+
+    /// Number of live runs.
+    pub fn live_runs(&self) -> usize {
+        lock(&self.inner.runs).len()
+    }
+
+    /// One tool call of a run: limits, lookup, argument check, backend.
+    pub async fn call(&self, run: &RunCtx, tool: &str, args: Value) -> Result<Value, CallError> {
+        let n = run.started_calls.fetch_add(1, Ordering::Relaxed);
+        if n >= run.max_calls {
+            return Err(CallError::Limit(format!(
+                "this run already made {} tool calls, its limit; batch the work into fewer calls",
+                run.max_calls
+            )));
+        }
+        let id = format!("{}-{n}", run.id);
+        let events = self.events();
+        let catalog = &run.snapshot.catalog;
+        let found = match dispatch::lookup(catalog, tool)
+            .and_then(|t| dispatch::check_args(&run.prepared.validators, t, &args).map(|()| t))
+        {
+            Ok(found) => found,
+            Err(e) => {
+                // Refused before dispatch: one event says what the code tried.
+                let mut refused = Event::new("tool_call.finished");
+                refused.exec_id = Some(run.id.clone());
+                refused.call_id = Some(id);
+                refused.tool = Some(tool.to_string());
+                refused.ok = Some(false);
+                refused.error = Some(e.to_json());
+                events.emit(refused);
+                return Err(e);
+            }
+        };
+        let source = match found.origin {
+            Origin::Mcp { .. } => "mcp",
+            Origin::Host => "host",
+        };
+        let mut started_event = Event::new("tool_call.started");
+        started_event.exec_id = Some(run.id.clone());
+        started_event.call_id = Some(id.clone());
+        started_event.tool = Some(found.name.clone());
+        started_event.source = Some(source);
+        started_event.args_bytes = Some(json_len(&args));
+        if events.bodies() {
+            started_event.args = Some(args.clone());
+        }
+        events.emit(started_event);
+
+        let started = Instant::now();
+        let _permit = run
+            .in_flight
+            .acquire()
+            .await
+            .map_err(|_| CallError::Unavailable("the run is over".into()))?;
+        let result = dispatch::route(
+            &self.inner.backends,
+            catalog,
+            run.host.as_ref(),
+            &id,
+            found,
+            args,
+        )
+        .await;
+        let duration_ms = ms(started.elapsed());
+
+        let mut finished = Event::new("tool_call.finished");
+        finished.exec_id = Some(run.id.clone());
+        finished.call_id = Some(id.clone());
+        finished.tool = Some(found.name.clone());
+        finished.source = Some(source);
+        finished.ok = Some(result.is_ok());
+        finished.duration_ms = Some(duration_ms);
+        match &result {
+            Ok(value) => {
+                finished.result_bytes = Some(json_len(value));
+                if events.bodies() {
+                    finished.result = Some(value.clone());
+                }
+            }
+            Err(e) => finished.error = Some(e.to_json()),
+        }
+        events.emit(finished);
+
+        lock(&run.calls).push(CallRecord {
+            id,
+            tool: found.name.clone(),
+            ok: result.is_ok(),
+            duration_ms,
+        });
+        result
+    }
+}
+
+/// Keeps a run's token valid exactly as long as this value lives.
+pub struct Registration {
+    calls: Calls,
+    token: String,
+}
+
+impl Registration {
+    /// The run's bearer token for the IPC server.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        lock(&self.calls.inner.runs).remove(&self.token);
+    }
+}
+
+/// 256 random bits, hex.
+pub fn new_token() -> String {
+    let mut bytes = [0u8; 32];
+    rand::fill(&mut bytes);
+    hex(&bytes)
+}
+
+fn json_len(value: &Value) -> usize {
+    serde_json::to_vec(value).map(|v| v.len()).unwrap_or(0)
+}

@@ -1,0 +1,138 @@
+//! Confinement set-up for the runner: turns the settings into one [`Sandbox`] at startup (the
+//! policy with the IPC port, the run user checked against the interpreter, the seccomp filter
+//! file, a runtime directory the run user can traverse but not list).
+//!
+//! Owns nothing per run: each child gets its ruleset where it is made (`child::spawn`,
+//! `Zygote::fork`), and applies the layers itself (`sdk-template/ptc_sandbox.py`). Must not
+//! weaken a layer to make a run work: what cannot be applied is reported (`Status::missing`),
+//! and refused under `strict`.
+
+use crate::sandbox::{self, Mode, Policy, Sandbox, SandboxError, Unavailable};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+/// How long the interpreter may take to start as the run user at startup.
+pub const USER_PROBE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Name of the seccomp filter file in the runtime directory (read by every child).
+pub const FILTER_FILE: &str = "ptc_seccomp.json";
+
+/// How runs are confined (`PTC_SANDBOX`, `PTC_SANDBOX_USER`, `PTC_SANDBOX_READ_PATHS`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SandboxSettings {
+    pub mode: Mode,
+    /// The user code runs as (a name, a uid or `uid:gid`); `None` never switches.
+    pub user: Option<String>,
+    /// Operator paths code may read.
+    pub read_paths: Vec<PathBuf>,
+}
+
+impl Default for SandboxSettings {
+    /// What an unconfigured sidecar does: best-effort, as the documented run user.
+    fn default() -> Self {
+        SandboxSettings {
+            mode: Mode::BestEffort,
+            user: Some(sandbox::DEFAULT_USER.to_string()),
+            read_paths: Vec::new(),
+        }
+    }
+}
+
+/// Builds the sandbox of a runner whose IPC server listens on `ipc_port`, and writes what
+/// children read into `runtime_dir`. Errors only when `strict` cannot be met or the runtime
+/// directory cannot be written.
+pub async fn setup(
+    settings: &SandboxSettings,
+    python: &Path,
+    allow_subprocess: bool,
+    runtime_dir: &Path,
+    ipc_port: u16,
+) -> Result<(Sandbox, Option<PathBuf>), SandboxError> {
+    let interpreter = if settings.mode == Mode::Off {
+        Vec::new()
+    } else {
+        sandbox::interpreter_paths(python)?
+    };
+    let mut policy = Policy::new(interpreter, runtime_dir.to_path_buf(), ipc_port);
+    policy.mode = settings.mode;
+    policy.user = settings.user.clone();
+    policy.read_paths = settings.read_paths.clone();
+    policy.allow_subprocess = allow_subprocess;
+    let mut sandbox = Sandbox::new(policy)?;
+    if let Some(user) = sandbox.run_as().cloned() {
+        // The run user must be able to traverse to its SDK and scratch directories; it still
+        // cannot list the runtime directory, and Landlock keeps it out of everything else.
+        set_mode(runtime_dir, 0o711)?;
+        if let Err(reason) = probe_as(python, &user).await {
+            sandbox = sandbox.without_user(&reason.0)?;
+            set_mode(runtime_dir, 0o700)?;
+        }
+    }
+    let filters = match sandbox.filters_json()? {
+        Some(json) => {
+            let path = runtime_dir.join(FILTER_FILE);
+            write_read_only(&path, json.as_bytes())?;
+            Some(path)
+        }
+        None => None,
+    };
+    Ok((sandbox, filters))
+}
+
+/// Starts the interpreter as the run user, the way children start; the reason it cannot.
+async fn probe_as(python: &Path, user: &sandbox::RunAs) -> Result<(), Unavailable> {
+    let mut cmd = tokio::process::Command::new(python);
+    cmd.args(["-I", "-c", "pass"])
+        .env_clear()
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let run_as = user.clone();
+    // SAFETY: `RunAs::switch` is async-signal-safe (set*id calls only), cloned before the fork.
+    unsafe {
+        cmd.pre_exec(move || run_as.switch());
+    }
+    let output = tokio::time::timeout(USER_PROBE_TIMEOUT, cmd.output())
+        .await
+        .map_err(|_| {
+            Unavailable(format!(
+                "{} did not start within {USER_PROBE_TIMEOUT:?}",
+                python.display()
+            ))
+        })?
+        .map_err(|e| Unavailable(format!("{} cannot be started by it: {e}", python.display())))?;
+    if output.status.success() {
+        Ok(())
+    } else {
+        Err(Unavailable(format!(
+            "{} does not run as it ({}): set PTC_PYTHON to an interpreter every user can read \
+             (e.g. /usr/bin/python3)",
+            python.display(),
+            String::from_utf8_lossy(&output.stderr).trim()
+        )))
+    }
+}
+
+fn set_mode(path: &Path, mode: u32) -> Result<(), SandboxError> {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|source| {
+        SandboxError::Io {
+            context: format!("chmod {mode:o} {}", path.display()),
+            source,
+        }
+    })
+}
+
+fn write_read_only(path: &Path, bytes: &[u8]) -> Result<(), SandboxError> {
+    let io = |source| SandboxError::Io {
+        context: format!("writing {}", path.display()),
+        source,
+    };
+    // A previous start's file is read-only too: replace it.
+    let _ = std::fs::remove_file(path);
+    std::fs::write(path, bytes).map_err(io)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o444)).map_err(io)
+}

@@ -1,0 +1,235 @@
+//! The pool: where a run's child comes from. A warm child of the current catalog when one is
+//! ready (pre-started, waiting for its job), else a fresh one: forked from the catalog's fork
+//! server (~1 ms) when there is a warm pool, else started cold (~40 ms). The refill loop keeps
+//! `warm_workers` children of the current catalog ready.
+//!
+//! A child is made in exactly two places, [`Pool::cold`] and [`Pool::forked`]: how a child is
+//! confined (today the resource limits of `SpawnSpec`) is applied there and nowhere else.
+//!
+//! Owns the warm children and the fork server. It must not read or judge a child's output, nor
+//! decide how long a run may take (the runner's).
+
+use super::child::{self, Child, SpawnSpec};
+use super::prepare::{CatalogKey, Preparations, Prepared};
+use super::zygote::Zygote;
+use crate::render::Snapshot;
+use crate::util::lock;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+
+/// After a fork server fails, children start cold for this long before another try: a server
+/// that cannot start must not cost every run a failed attempt.
+pub const ZYGOTE_RETRY_AFTER: Duration = Duration::from_secs(10);
+
+/// How often the refill loop looks again unwoken: a warm child may die while it waits, and
+/// nothing else would notice until a run found it dead.
+pub const REFILL_LOOK_AGAIN: Duration = Duration::from_secs(5);
+
+/// The fork server of one catalog, and when starting one last failed.
+#[derive(Default)]
+struct ZygoteSlot {
+    current: Option<(CatalogKey, Arc<Zygote>)>,
+    failed_at: Option<Instant>,
+}
+
+pub struct Pool {
+    spec: SpawnSpec,
+    warm_workers: usize,
+    /// Ready children, each with the catalog it loaded.
+    warm: Mutex<VecDeque<(CatalogKey, Child)>>,
+    /// Wakes the refill loop (shared with it so it does not keep the pool alive).
+    refill: Arc<Notify>,
+    zygote: Mutex<ZygoteSlot>,
+    /// Numbers the warm children's scratch directories (`w0`, `w1`, ...).
+    workers: AtomicU64,
+}
+
+impl Pool {
+    pub fn new(spec: SpawnSpec, warm_workers: usize) -> Pool {
+        Pool {
+            spec,
+            warm_workers,
+            warm: Mutex::new(VecDeque::new()),
+            refill: Arc::new(Notify::new()),
+            zygote: Mutex::new(ZygoteSlot::default()),
+            workers: AtomicU64::new(0),
+        }
+    }
+
+    /// A child for one run of `prepared`, its job written and stdin closed. `warm` says it
+    /// may be a warm child or a forked one (the current catalog's); else it starts cold.
+    pub async fn start(
+        &self,
+        prepared: &Prepared,
+        warm: bool,
+        id: &str,
+        job: &[u8],
+    ) -> std::io::Result<Child> {
+        if !warm {
+            let mut c = self.cold(prepared, id).await?;
+            write_job(&mut c, job).await?;
+            return Ok(c);
+        }
+        let ready = self.take_warm(prepared.key);
+        if self.warm_workers > 0 {
+            self.refill.notify_one();
+        }
+        if let Some(mut c) = ready
+            && write_job(&mut c, job).await.is_ok()
+        {
+            return Ok(c);
+        }
+        let mut c = self.fresh(prepared, id).await?;
+        write_job(&mut c, job).await?;
+        Ok(c)
+    }
+
+    /// A ready child of this catalog; children of another one, or that died waiting, are
+    /// dropped on the way.
+    fn take_warm(&self, key: CatalogKey) -> Option<Child> {
+        let mut warm = lock(&self.warm);
+        while let Some((k, mut c)) = warm.pop_front() {
+            if k == key && !c.has_exited() {
+                return Some(c);
+            }
+        }
+        None
+    }
+
+    /// A new child: forked from the catalog's fork server when there is one, else cold.
+    async fn fresh(&self, prepared: &Prepared, id: &str) -> std::io::Result<Child> {
+        if let Some(zygote) = self.zygote_for(prepared) {
+            match self.forked(&zygote, id).await {
+                Ok(c) => return Ok(c),
+                Err(e) => tracing::warn!("fork server failed ({e}); starting the child directly"),
+            }
+        }
+        self.cold(prepared, id).await
+    }
+
+    /// A child started from scratch; `child::spawn` confines it before exec. Where code may
+    /// start processes, the child is instead forked by a fork server of its own, started for
+    /// this run and gone with it: the server is the subreaper that kills what the run leaves
+    /// behind, which from a cold child would go to init (docs/SECURITY.md). Either way only
+    /// from an SDK directory that still holds what was written (~1 ms of a ~40 ms start).
+    async fn cold(&self, prepared: &Prepared, id: &str) -> std::io::Result<Child> {
+        if !prepared.check() {
+            return Err(std::io::Error::other(
+                "the SDK directory changed after it was written; it is being prepared again",
+            ));
+        }
+        if !self.spec.sandbox.runs_may_fork() {
+            return child::spawn(&self.spec, &prepared.sdk_dir, id);
+        }
+        let server = Arc::new(Zygote::start(&self.spec, &prepared.sdk_dir)?);
+        // The child holds the server; dropping the child stops it.
+        server.fork(&self.spec, id).await
+    }
+
+    /// A child forked from a fork server; the fork message says how it confines itself.
+    async fn forked(&self, zygote: &Arc<Zygote>, id: &str) -> std::io::Result<Child> {
+        zygote.fork(&self.spec, id).await
+    }
+
+    /// The fork server of this catalog, started on first use; none without a warm pool, and
+    /// none for [`ZYGOTE_RETRY_AFTER`] after one failed.
+    fn zygote_for(&self, prepared: &Prepared) -> Option<Arc<Zygote>> {
+        if self.warm_workers == 0 {
+            return None;
+        }
+        let mut slot = lock(&self.zygote);
+        if let Some((k, z)) = &slot.current
+            && *k == prepared.key
+            && z.is_alive()
+        {
+            return Some(z.clone());
+        }
+        slot.current = None;
+        if slot
+            .failed_at
+            .is_some_and(|failed| failed.elapsed() < ZYGOTE_RETRY_AFTER)
+        {
+            return None;
+        }
+        // A fork server serves every later run of its catalog: it starts only from an SDK
+        // directory that still holds what was written.
+        if !prepared.check() {
+            return None;
+        }
+        match Zygote::start(&self.spec, &prepared.sdk_dir) {
+            Ok(z) => {
+                let z = Arc::new(z);
+                slot.current = Some((prepared.key, z.clone()));
+                Some(z)
+            }
+            Err(e) => {
+                tracing::warn!("cannot start the fork server ({e}); children start directly");
+                slot.failed_at = Some(Instant::now());
+                None
+            }
+        }
+    }
+
+    /// Ready children of this catalog, after dropping the others and the dead.
+    fn keep_only(&self, key: CatalogKey) -> usize {
+        let mut warm = lock(&self.warm);
+        warm.retain_mut(|(k, c)| *k == key && !c.has_exited());
+        warm.len()
+    }
+
+    /// Kills every warm child and the fork server (shutdown).
+    pub fn clear(&self) {
+        lock(&self.warm).clear();
+        lock(&self.zygote).current = None;
+    }
+}
+
+async fn write_job(child: &mut Child, job: &[u8]) -> std::io::Result<()> {
+    let mut stdin = child
+        .stdin
+        .take()
+        .ok_or_else(|| std::io::Error::other("child has no stdin"))?;
+    stdin.write_all(job).await?;
+    stdin.shutdown().await?;
+    Ok(())
+}
+
+/// Keeps `warm_workers` children of the current catalog ready until `shutdown` or until the
+/// pool is dropped; woken when a run took a child and when the catalog changed.
+pub async fn refill(
+    pool: Weak<Pool>,
+    preparations: Arc<Preparations>,
+    mut changes: watch::Receiver<Arc<Snapshot>>,
+    shutdown: CancellationToken,
+) {
+    loop {
+        let Some(strong) = pool.upgrade() else {
+            return;
+        };
+        if let Ok((_, prepared)) = preparations.current().await {
+            while strong.keep_only(prepared.key) < strong.warm_workers && !shutdown.is_cancelled() {
+                let id = format!("w{}", strong.workers.fetch_add(1, Ordering::Relaxed));
+                match strong.fresh(&prepared, &id).await {
+                    Ok(c) => lock(&strong.warm).push_back((prepared.key, c)),
+                    Err(e) => {
+                        tracing::warn!("cannot pre-start a python worker: {e}");
+                        break;
+                    }
+                }
+            }
+        }
+        let refill = strong.refill.clone();
+        drop(strong);
+        tokio::select! {
+            _ = refill.notified() => {}
+            _ = shutdown.cancelled() => return,
+            Ok(()) = changes.changed() => {}
+            _ = tokio::time::sleep(REFILL_LOOK_AGAIN) => {}
+        }
+    }
+}

@@ -1,0 +1,473 @@
+//! The sandbox: what a run's Python child may reach, and what the sidecar keeps to itself
+//! (docs/SECURITY.md has the threat model and what each layer stops).
+//!
+//! Owns the confinement primitives and nothing of a run's life: the Landlock ruleset of one run
+//! ([`landlock`]), the seccomp programs every child installs ([`seccomp`]), the user code runs as
+//! ([`user`]), the sidecar's own secrets ([`secrets`]), and [`probe`], which says what this
+//! kernel and this process can do under a [`Mode`]. The layers are applied *in the child* by
+//! `sdk-template/ptc_sandbox.py` (`confine`), before it reads its job; `src/run` spawns the
+//! children and hands them a ruleset fd and the filter file made here.
+//!
+//! Must not spawn processes, read the configuration or the process environment (a [`Policy`] is
+//! passed in), or know about jobs: every function here is a primitive the runner calls.
+
+pub mod landlock;
+pub mod seccomp;
+pub mod secrets;
+pub mod user;
+
+use serde::Serialize;
+use std::fmt;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+
+pub use self::landlock::ruleset_for;
+pub use self::user::{RunAs, can_switch_users};
+
+/// The Landlock ABI whose access rights cover everything the design asks for: filesystem
+/// rights (1-3), TCP bind/connect (4) and signal and abstract-socket scopes (6). `strict`
+/// refuses to start below it.
+pub const REQUIRED_LANDLOCK_ABI: i32 = 6;
+
+/// `PTC_SANDBOX`: how hard the sidecar insists on its layers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    /// Refuse to start unless Landlock (ABI 6+) and seccomp both work.
+    Strict,
+    /// Apply every layer this kernel has and say, loudly, which are missing.
+    BestEffort,
+    /// No confinement at all: for debugging and the benchmark's comparison.
+    Off,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Strict => "strict",
+            Mode::BestEffort => "best-effort",
+            Mode::Off => "off",
+        }
+    }
+}
+
+impl std::str::FromStr for Mode {
+    type Err = SandboxError;
+
+    fn from_str(s: &str) -> Result<Mode, SandboxError> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "strict" => Ok(Mode::Strict),
+            "best-effort" | "best_effort" | "" => Ok(Mode::BestEffort),
+            "off" => Ok(Mode::Off),
+            other => Err(SandboxError::BadMode(other.to_string())),
+        }
+    }
+}
+
+/// What a run's child may reach. Built once at startup; [`ruleset_for`] adds the run's own
+/// scratch directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    pub mode: Mode,
+    /// The interpreter's prefixes and stdlib (read and execute), from [`interpreter_paths`].
+    pub interpreter_paths: Vec<PathBuf>,
+    /// The SDK directory of the catalog version the child serves (read only: code that could
+    /// write there would own every later run).
+    pub sdk_root: PathBuf,
+    /// Operator-added read-only paths (`PTC_SANDBOX_READ_PATHS`).
+    pub read_paths: Vec<PathBuf>,
+    /// The IPC server's port: the only TCP port code may connect to.
+    pub ipc_port: u16,
+    /// `PTC_ALLOW_SUBPROCESS`: leave out the process-creation filter.
+    pub allow_subprocess: bool,
+    /// `PTC_SANDBOX_USER` (a name, a uid, or `uid:gid`); `None` never switches users.
+    pub user: Option<String>,
+    /// `RLIMIT_NPROC` for the run user: processes *and threads* of that uid, all runs together.
+    pub max_processes: u64,
+}
+
+/// The documented default of `PTC_SANDBOX_USER`.
+pub const DEFAULT_USER: &str = "ptc-run";
+
+/// The default `RLIMIT_NPROC` of the run user: room for every warm worker and run with a few
+/// dozen threads each, far below the 3,000-thread flood of issue 9.
+pub const DEFAULT_MAX_PROCESSES: u64 = 1024;
+
+impl Policy {
+    /// A policy with the defaults of the design: best-effort, user `ptc-run`, no subprocesses.
+    pub fn new(interpreter_paths: Vec<PathBuf>, sdk_root: PathBuf, ipc_port: u16) -> Policy {
+        Policy {
+            mode: Mode::BestEffort,
+            interpreter_paths,
+            sdk_root,
+            read_paths: Vec::new(),
+            ipc_port,
+            allow_subprocess: false,
+            user: Some(DEFAULT_USER.to_string()),
+            max_processes: DEFAULT_MAX_PROCESSES,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("PTC_SANDBOX={0:?} is not one of strict, best-effort, off")]
+    BadMode(String),
+    #[error("PTC_SANDBOX=strict, but {}", .0.join("; "))]
+    Strict(Vec<String>),
+    #[error("PTC_SANDBOX_USER={user:?}: {reason}")]
+    User { user: String, reason: String },
+    #[error("seccomp filter: {0}")]
+    Seccomp(String),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
+}
+
+/// Why a layer, or a part of one, cannot be applied here: one sentence naming the fix, for
+/// the startup log and `/healthz` (`missing`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unavailable(pub String);
+
+/// What the sandbox does on this machine, for the startup log and `/healthz`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Status {
+    pub mode: Mode,
+    /// `"abi 7"`, `"unavailable: …"` or `"off"`.
+    pub landlock: String,
+    pub seccomp: bool,
+    /// Who code runs as: the run user's name, or the sidecar's own uid when it cannot switch.
+    pub uid: String,
+    pub subprocess: bool,
+    /// Each layer (or part of one) that is not applied, with the reason.
+    pub missing: Vec<String>,
+}
+
+impl fmt::Display for Status {
+    /// One line: `sandbox best-effort: landlock abi 7, seccomp on, uid ptc-run; missing: …`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "sandbox {}: landlock {}, seccomp {}, uid {}, subprocess {}",
+            self.mode.as_str(),
+            self.landlock,
+            if self.seccomp { "on" } else { "off" },
+            self.uid,
+            if self.subprocess { "allowed" } else { "denied" },
+        )?;
+        if self.missing.is_empty() {
+            write!(f, "; nothing missing")
+        } else {
+            write!(f, "; MISSING: {}", self.missing.join("; "))
+        }
+    }
+}
+
+/// What this kernel and process can apply under `policy`, and whether `policy.mode` accepts it.
+/// Never touches the calling process's own confinement.
+pub fn probe(policy: &Policy) -> Result<Status, SandboxError> {
+    Ok(Sandbox::new(policy.clone())?.status)
+}
+
+/// The sandbox as the runner uses it: the policy, what [`probe`] found, and the run user.
+/// Built once at startup (`Sandbox::new`), then asked for each run's ruleset.
+#[derive(Debug)]
+pub struct Sandbox {
+    policy: Policy,
+    status: Status,
+    landlock_abi: Option<i32>,
+    seccomp: bool,
+    run_as: Option<RunAs>,
+}
+
+impl Sandbox {
+    /// Probes the kernel and resolves the run user. Errors when `strict` cannot be met
+    /// (including a run user that does not exist while the sidecar could switch to it: code
+    /// would run with the sidecar's privileges); best-effort lists what is missing instead.
+    pub fn new(policy: Policy) -> Result<Sandbox, SandboxError> {
+        let my_uid = user::current_uid();
+        let mut missing = Vec::new();
+        if policy.mode == Mode::Off {
+            return Ok(Sandbox {
+                status: Status {
+                    mode: Mode::Off,
+                    landlock: "off".into(),
+                    seccomp: false,
+                    uid: my_uid.to_string(),
+                    subprocess: true,
+                    missing: vec!["every layer: PTC_SANDBOX=off".into()],
+                },
+                policy,
+                landlock_abi: None,
+                seccomp: false,
+                run_as: None,
+            });
+        }
+        let (landlock_abi, landlock) = match landlock::kernel_abi() {
+            Ok(abi) => {
+                missing.extend(landlock::missing_features(abi));
+                (Some(abi), format!("abi {abi}"))
+            }
+            Err(reason) => {
+                missing.push(format!("landlock: {reason}"));
+                (None, format!("unavailable: {reason}"))
+            }
+        };
+        let seccomp = match seccomp::available() {
+            Ok(()) => true,
+            Err(reason) => {
+                missing.push(format!("seccomp: {reason}"));
+                false
+            }
+        };
+        let (run_as, uid) = match &policy.user {
+            None => (None, my_uid.to_string()),
+            Some(name) if can_switch_users() => match user::resolve(name, policy.max_processes) {
+                Ok(run_as) => {
+                    let uid = run_as.name.clone();
+                    (Some(run_as), uid)
+                }
+                // Code would run with the sidecar's privileges: strict refuses, best-effort
+                // says so.
+                Err(e) if policy.mode == Mode::Strict => return Err(e),
+                Err(e) => {
+                    missing.push(format!("user switch: {e}; code runs as uid {my_uid}"));
+                    (None, my_uid.to_string())
+                }
+            },
+            Some(name) => {
+                missing.push(format!(
+                    "user switch to {name:?}: the sidecar is not root and lacks CAP_SETUID and \
+                     CAP_SETGID, so code runs as the sidecar's uid {my_uid}"
+                ));
+                (None, my_uid.to_string())
+            }
+        };
+        if policy.mode == Mode::Strict {
+            let mut refused = Vec::new();
+            match landlock_abi {
+                Some(abi) if abi >= REQUIRED_LANDLOCK_ABI => {}
+                Some(abi) => refused.push(format!(
+                    "Landlock ABI {abi} < {REQUIRED_LANDLOCK_ABI} (Linux 6.12) lacks TCP or scope \
+                     restrictions"
+                )),
+                None => refused.push("Landlock is unavailable".into()),
+            }
+            if !seccomp {
+                refused.push("seccomp filters are unavailable".into());
+            }
+            if !refused.is_empty() {
+                return Err(SandboxError::Strict(refused));
+            }
+        }
+        Ok(Sandbox {
+            status: Status {
+                mode: policy.mode,
+                landlock,
+                seccomp,
+                uid,
+                subprocess: policy.allow_subprocess,
+                missing,
+            },
+            policy,
+            landlock_abi,
+            seccomp,
+            run_as,
+        })
+    }
+
+    /// The same sandbox without the user switch, because `reason` (e.g. the run user cannot
+    /// execute the interpreter): best-effort lists it as missing, strict refuses.
+    pub fn without_user(mut self, reason: &str) -> Result<Sandbox, SandboxError> {
+        let Some(user) = self.run_as.take() else {
+            return Ok(self);
+        };
+        let missing = format!(
+            "user switch to {}: {reason}; code runs as uid {}",
+            user.name,
+            user::current_uid()
+        );
+        if self.policy.mode == Mode::Strict {
+            return Err(SandboxError::Strict(vec![missing]));
+        }
+        self.status.uid = user::current_uid().to_string();
+        self.status.missing.push(missing);
+        Ok(self)
+    }
+
+    pub fn status(&self) -> &Status {
+        &self.status
+    }
+
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The user children start as (`None`: they keep the sidecar's uid).
+    pub fn run_as(&self) -> Option<&RunAs> {
+        self.run_as.as_ref()
+    }
+
+    /// Whether code may start processes: `PTC_ALLOW_SUBPROCESS`, or no seccomp filter to
+    /// refuse them (the audit hook alone does not hold).
+    pub fn runs_may_fork(&self) -> bool {
+        self.policy.allow_subprocess || !self.seccomp
+    }
+
+    /// The ruleset fd of one run (`None` when Landlock is off or unavailable): the policy's
+    /// paths with `sdk_dir` (the run's catalog version) as the SDK, and `scratch`.
+    pub fn ruleset(&self, sdk_dir: &Path, scratch: &Path) -> std::io::Result<Option<OwnedFd>> {
+        if self.landlock_abi.is_none() {
+            return Ok(None);
+        }
+        landlock::ruleset_with_sdk(&self.policy, sdk_dir, scratch)
+    }
+
+    /// The seccomp programs for this policy as the filter file's JSON
+    /// (`{"arch", "filters": [{"name", "bpf"}]}`), or `None` when seccomp is off or unavailable.
+    pub fn filters_json(&self) -> Result<Option<String>, SandboxError> {
+        if !self.seccomp {
+            return Ok(None);
+        }
+        seccomp::filters_json(self.policy.allow_subprocess).map(Some)
+    }
+
+    /// What the child is told to apply (`ptc_sandbox.confine_spec`): each layer asked for fails
+    /// the child closed when it cannot be applied. `filters` is where the filter file is.
+    pub fn spec(&self, filters: Option<&Path>, ruleset_fd: Option<i32>) -> serde_json::Value {
+        serde_json::json!({
+            "landlock": self.landlock_abi.is_some(),
+            "seccomp": self.seccomp,
+            "filters": filters.map(|p| p.to_string_lossy().into_owned()),
+            "ruleset_fd": ruleset_fd,
+        })
+    }
+
+    /// Makes a run's scratch directory private to the run user (owner, mode 0700).
+    pub fn prepare_scratch(&self, scratch: &Path) -> std::io::Result<()> {
+        user::prepare_scratch(scratch, self.run_as.as_ref())
+    }
+}
+
+/// The directories the interpreter reads at run time (its prefixes, where its binary lives),
+/// asked of the interpreter itself once at startup.
+pub fn interpreter_paths(python: &Path) -> Result<Vec<PathBuf>, SandboxError> {
+    let output = std::process::Command::new(python)
+        .args([
+            "-I",
+            "-c",
+            "import os, sys\n\
+             for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,\n\
+                       os.path.dirname(os.path.realpath(sys.executable))):\n\
+             \x20   print(os.path.realpath(p))",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .map_err(|source| SandboxError::Io {
+            context: format!("asking {} for its prefixes", python.display()),
+            source,
+        })?;
+    if !output.status.success() {
+        return Err(SandboxError::Io {
+            context: format!("asking {} for its prefixes", python.display()),
+            source: std::io::Error::other(format!("exit {}", output.status)),
+        });
+    }
+    let mut paths: Vec<PathBuf> = Vec::new();
+    for line in String::from_utf8_lossy(&output.stdout).lines() {
+        let path = PathBuf::from(line);
+        if !line.is_empty() && !paths.iter().any(|p| path.starts_with(p)) {
+            paths.retain(|p| !p.starts_with(&path));
+            paths.push(path);
+        }
+    }
+    Ok(paths)
+}
+
+/// Makes `fd` the child's fd `target`, open across exec, for `Command::pre_exec` (how a cold
+/// child inherits its ruleset at a fixed number). Async-signal-safe: `dup2` and `fcntl` only.
+pub fn inherit_fd(fd: i32, target: i32) -> std::io::Result<()> {
+    // SAFETY: dup2 and fcntl on descriptors; no memory is involved.
+    unsafe {
+        if fd == target {
+            // dup2 onto itself keeps close-on-exec: clear it by hand.
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags < 0 || libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        } else if libc::dup2(fd, target) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// The variable that tells a child what to apply (`ptc_sandbox.spec_from_env`, which removes
+/// it before any of the run's code exists).
+pub const SPEC_VARIABLE: &str = "PTC_SANDBOX";
+
+/// The fd number a cold child finds its ruleset at (`PTC_SANDBOX`'s `ruleset_fd`).
+pub const COLD_RULESET_FD: i32 = 3;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn modes_parse() {
+        assert_eq!("strict".parse::<Mode>().unwrap(), Mode::Strict);
+        assert_eq!(" Best-Effort ".parse::<Mode>().unwrap(), Mode::BestEffort);
+        assert_eq!("".parse::<Mode>().unwrap(), Mode::BestEffort);
+        assert_eq!("off".parse::<Mode>().unwrap(), Mode::Off);
+        assert_eq!(
+            "lax".parse::<Mode>().unwrap_err().to_string(),
+            "PTC_SANDBOX=\"lax\" is not one of strict, best-effort, off"
+        );
+    }
+
+    #[test]
+    fn status_reads_as_one_line_and_as_json() {
+        let status = Status {
+            mode: Mode::BestEffort,
+            landlock: "abi 5".into(),
+            seccomp: true,
+            uid: "ptc-run".into(),
+            subprocess: false,
+            missing: vec!["landlock scopes (ABI 6, Linux 6.12)".into()],
+        };
+        assert_eq!(
+            status.to_string(),
+            "sandbox best-effort: landlock abi 5, seccomp on, uid ptc-run, subprocess denied; \
+             MISSING: landlock scopes (ABI 6, Linux 6.12)"
+        );
+        assert_eq!(
+            serde_json::to_value(&status).unwrap(),
+            serde_json::json!({"mode": "best-effort", "landlock": "abi 5", "seccomp": true,
+                               "uid": "ptc-run", "subprocess": false,
+                               "missing": ["landlock scopes (ABI 6, Linux 6.12)"]})
+        );
+    }
+
+    #[test]
+    fn off_applies_nothing_and_says_so() {
+        let mut policy = Policy::new(vec![], PathBuf::from("/nonexistent"), 1);
+        policy.mode = Mode::Off;
+        let sandbox = Sandbox::new(policy).unwrap();
+        assert_eq!(
+            sandbox.status().missing,
+            vec!["every layer: PTC_SANDBOX=off"]
+        );
+        assert!(
+            sandbox
+                .ruleset(Path::new("/usr"), Path::new("/tmp"))
+                .unwrap()
+                .is_none()
+        );
+        assert!(sandbox.filters_json().unwrap().is_none());
+    }
+}

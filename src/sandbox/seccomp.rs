@@ -1,0 +1,356 @@
+//! The seccomp-bpf programs every run's child installs on itself after `PR_SET_NO_NEW_PRIVS`
+//! (`ptc_sandbox.confine`), compiled here with `seccompiler` for the architecture we run on.
+//!
+//! Four programs, each with one action (the kernel applies the strictest answer of all):
+//! - `x32` (x86_64 only): the x32 ABI numbers bypass filters written for x86_64; EPERM.
+//! - `clone3`: ENOSYS, so glibc falls back to `clone`, whose flags a filter can read (clone3
+//!   passes them behind a pointer).
+//! - `always`: EPERM for what no run needs and an attacker wants: tracing and reading other
+//!   processes, namespaces, mounts, keyrings, BPF, io_uring (which would bypass this filter),
+//!   modules; sockets other than TCP streams; `socketpair` other than AF_UNIX; TCP Fast Open
+//!   sends (they connect without `connect`, past Landlock's port rule); undoing our prctls;
+//!   terminal injection.
+//! - `process` (unless `PTC_ALLOW_SUBPROCESS`): EPERM for fork, vfork, clone without
+//!   CLONE_THREAD, execve, execveat. Threads still start.
+//!
+//! Owns the syscall lists; must not install anything in the sidecar itself.
+
+use super::{SandboxError, Unavailable};
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen as Len, SeccompCmpOp as Op, SeccompCondition,
+    SeccompFilter, SeccompRule, TargetArch,
+};
+use std::collections::BTreeMap;
+
+/// One compiled program: `bpf` is the raw `struct sock_filter` array, native byte order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Program {
+    pub name: &'static str,
+    pub bpf: Vec<u8>,
+}
+
+/// The architecture this binary runs on, as `seccompiler` and `os.uname().machine` name it.
+pub fn native_arch() -> Result<(TargetArch, &'static str), SandboxError> {
+    let name = std::env::consts::ARCH;
+    match name {
+        "x86_64" => Ok((TargetArch::x86_64, "x86_64")),
+        "aarch64" => Ok((TargetArch::aarch64, "aarch64")),
+        other => Err(SandboxError::Seccomp(format!(
+            "no syscall table for {other}"
+        ))),
+    }
+}
+
+/// Whether this kernel takes seccomp filters (and a container profile lets us ask).
+pub fn available() -> Result<(), Unavailable> {
+    let action: u32 = libc::SECCOMP_RET_ERRNO;
+    // SAFETY: SECCOMP_GET_ACTION_AVAIL reads one u32 we own; it installs nothing.
+    let r = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_GET_ACTION_AVAIL,
+            0u32,
+            &action as *const u32,
+        )
+    };
+    if r == 0 {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    Err(Unavailable(match err.raw_os_error() {
+        Some(libc::ENOSYS) | Some(libc::EINVAL) => {
+            "the kernel has no seccomp filters (CONFIG_SECCOMP_FILTER)".to_string()
+        }
+        Some(libc::EPERM) => "blocked by a seccomp profile (allow the seccomp syscall)".into(),
+        _ => format!("seccomp(SECCOMP_GET_ACTION_AVAIL): {err}"),
+    }))
+}
+
+/// The programs a child installs, in order, for this architecture.
+pub fn programs(allow_subprocess: bool) -> Result<Vec<Program>, SandboxError> {
+    let (arch, _) = native_arch()?;
+    let mut programs = Vec::new();
+    if arch == TargetArch::x86_64 {
+        programs.push(Program {
+            name: "x32",
+            bpf: x32_guard(),
+        });
+    }
+    let enosys = SeccompAction::Errno(libc::ENOSYS as u32);
+    let eperm = SeccompAction::Errno(libc::EPERM as u32);
+    let clone3 = BTreeMap::from([(libc::SYS_clone3, vec![])]);
+    programs.push(compile("clone3", clone3, enosys, arch)?);
+    programs.push(compile("always", always_rules()?, eperm.clone(), arch)?);
+    if !allow_subprocess {
+        programs.push(compile("process", process_rules()?, eperm, arch)?);
+    }
+    Ok(programs)
+}
+
+/// The filter file the children read: `{"arch": "x86_64", "filters": [{"name", "bpf": hex}]}`.
+/// Written once at startup; `ptc_sandbox.load_filters` checks the arch before using it.
+pub fn filters_json(allow_subprocess: bool) -> Result<String, SandboxError> {
+    let (_, arch) = native_arch()?;
+    let filters: Vec<_> = programs(allow_subprocess)?
+        .into_iter()
+        .map(|p| serde_json::json!({"name": p.name, "bpf": crate::util::hex(&p.bpf)}))
+        .collect();
+    Ok(serde_json::json!({"arch": arch, "filters": filters}).to_string())
+}
+
+type Rules = BTreeMap<i64, Vec<SeccompRule>>;
+
+fn compile(
+    name: &'static str,
+    rules: Rules,
+    action: SeccompAction,
+    arch: TargetArch,
+) -> Result<Program, SandboxError> {
+    let err = |e: seccompiler::BackendError| SandboxError::Seccomp(format!("{name}: {e}"));
+    let filter = SeccompFilter::new(rules, SeccompAction::Allow, action, arch).map_err(err)?;
+    let bpf: BpfProgram = filter.try_into().map_err(err)?;
+    Ok(Program {
+        name,
+        bpf: to_bytes(&bpf),
+    })
+}
+
+fn to_bytes(bpf: &[seccompiler::sock_filter]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bpf.len() * 8);
+    for ins in bpf {
+        out.extend_from_slice(&ins.code.to_ne_bytes());
+        out.push(ins.jt);
+        out.push(ins.jf);
+        out.extend_from_slice(&ins.k.to_ne_bytes());
+    }
+    out
+}
+
+fn cond(arg: u8, len: Len, op: Op, value: u64) -> Result<SeccompCondition, SandboxError> {
+    SeccompCondition::new(arg, len, op, value).map_err(|e| SandboxError::Seccomp(e.to_string()))
+}
+
+fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule, SandboxError> {
+    SeccompRule::new(conditions).map_err(|e| SandboxError::Seccomp(e.to_string()))
+}
+
+/// Syscalls refused whatever their arguments.
+fn always_denied() -> Vec<i64> {
+    let mut list = vec![
+        // Other processes: read or write their memory, trace them, steal their fds.
+        libc::SYS_ptrace,
+        libc::SYS_process_vm_readv,
+        libc::SYS_process_vm_writev,
+        libc::SYS_pidfd_getfd,
+        libc::SYS_kcmp,
+        libc::SYS_migrate_pages,
+        libc::SYS_move_pages,
+        // Namespaces and mounts: the way out of every other layer.
+        libc::SYS_unshare,
+        libc::SYS_setns,
+        libc::SYS_mount,
+        libc::SYS_umount2,
+        libc::SYS_pivot_root,
+        libc::SYS_chroot,
+        libc::SYS_open_tree,
+        libc::SYS_move_mount,
+        libc::SYS_fsopen,
+        libc::SYS_fsconfig,
+        libc::SYS_fsmount,
+        libc::SYS_fspick,
+        libc::SYS_mount_setattr,
+        libc::SYS_open_by_handle_at,
+        libc::SYS_name_to_handle_at,
+        libc::SYS_quotactl,
+        libc::SYS_quotactl_fd,
+        // Kernel attack surface no run needs.
+        libc::SYS_bpf,
+        libc::SYS_perf_event_open,
+        libc::SYS_userfaultfd,
+        libc::SYS_keyctl,
+        libc::SYS_add_key,
+        libc::SYS_request_key,
+        libc::SYS_fanotify_init,
+        // io_uring performs its operations outside any syscall filter.
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
+        // The machine itself.
+        libc::SYS_kexec_load,
+        libc::SYS_kexec_file_load,
+        libc::SYS_init_module,
+        libc::SYS_finit_module,
+        libc::SYS_delete_module,
+        libc::SYS_reboot,
+        libc::SYS_swapon,
+        libc::SYS_swapoff,
+        libc::SYS_acct,
+        libc::SYS_settimeofday,
+        libc::SYS_clock_settime,
+        libc::SYS_clock_adjtime,
+        libc::SYS_adjtimex,
+        libc::SYS_syslog,
+        libc::SYS_vhangup,
+        libc::SYS_personality,
+    ];
+    #[cfg(target_arch = "x86_64")]
+    list.extend([
+        libc::SYS_iopl,
+        libc::SYS_ioperm,
+        libc::SYS_uselib,
+        libc::SYS_ustat,
+        libc::SYS_sysfs,
+        libc::SYS__sysctl,
+        libc::SYS_lookup_dcookie,
+    ]);
+    list
+}
+
+fn always_rules() -> Result<Rules, SandboxError> {
+    let mut rules: Rules = always_denied().into_iter().map(|nr| (nr, vec![])).collect();
+
+    // socket(domain, type, protocol): only TCP over IPv4/IPv6. Refused when the domain is
+    // neither, when the type is not SOCK_STREAM (with or without SOCK_NONBLOCK/SOCK_CLOEXEC:
+    // four values, listed rather than masked since a rule can only AND `!=`), or when the
+    // protocol is not 0/TCP (SCTP and MPTCP streams are not TCP to Landlock).
+    let stream = libc::SOCK_STREAM as u64;
+    let (nonblock, cloexec) = (libc::SOCK_NONBLOCK as u64, libc::SOCK_CLOEXEC as u64);
+    let mut not_stream = Vec::new();
+    for ty in [
+        stream,
+        stream | nonblock,
+        stream | cloexec,
+        stream | nonblock | cloexec,
+    ] {
+        not_stream.push(cond(1, Len::Dword, Op::Ne, ty)?);
+    }
+    let socket = vec![
+        rule(vec![
+            cond(0, Len::Dword, Op::Ne, libc::AF_INET as u64)?,
+            cond(0, Len::Dword, Op::Ne, libc::AF_INET6 as u64)?,
+        ])?,
+        rule(not_stream)?,
+        rule(vec![
+            cond(2, Len::Dword, Op::Ne, 0)?,
+            cond(2, Len::Dword, Op::Ne, libc::IPPROTO_TCP as u64)?,
+        ])?,
+    ];
+    rules.insert(libc::SYS_socket, socket);
+    // socketpair: AF_UNIX only (asyncio's self-pipe); such a pair connects to nothing.
+    rules.insert(
+        libc::SYS_socketpair,
+        vec![rule(vec![cond(
+            0,
+            Len::Dword,
+            Op::Ne,
+            libc::AF_UNIX as u64,
+        )?])?],
+    );
+    // TCP Fast Open: sendto/sendmsg with MSG_FASTOPEN connects without connect(2).
+    let fastopen = libc::MSG_FASTOPEN as u64;
+    for (nr, flags_arg) in [
+        (libc::SYS_sendto, 3),
+        (libc::SYS_sendmsg, 2),
+        (libc::SYS_sendmmsg, 3),
+    ] {
+        rules.insert(
+            nr,
+            vec![rule(vec![cond(
+                flags_arg,
+                Len::Dword,
+                Op::MaskedEq(fastopen),
+                fastopen,
+            )?])?],
+        );
+    }
+    // prctl: keep what confine() set (not dumpable, die with the fork server) and let no
+    // process declare itself a tracer.
+    let mut prctl = Vec::new();
+    for option in [
+        libc::PR_SET_DUMPABLE as u64,
+        libc::PR_SET_PDEATHSIG as u64,
+        libc::PR_SET_PTRACER as u64,
+    ] {
+        prctl.push(rule(vec![cond(0, Len::Dword, Op::Eq, option)?])?);
+    }
+    rules.insert(libc::SYS_prctl, prctl);
+    // ioctl: no typing into a terminal we might share (TIOCSTI) or console tricks (TIOCLINUX).
+    rules.insert(
+        libc::SYS_ioctl,
+        vec![
+            rule(vec![cond(1, Len::Dword, Op::Eq, libc::TIOCSTI)?])?,
+            rule(vec![cond(1, Len::Dword, Op::Eq, libc::TIOCLINUX)?])?,
+        ],
+    );
+    Ok(rules)
+}
+
+fn process_rules() -> Result<Rules, SandboxError> {
+    let mut rules: Rules = BTreeMap::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        rules.insert(libc::SYS_fork, vec![]);
+        rules.insert(libc::SYS_vfork, vec![]);
+    }
+    rules.insert(libc::SYS_execve, vec![]);
+    rules.insert(libc::SYS_execveat, vec![]);
+    // clone's flags are its first argument on both architectures we build for.
+    rules.insert(
+        libc::SYS_clone,
+        vec![rule(vec![cond(
+            0,
+            Len::Qword,
+            Op::MaskedEq(libc::CLONE_THREAD as u64),
+            0,
+        )?])?],
+    );
+    Ok(rules)
+}
+
+/// x86_64 only: syscall numbers with bit 30 set are the x32 ABI, which shares the x86_64
+/// audit arch; none of the rules above would match them. Hand-written because `seccompiler`
+/// matches exact numbers only.
+fn x32_guard() -> Vec<u8> {
+    const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+    const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
+    const JGE_K: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
+    const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+    const AUDIT_ARCH_X86_64: u32 = 62 | 0x8000_0000 | 0x4000_0000;
+    const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+    let ins = |code: u16, jt: u8, jf: u8, k: u32| seccompiler::sock_filter { code, jt, jf, k };
+    to_bytes(&[
+        ins(LD_W_ABS, 0, 0, 4), // seccomp_data.arch
+        ins(JEQ_K, 0, 3, AUDIT_ARCH_X86_64),
+        ins(LD_W_ABS, 0, 0, 0), // seccomp_data.nr
+        ins(JGE_K, 0, 1, X32_SYSCALL_BIT),
+        ins(RET_K, 0, 0, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32),
+        ins(RET_K, 0, 0, libc::SECCOMP_RET_ALLOW),
+    ])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn programs_compile_with_and_without_the_process_filter() {
+        let strict = programs(false).unwrap();
+        let names: Vec<_> = strict.iter().map(|p| p.name).collect();
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(names, ["x32", "clone3", "always", "process"]);
+        let allowed = programs(true).unwrap();
+        assert!(allowed.iter().all(|p| p.name != "process"));
+        for p in &strict {
+            // Whole instructions, within the kernel's BPF_MAXINSNS.
+            assert!(p.bpf.len() % 8 == 0 && !p.bpf.is_empty(), "{}", p.name);
+            assert!(p.bpf.len() / 8 <= 4096, "{}", p.name);
+        }
+    }
+
+    #[test]
+    fn the_filter_file_names_its_arch() {
+        let json: serde_json::Value = serde_json::from_str(&filters_json(false).unwrap()).unwrap();
+        assert_eq!(json["arch"], std::env::consts::ARCH);
+        assert!(json["filters"][0]["bpf"].as_str().unwrap().len() >= 16);
+    }
+}

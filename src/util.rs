@@ -1,0 +1,295 @@
+//! Small pieces every layer uses: a poison-tolerant lock, hex, the wall clock in milliseconds,
+//! the process-group kill guard, URL redaction for messages, and private temporary directories.
+//!
+//! Owns nothing of the product's logic and imports nothing of the crate: any module may use it.
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Locks `m`, taking the value over if a thread panicked while holding it: every value behind
+/// our locks stays consistent between statements, so a poisoned lock must not stop the sidecar.
+pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Lowercase hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+/// The bytes of a hex string, or `None` when it is not one.
+pub fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) || !s.is_ascii() {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).ok())
+        .collect()
+}
+
+/// Milliseconds since the Unix epoch (0 for a clock set before 1970).
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Milliseconds of a duration, rounded to microseconds (how results and events report time).
+pub fn ms(d: std::time::Duration) -> f64 {
+    (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+/// SIGKILL to a whole process group, and to its leader in case it has not made the group yet;
+/// a group already gone is fine.
+pub fn kill_group(pgid: i32) {
+    if pgid > 0 {
+        // SAFETY: kill(2) only sends a signal; no memory is involved.
+        unsafe {
+            libc::kill(-pgid, libc::SIGKILL);
+            libc::kill(pgid, libc::SIGKILL);
+        }
+    }
+}
+
+/// Kills a whole process group when dropped. tokio and rmcp kill only the pid they started;
+/// `npx`, shell wrappers and code that forks leave grandchildren that this reaches.
+#[derive(Debug)]
+pub struct GroupKill(pub i32);
+
+impl GroupKill {
+    /// The group a child started with `process_group(0)` leads (its pid; 0 when it has none).
+    pub fn of(pid: Option<u32>) -> GroupKill {
+        GroupKill(pid.map_or(0, |p| p as i32))
+    }
+
+    pub fn kill(&self) {
+        kill_group(self.0);
+    }
+}
+
+impl Drop for GroupKill {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// `text` with every URL's userinfo (`user:pass@`), query string (`?api_key=...`) and fragment
+/// removed: what an error message or a log line may show of a URL that can carry a secret
+/// (a Redis password, an MCP server token). Anything else in the text is left as it is.
+///
+/// A URL is `scheme://` followed by anything up to whitespace or a quote or bracket. Its
+/// userinfo is what comes before an `@` in the authority; also before an `@` after a `/` when a
+/// `:` precedes it, since people put unencoded `/` in passwords (`redis://:ab/cd@host`).
+pub fn redact_urls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let bytes = rest.as_bytes();
+        // The scheme: the ASCII run before `://` (ASCII bytes never sit inside a multi-byte
+        // character, so every index below is a character boundary).
+        let mut start = at;
+        while start > 0 && is_scheme_byte(bytes[start - 1]) {
+            start -= 1;
+        }
+        while start < at && !bytes[start].is_ascii_alphabetic() {
+            start += 1;
+        }
+        let body = at + 3;
+        let end = rest[body..]
+            .find(|c: char| {
+                c.is_whitespace()
+                    || matches!(
+                        c,
+                        '"' | '\''
+                            | '`'
+                            | '<'
+                            | '>'
+                            | '('
+                            | ')'
+                            | '['
+                            | ']'
+                            | '{'
+                            | '}'
+                            | '|'
+                            | '\\'
+                    )
+            })
+            .map_or(rest.len(), |i| body + i);
+        if start == at {
+            // `://` without a scheme: not a URL.
+            out.push_str(&rest[..body]);
+            rest = &rest[body..];
+            continue;
+        }
+        let url = &rest[body..end];
+        // Query and fragment go whole; the userinfo is looked for before them.
+        let kept = &url[..url.find(['?', '#']).unwrap_or(url.len())];
+        let authority_end = kept.find('/').unwrap_or(kept.len());
+        let userinfo_end = match kept[..authority_end].rfind('@') {
+            Some(i) => Some(i + 1),
+            None => kept
+                .rfind('@')
+                .filter(|&i| kept[..i].contains(':'))
+                .map(|i| i + 1),
+        };
+        out.push_str(&rest[..body]);
+        out.push_str(&kept[userinfo_end.unwrap_or(0)..]);
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The log's writer: standard error, each event with its URLs passed through [`redact_urls`].
+/// Our own messages redact what they say, but a dependency's may not (rmcp logs a failed
+/// HTTP request's URL, query string and all), and a log ends up where secrets must not.
+#[derive(Clone, Copy, Default)]
+pub struct RedactedStderr;
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for RedactedStderr {
+    type Writer = RedactedEvent;
+
+    fn make_writer(&'a self) -> RedactedEvent {
+        RedactedEvent(Vec::new())
+    }
+}
+
+/// One event as it is formatted; written to standard error, redacted, when dropped.
+pub struct RedactedEvent(Vec<u8>);
+
+impl std::io::Write for RedactedEvent {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Drop for RedactedEvent {
+    fn drop(&mut self) {
+        let text = redact_urls(&String::from_utf8_lossy(&self.0));
+        // A log line that cannot be written has nowhere else to go.
+        let _ = std::io::Write::write_all(&mut std::io::stderr().lock(), text.as_bytes());
+    }
+}
+
+fn is_scheme_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'+' | b'.' | b'-')
+}
+
+/// Creates a fresh directory `parent/PREFIX-XXXXXXXX` (random suffix) with mode 0700, the way
+/// `mkdtemp(3)` does: created in one step that fails if the name exists, so nobody can have
+/// prepared it (a symlink, a directory they can write) for us to use. Tries a few names.
+pub fn private_dir(parent: &std::path::Path, prefix: &str) -> std::io::Result<std::path::PathBuf> {
+    use std::os::unix::fs::DirBuilderExt;
+    /// Names tried before giving up: a clash is one in 2^40 per try, unless someone is racing.
+    const ATTEMPTS: usize = 16;
+    let mut last = None;
+    for _ in 0..ATTEMPTS {
+        let mut random = [0u8; 5];
+        rand::fill(&mut random);
+        let suffix = hex(&random);
+        let dir = parent.join(format!("{prefix}-{suffix}"));
+        match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+            Ok(()) => return Ok(dir),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no name left to try")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn redact_urls_removes_credentials_and_queries() {
+        let cases = [
+            (
+                "cannot connect to redis://user:s3cret@db.internal:6379/0: refused",
+                "cannot connect to redis://db.internal:6379/0: refused",
+            ),
+            ("REDIS_URL=\"rediss://:pw@h\"", "REDIS_URL=\"rediss://h\""),
+            (
+                "GET https://api.example.com/mcp?api_key=abc&x=1 failed",
+                "GET https://api.example.com/mcp failed",
+            ),
+            (
+                "https://t@h/p#access_token=abc and http://plain:8080/x",
+                "https://h/p and http://plain:8080/x",
+            ),
+            ("redis://:ab/cd@host:6379", "redis://host:6379"),
+            (
+                "redis+unix:///run/r.sock?pass=x",
+                "redis+unix:///run/r.sock",
+            ),
+            ("(see http://u:p@h/)", "(see http://h/)"),
+            (
+                "no url here: a://, ://x, é://y",
+                "no url here: a://, ://x, é://y",
+            ),
+            ("ünï http://h/ä?q=ü ok", "ünï http://h/ä ok"),
+            ("", ""),
+        ];
+        for (text, want) in cases {
+            assert_eq!(redact_urls(text), want, "{text}");
+        }
+    }
+
+    #[test]
+    fn private_dirs_are_fresh_and_closed() {
+        use std::os::unix::fs::PermissionsExt;
+        let parent = std::env::temp_dir();
+        let a = private_dir(&parent, "ptc-util-test").unwrap();
+        let b = private_dir(&parent, "ptc-util-test").unwrap();
+        assert_ne!(a, b);
+        let mode = std::fs::metadata(&a).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700);
+        assert!(
+            a.file_name()
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with("ptc-util-test-")
+        );
+        std::fs::remove_dir(&a).unwrap();
+        std::fs::remove_dir(&b).unwrap();
+        let err = private_dir(std::path::Path::new("/nonexistent/dir"), "x").unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+    }
+
+    #[test]
+    fn hex_round_trips() {
+        let bytes = [0u8, 1, 0xab, 0xff];
+        assert_eq!(hex(&bytes), "0001abff");
+        assert_eq!(unhex("0001abff"), Some(bytes.to_vec()));
+        assert_eq!(unhex("0g"), None);
+        assert_eq!(unhex("abc"), None);
+        assert_eq!(unhex("é1"), None);
+    }
+
+    #[test]
+    fn a_poisoned_lock_still_opens() {
+        let m = std::sync::Arc::new(Mutex::new(1));
+        let m2 = m.clone();
+        let _ = std::thread::spawn(move || {
+            let _g = m2.lock();
+            panic!("poison it");
+        })
+        .join();
+        assert!(m.is_poisoned());
+        *lock(&m) += 1;
+        assert_eq!(*lock(&m), 2);
+    }
+}

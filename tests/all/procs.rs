@@ -1,0 +1,93 @@
+//! Processes as root sees them in `/proc`: the table, a process's family, whether it is gone.
+//! For the tests that check nothing of a run outlives it.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// How long a process of a run may take to disappear once the run is over.
+pub const SETTLE: Duration = Duration::from_secs(5);
+
+pub struct Proc {
+    pub ppid: i32,
+    pub cmdline: String,
+}
+
+pub fn processes() -> HashMap<i32, Proc> {
+    let mut table = HashMap::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // After the command name in parentheses: state, ppid, ...
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next().unwrap_or("?");
+        if state == "Z" || state == "X" {
+            continue;
+        }
+        let ppid = fields.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        table.insert(
+            pid,
+            Proc {
+                ppid,
+                cmdline: cmdline(pid).unwrap_or_default(),
+            },
+        );
+    }
+    table
+}
+
+pub fn children(table: &HashMap<i32, Proc>, parent: i32) -> Vec<i32> {
+    let mut c: Vec<i32> = table
+        .iter()
+        .filter(|(_, p)| p.ppid == parent)
+        .map(|(pid, _)| *pid)
+        .collect();
+    c.sort();
+    c
+}
+
+pub fn descendants(table: &HashMap<i32, Proc>, root: i32) -> Vec<i32> {
+    let mut out = Vec::new();
+    let mut todo = vec![root];
+    while let Some(p) = todo.pop() {
+        for c in children(table, p) {
+            out.push(c);
+            todo.push(c);
+        }
+    }
+    out
+}
+
+pub fn cmdline(pid: i32) -> Option<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .ok()
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+}
+
+/// Running (a zombie is not).
+pub fn is_alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        let state = stat
+            .rsplit_once(')')
+            .and_then(|(_, r)| r.split_whitespace().next())
+            .unwrap_or("X");
+        state != "Z" && state != "X"
+    })
+}
+
+pub async fn wait_dead(pids: &[i32]) -> Vec<i32> {
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let alive: Vec<i32> = pids.iter().copied().filter(|p| is_alive(*p)).collect();
+        if alive.is_empty() || Instant::now() > deadline {
+            return alive;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,107 @@
+"""Prepended to every script of tests/escape/ by tests/all/escape.rs, after `ARGS = {...}`
+(what the harness knows: pids, ports, paths, the secrets it planted).
+
+Every forbidden step goes through `attempt()`, which prints `ATTEMPT <label>` before the step
+and then exactly one outcome line:
+
+    REFUSED <ExceptionType> errno=<NAME>   the sandbox said no
+    GOT <what the step obtained>           the step worked: the attack got through
+    BROKEN <ExceptionType> <message>       anything else: the script failed for another reason
+
+so the harness can tell a refusal from an attack that worked and from a script that crashed.
+A step refuses by raising one of `refused` (PermissionError unless the attempt says otherwise)
+or `Refused` (a libc call that answered -1 instead of raising).
+"""
+
+import errno as _errno
+import os as _os
+import sys as _sys
+
+# Every script starts by naming its process and its scratch dir, so the harness can check that
+# neither outlives the run.
+print("PID", _os.getpid(), flush=True)
+print("SCRATCH", _os.getcwd(), flush=True)
+
+
+class Refused(Exception):
+    """A step that was refused without an exception of its own (libc answered -1)."""
+
+    def __init__(self, code, detail=""):
+        super().__init__(code, detail)
+        self.errno = code
+        self.detail = detail
+
+
+def _errno_name(e):
+    code = getattr(e, "errno", None)
+    return _errno.errorcode.get(code, str(code))
+
+
+def _outcome(label, step_result=None, error=None, refused=(PermissionError,)):
+    if error is None:
+        print("GOT", label, "->", str(step_result)[:400], flush=True)
+    elif isinstance(error, Refused) or isinstance(error, refused):
+        print("REFUSED", type(error).__name__, "errno=%s" % _errno_name(error), str(error)[:200],
+              flush=True)
+    else:
+        print("BROKEN", type(error).__name__, str(error)[:400], flush=True)
+
+
+def attempt(label, step, refused=(PermissionError,)):
+    """Runs `step()` (the forbidden thing) and prints what happened; returns its result."""
+    print("ATTEMPT", label, flush=True)
+    try:
+        result = step()
+    except BaseException as e:  # noqa: BLE001  (an attack's outcome, whatever it is)
+        _outcome(label, error=e, refused=refused)
+        return None
+    _outcome(label, step_result=result)
+    return result
+
+
+async def attempt_async(label, step, refused=(PermissionError,)):
+    """`attempt` for a coroutine function."""
+    print("ATTEMPT", label, flush=True)
+    try:
+        result = await step()
+    except BaseException as e:  # noqa: BLE001
+        _outcome(label, error=e, refused=refused)
+        return None
+    _outcome(label, step_result=result)
+    return result
+
+
+def spawned(pid):
+    """Names a process the script started, which must not outlive the run."""
+    print("SPAWNED", pid, flush=True)
+
+
+def read_file(path, limit=1 << 20):
+    with open(path, "rb") as f:
+        return f.read(limit)
+
+
+def http(host, port, method, path, body=b"", headers=()):
+    """A minimal HTTP/1.1 request over a plain socket; returns the status line and body."""
+    import socket
+
+    with socket.create_connection((host, port), timeout=5) as s:
+        head = "%s %s HTTP/1.1\r\nHost: %s:%d\r\nConnection: close\r\nContent-Length: %d\r\n" % (
+            method, path, host, port, len(body))
+        for k, v in headers:
+            head += "%s: %s\r\n" % (k, v)
+        s.sendall(head.encode() + b"\r\n" + body)
+        data = b""
+        while True:
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    status, _, rest = data.partition(b"\r\n")
+    return status.decode("latin-1"), rest.partition(b"\r\n\r\n")[2][:2000]
+
+
+def ipc_address():
+    """The run's own IPC bridge (host, port), as the SDK was told in the job."""
+    client = _sys.modules["ptc_sdk"]._client
+    return client.host, client.port

@@ -1,0 +1,20 @@
+"""Other runs: a crafted job written into a waiting pre-forked worker's stdin, so that the
+*next* run executes our code with `allow_subprocess` forced on. Must be refused for every
+waiting worker; the harness then checks the next runs are untouched."""
+
+me = _os.getpid()
+job = json.dumps({"code": "print('HIJACKED by %s')" % ARGS["mark"], "allow_subprocess": True})
+
+
+def hijack(pid):
+    def step():
+        with open("/proc/%d/fd/0" % pid, "w") as stdin:
+            stdin.write(job)
+        return "wrote a job into worker %d's stdin" % pid
+    return step
+
+
+targets = [p for p in ARGS["warm_pids"] if p != me]
+print("TARGETS", len(targets))
+for pid in targets:
+    attempt("write a job into /proc/%d/fd/0 (a waiting warm worker)" % pid, hijack(pid))
