@@ -7,7 +7,8 @@ before it reads its job, so its run is the same as a cold one's (docs/runner-pro
 Requests: one JSON message per fork, `{"id", "scratch", "env", "limits"}`, with the child's
 stdin, stdout and stderr, and its Landlock ruleset when there is one, attached as SCM_RIGHTS;
 the child confines itself (ptc_sandbox) before it continues as a cold child would. Replies:
-`forked ID PID`, and `exited PID CODE` (CODE negative for a signal) once the child is reaped.
+`forked ID PID`, or `failed ID ERRNO` when the fork failed (EAGAIN: the run user's process limit
+is reached), and `exited PID CODE` (CODE negative for a signal) once the child is reaped.
 The server stays single-threaded and never runs user code. It is a child subreaper: what a run
 leaves behind (a `setsid` child, a double-forked grandchild) comes here when the run's process
 exits, and is killed before the run's `exited` is sent, so nothing outlives the run. It exits
@@ -52,6 +53,18 @@ def main():
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
 
+    try:
+        _serve(ctl, (wake_r, wake_w), runs, prepared, spec, filters, server_pid, resource)
+    finally:
+        _leave()  # the sidecar is done with us, or something here broke: nothing stays behind
+
+
+def _serve(ctl, wake, runs, prepared, spec, filters, server_pid, resource):
+    """Answers fork requests until the sidecar shuts the socket down or goes away."""
+    import ptc_bootstrap
+    import ptc_sandbox
+
+    wake_r = wake[0]
     while True:
         try:
             ready, _, _ = select.select([ctl, wake_r], [], [])
@@ -74,17 +87,27 @@ def main():
             for fd in fds:
                 os.close(fd)
             continue
-        pid = os.fork()
+        try:
+            pid = os.fork()
+        except OSError as e:
+            # EAGAIN: the run user's process limit (RLIMIT_NPROC, all runs together) is
+            # reached. That run cannot start; the server goes on serving the others.
+            for fd in fds:
+                os.close(fd)
+            _send(ctl, "failed %s %d\n" % (request.get("id", "?"), e.errno or 0))
+            continue
         if pid == 0:
-            _child(request, fds, ctl, (wake_r, wake_w), resource)
-            # The run's own Landlock ruleset came as a fourth fd; confine closes it.
-            ptc_sandbox.confine_or_exit(
-                ptc_sandbox.confine_spec, spec,
-                ruleset_fd=fds[3] if len(fds) > 3 else None,
-                filters=filters, parent_pid=server_pid,
-            )
-            ptc_bootstrap.serve(prepared)  # never returns
-            os._exit(2)
+            try:
+                _child(request, fds, ctl, wake, resource)
+                # The run's own Landlock ruleset came as a fourth fd; confine closes it.
+                ptc_sandbox.confine_or_exit(
+                    ptc_sandbox.confine_spec, spec,
+                    ruleset_fd=fds[3] if len(fds) > 3 else None,
+                    filters=filters, parent_pid=server_pid,
+                )
+                ptc_bootstrap.serve(prepared)  # never returns
+            finally:
+                os._exit(2)
         try:
             os.setpgid(pid, pid)  # also done by the child: whichever runs first wins the race
         except OSError:
@@ -93,7 +116,6 @@ def main():
         for fd in fds:
             os.close(fd)
         _send(ctl, "forked %s %d\n" % (request.get("id", "?"), pid))
-    _leave()
 
 
 def _leave():

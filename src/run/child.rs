@@ -174,7 +174,7 @@ pub fn spawn(spec: &SpawnSpec, sdk_dir: &Path, id: &str) -> std::io::Result<Chil
         Ok(p) => p,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&scratch);
-            return Err(e);
+            return Err(start_failed(e, limits.processes));
         }
     };
     let group = GroupKill::of(process.id());
@@ -186,6 +186,23 @@ pub fn spawn(spec: &SpawnSpec, sdk_dir: &Path, id: &str) -> std::io::Result<Chil
         group,
         scratch,
     })
+}
+
+/// Why a child could not start. EAGAIN is the run user's process limit: the processes and
+/// threads of every run count against one `RLIMIT_NPROC` (docs/SECURITY.md, "Limits"), so one
+/// run that holds them all keeps the next from starting until it ends. That error says so, as
+/// `ResourceBusy`; any other passes through.
+pub fn start_failed(cause: std::io::Error, max_processes: u64) -> std::io::Error {
+    if cause.raw_os_error() != Some(libc::EAGAIN) {
+        return cause;
+    }
+    std::io::Error::new(
+        std::io::ErrorKind::ResourceBusy,
+        format!(
+            "the run user's processes and threads reached their limit ({max_processes}, all \
+             runs together: {cause}); retry when other runs end"
+        ),
+    )
 }
 
 /// Every resource limit of a child; async-signal-safe (setrlimit only).

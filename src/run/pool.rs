@@ -106,6 +106,8 @@ impl Pool {
         if let Some(zygote) = self.zygote_for(prepared) {
             match self.forked(&zygote, id).await {
                 Ok(c) => return Ok(c),
+                // A cold start would meet the same limit.
+                Err(e) if e.kind() == std::io::ErrorKind::ResourceBusy => return Err(e),
                 Err(e) => tracing::warn!("fork server failed ({e}); starting the child directly"),
             }
         }

@@ -10,9 +10,10 @@
 //! Wire: a `SOCK_SEQPACKET` socketpair is the server's stdin. The sidecar sends one JSON message
 //! per fork with the child's stdin, stdout and stderr pipe ends and its Landlock ruleset (when
 //! there is one) attached (`SCM_RIGHTS`); the
-//! server answers `forked ID PID`, and `exited PID CODE` when it reaps a child.
+//! server answers `forked ID PID` (or `failed ID ERRNO`), and `exited PID CODE` when it reaps a
+//! child.
 
-use super::child::{Child, SpawnSpec};
+use super::child::{self, Child, SpawnSpec};
 use crate::sandbox;
 use crate::util::{GroupKill, lock};
 use serde_json::json;
@@ -37,7 +38,8 @@ pub const FORK_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest control message read from the server.
 const MAX_MESSAGE: usize = 4096;
 
-type ForkReply = (i32, oneshot::Receiver<i32>);
+/// The child's pid and where its exit code will come, or the errno of a fork that failed.
+type ForkReply = Result<(i32, oneshot::Receiver<i32>), i32>;
 
 #[derive(Default)]
 struct Waiters {
@@ -155,7 +157,12 @@ impl Zygote {
             return Err(e);
         }
         let (pid, exit) = match tokio::time::timeout(FORK_TIMEOUT, rx).await {
-            Ok(Ok(reply)) => reply,
+            Ok(Ok(Ok(reply))) => reply,
+            Ok(Ok(Err(errno))) => {
+                let _ = std::fs::remove_dir_all(&scratch);
+                let cause = io::Error::from_raw_os_error(errno);
+                return Err(child::start_failed(cause, spec.limits.processes));
+            }
             _ => {
                 lock(&self.waiters).forks.remove(id);
                 let _ = std::fs::remove_dir_all(&scratch);
@@ -242,7 +249,12 @@ async fn read_replies(
                     let mut w = lock(&waiters);
                     w.exits.insert(pid, exit_tx);
                     if let Some(tx) = w.forks.remove(id) {
-                        let _ = tx.send((pid, exit_rx));
+                        let _ = tx.send(Ok((pid, exit_rx)));
+                    }
+                }
+                (Some("failed"), Some(id), Some(errno)) => {
+                    if let Some(tx) = lock(&waiters).forks.remove(id) {
+                        let _ = tx.send(Err(errno));
                     }
                 }
                 (Some("exited"), Some(pid), Some(code)) => {

@@ -47,6 +47,10 @@ const PYTHON: &str = "/usr/bin/python3";
 const TEST_USER: &str = "ptc-test";
 /// The user code runs as when the sidecar may switch users (`PTC_SANDBOX_USER`'s default).
 const SANDBOX_USER: &str = "ptc-run";
+/// The user of the attack on the process budget, in both roles (scripts/test creates it): every
+/// run of a user shares one `RLIMIT_NPROC`, so a flood as `ptc-run` or `ptc-test` would keep the
+/// other tests' runs, going on at the same time, from starting.
+const FLOOD_USER: &str = "ptc-flood";
 /// `PTC_SCRATCH_MAX_MB` of the sidecars under attack: small, so the quota attack is quick.
 const SCRATCH_MAX_MB: u64 = 16;
 /// `PTC_SCRATCH_MAX_FILES` of the sidecars under attack: small, for the same reason.
@@ -145,7 +149,7 @@ impl Who {
 }
 
 /// Root and the unprivileged test user, as CI runs the suite; just ourselves when not root.
-fn identities() -> Vec<Who> {
+fn identities(user: Option<&str>) -> Vec<Who> {
     // SAFETY: geteuid cannot fail and touches no memory.
     if unsafe { libc::geteuid() } != 0 {
         eprintln!(
@@ -153,13 +157,13 @@ fn identities() -> Vec<Who> {
         );
         return vec![Who::Current];
     }
-    let (uid, gid) = user_ids(TEST_USER).unwrap_or_else(|| {
-        panic!("user {TEST_USER} is missing: run scripts/test, which creates it")
-    });
+    let name = user.unwrap_or(TEST_USER);
+    let (uid, gid) = user_ids(name)
+        .unwrap_or_else(|| panic!("user {name} is missing: run scripts/test, which creates it"));
     vec![
         Who::Root,
         Who::User {
-            name: TEST_USER.into(),
+            name: name.into(),
             uid,
             gid,
         },
@@ -207,7 +211,7 @@ where
     let all = async {
         let mut lines = Vec::new();
         let mut failed = false;
-        for who in identities() {
+        for who in identities(opts.user) {
             let verdict = match StageInner::start(who.clone(), opts).await {
                 Ok(stage) => {
                     let v = body(stage.clone()).await;
@@ -247,6 +251,9 @@ where
 struct Opts {
     warm: usize,
     allow_subprocess: bool,
+    /// Another user in both roles: root's sidecar runs code as it (`PTC_SANDBOX_USER`), the
+    /// unprivileged sidecar runs as it.
+    user: Option<&'static str>,
 }
 
 impl Default for Opts {
@@ -254,6 +261,7 @@ impl Default for Opts {
         Opts {
             warm: 2,
             allow_subprocess: false,
+            user: None,
         }
     }
 }
@@ -489,6 +497,9 @@ impl StageInner {
         if let Some((uid, gid)) = ids {
             cmd.uid(uid).gid(gid);
         }
+        if let (Who::Root, Some(user)) = (&who, opts.user) {
+            cmd.env("PTC_SANDBOX_USER", user);
+        }
         let mut child = cmd
             .spawn()
             .map_err(|e| broken(format!("cannot start {}: {e}", sidecar.display())))?;
@@ -707,9 +718,16 @@ impl StageInner {
                 return Ok(());
             }
             if Instant::now() > deadline {
+                let table = processes();
+                let tree: Vec<String> = descendants(&table, self.pid)
+                    .into_iter()
+                    .map(|p| format!("{p} (parent {}) {}", table[&p].ppid, table[&p].cmdline))
+                    .collect();
                 return Err(broken(format!(
-                    "not ready (demo ready: {demo_ready}, warm workers: {:?}): {h}\n{}",
+                    "not ready (demo ready: {demo_ready}, warm workers: {:?}): {h}\n\
+                     the sidecar's processes:\n{}\n{}",
                     self.warm_workers(),
+                    tree.join("\n"),
                     self.log_tail()
                 )));
             }
@@ -1445,6 +1463,7 @@ async fn detached_processes_die_with_a_cold_run_when_allowed() {
     let opts = Opts {
         warm: 0,
         allow_subprocess: true,
+        ..Opts::default()
     };
     against_both("lifetime_detach_allowed_cold", opts, check_detached).await;
 }
@@ -1522,11 +1541,60 @@ async fn check_sidecar_killed(s: Stage, script: &str) -> Verdict {
     }
 }
 
+/// The budget is one for every run of the code's user: while the flood holds it, later runs may
+/// not start (and say why), but none is taken over, and the fork server outlives the flood.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_thousand_threads_are_refused() {
-    against_both("resources_threads", Opts::default(), |s| async move {
-        let run = s.attack("resources_threads.py", json!({})).await?;
-        run.all_refused(1)
+async fn three_thousand_threads_are_refused_and_take_no_run_over() {
+    let opts = Opts {
+        user: Some(FLOOD_USER),
+        ..Opts::default()
+    };
+    against_both("resources_threads", opts, |s| async move {
+        let server = s.fork_server();
+        let (victim, task) = s.start_victim("resources_threads.py").await?;
+        // The flood holds its threads now. Warm children forked before it still run.
+        let mut spent = 0;
+        for _ in 0..4 {
+            let next = s
+                .exec("print('next run')")
+                .await
+                .map_err(|e| attack(format!("the sidecar stopped answering: {e}")))?;
+            let said_why = next["stderr"]
+                .as_str()
+                .is_some_and(|e| e.contains("retry when other runs end"));
+            match next["status"].as_str() {
+                Some("ok") if next["stdout"] == "next run\n" => {}
+                Some("error") if said_why => spent += 1,
+                _ => return Err(attack(format!("a run during the flood: {next}"))),
+            }
+        }
+        let run = s.finish_victim(victim, task).await?;
+        run.all_refused(1)?;
+        if !run.stdout.contains("threads released") {
+            return Err(broken(format!("the flood did not end: {}", run.stdout)));
+        }
+        // Root's fork server runs as the code's user, under its budget; an unprivileged
+        // sidecar's does not (it sets no limit on itself), so its forks succeed.
+        if matches!(s.who, Who::Root) && spent == 0 {
+            return Err(broken(format!(
+                "no run met the spent budget: {}",
+                run.stdout
+            )));
+        }
+        let after = s
+            .exec("print('after')")
+            .await
+            .map_err(|e| attack(format!("no run after the flood: {e}")))?;
+        if after["status"] != "ok" || after["stdout"] != "after\n" {
+            return Err(attack(format!("the run after the flood: {after}")));
+        }
+        if s.fork_server() != server {
+            return Err(attack(format!(
+                "the fork server did not outlive the flood ({server:?}, now {:?})",
+                s.fork_server()
+            )));
+        }
+        Ok(())
     })
     .await;
 }

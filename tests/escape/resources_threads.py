@@ -1,10 +1,15 @@
 """Resources: 3,000 threads (small stacks, so the address-space limit is not what stops them).
-Starting them must fail before the 3,000th (RLIMIT_NPROC for the code's user)."""
+Starting them must fail before the 3,000th (RLIMIT_NPROC for the code's user). The run then
+holds every thread it got, and a greedy thread takes every slot that another process frees,
+while the run parks (the host tool `park`) and the harness starts other runs: they may fail to
+start (the budget is shared by every run of the user) but must not be taken over, and the fork
+server must outlive the flood."""
 
 import threading
 
 WANTED = 3000
 threading.stack_size(64 * 1024)
+flooded = threading.Event()
 stop = threading.Event()
 started = []
 
@@ -22,9 +27,28 @@ def many_threads():
     return "%d threads started" % len(started)
 
 
+def greedy():
+    """From the end of the flood on, takes every slot a finished process frees."""
+    flooded.wait()
+    while not stop.is_set():
+        try:
+            t = threading.Thread(target=stop.wait, daemon=True)
+            t.start()
+            started.append(t)
+        except RuntimeError:
+            stop.wait(0.001)
+
+
+grabber = threading.Thread(target=greedy, daemon=True)
+grabber.start()
 try:
     attempt("start %d threads" % WANTED, many_threads)
+    flooded.set()
+    await park(pid=_os.getpid())
 finally:
     stop.set()
+    flooded.set()
+    grabber.join()
     for t in started:
         t.join()
+print("threads released", flush=True)
