@@ -16,6 +16,8 @@
 //!
 //! 6. The sandbox's cost: workloads 1 and 2 with `PTC_SANDBOX=off` against the default
 //!    (`sandbox_on_off`), three sidecars in turn.
+//! 7. Bash runs beside Python ones (`bash_vs_python`): one call end to end, sequential calls
+//!    and 100 calls started together, per call.
 //!
 //! Run: `cargo bench --bench exec` (`-- --no-peer` to skip progtc, `-- --quick` for a smoke run).
 //! The sidecars inherit this process's environment: `PTC_SANDBOX=off cargo bench --bench exec`
@@ -193,10 +195,14 @@ fn start_sidecar_with(host: std::net::SocketAddr, env: &[(&str, String)]) -> Sid
 }
 
 async fn exec(http: &reqwest::Client, url: &str, code: &str) -> (Duration, Value) {
+    exec_lang(http, url, code, "python").await
+}
+
+async fn exec_lang(http: &reqwest::Client, url: &str, code: &str, lang: &str) -> (Duration, Value) {
     let t = Instant::now();
     let r: Value = http
         .post(format!("{url}/v1/exec_code"))
-        .json(&json!({"code": code}))
+        .json(&json!({"code": code, "lang": lang}))
         .send()
         .await
         .expect("exec_code request")
@@ -255,10 +261,12 @@ async fn bench_sidecar(p: &Params) -> Value {
     let rss = vm_hwm_mb(sidecar.child.id());
     let (mcp_seq_calls, mcp_gather_calls) =
         call_workloads(&http, &sidecar.url, empty_ms, "demo__noop", p).await;
+    let bash = bash_vs_python(&http, &sidecar.url, p).await;
     drop(sidecar);
     let events = events_on_off(&http, host, p).await;
     let sandbox = sandbox_on_off(&http, host, p).await;
     json!({
+        "bash_vs_python": bash,
         "sandbox_on_off": sandbox,
         "events_on_off": events,
         "exec_print": {"n": p.exec_n, "p50_ms": round(percentile(&mut lat.clone(), 50.0)), "p99_ms": round(percentile(&mut lat, 99.0))},
@@ -384,6 +392,56 @@ async fn sandbox_on_off(http: &reqwest::Client, host: std::net::SocketAddr, p: &
         "per_call_ms": {"off": round(call_off), "on": round(call_on), "control_off": round(call_control),
                         "ratio": round(call_on / call_off), "control_ratio": round(call_control / call_off)},
     })
+}
+
+/// Bash runs beside Python ones (issue 10), on the same sidecar and no-op host tool: a run
+/// with one call, p50 end to end; the per-call cost of K sequential calls; 100 calls started
+/// together (`&` … `wait` against one `asyncio.gather`), per call. Each less the p50 of an empty
+/// run of its language; medians of `repeats` runs.
+async fn bash_vs_python(http: &reqwest::Client, url: &str, p: &Params) -> Value {
+    const PARALLEL: usize = 100;
+    let k = p.seq_k / 5;
+    let workloads = [
+        (
+            "python",
+            "pass".to_string(),
+            "await noop()".to_string(),
+            format!("for _ in range({k}):\n    await noop()\n"),
+            format!("await asyncio.gather(*[noop() for _ in range({PARALLEL})])\n"),
+        ),
+        (
+            "bash",
+            ":".to_string(),
+            "noop >/dev/null".to_string(),
+            format!("for i in $(seq {k}); do noop >/dev/null; done"),
+            format!("for i in $(seq {PARALLEL}); do noop >/dev/null & done; wait"),
+        ),
+    ];
+    let mut out = serde_json::Map::new();
+    for (lang, empty, one, seq, parallel) in workloads {
+        let lat = |code: String, n: usize| async move {
+            let mut v = Vec::new();
+            for _ in 0..n {
+                v.push(exec_lang(http, url, &code, lang).await.0.as_secs_f64() * 1e3);
+            }
+            median(&mut v)
+        };
+        let empty_ms = lat(empty, p.exec_n / 3).await;
+        let one_ms = lat(one, p.exec_n / 3).await;
+        let seq_ms = lat(seq, p.repeats).await;
+        let parallel_ms = lat(parallel, p.repeats).await;
+        out.insert(
+            lang.into(),
+            json!({
+                "empty_p50_ms": round(empty_ms),
+                "one_call_p50_ms": round(one_ms),
+                "seq_per_call_ms": round((seq_ms - empty_ms) / k as f64),
+                "parallel_100_per_call_ms": round((parallel_ms - empty_ms) / PARALLEL as f64),
+            }),
+        );
+    }
+    out.insert("k".into(), json!(k));
+    Value::Object(out)
 }
 
 /// Workloads 2 and 3 for one no-op tool (by its Python name): K sequential calls and G calls

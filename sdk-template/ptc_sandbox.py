@@ -66,15 +66,21 @@ def prepare():
     _syscalls()
 
 
-def load_filters(path):
-    """The seccomp programs of the sidecar's filter file, ready to install (`compile_filters`)."""
+# The program that refuses process creation: a run that may start processes (a bash run, or
+# PTC_ALLOW_SUBPROCESS=true, whose filter file has no such program) goes without it.
+PROCESS_PROGRAM = "process"
+
+
+def load_filters(path, skip=()):
+    """The seccomp programs of the sidecar's filter file but those named in `skip`, ready to
+    install (`compile_filters`)."""
     import json
 
     try:
         with open(path, "rb") as f:
             doc = json.loads(f.read())
         arch = doc["arch"]
-        programs = [bytes.fromhex(p["bpf"]) for p in doc["filters"]]
+        programs = [bytes.fromhex(p["bpf"]) for p in doc["filters"] if p["name"] not in skip]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise SandboxError("cannot read the seccomp filter file %s: %s" % (path, e))
     machine = os.uname().machine

@@ -4,9 +4,12 @@ Owns making children fast: it loads the SDK and builds the stubs once (ptc_boots
 then forks one child per request. A child starts from exactly the state a cold bootstrap reaches
 before it reads its job, so its run is the same as a cold one's (docs/runner-protocol.md).
 
-Requests: one JSON message per fork, `{"id", "scratch", "env", "limits"}`, with the child's
+Requests: one JSON message per fork, `{"id", "scratch", "env", "limits", "exec"?}`, with the child's
 stdin, stdout and stderr, and its Landlock ruleset when there is one, attached as SCM_RIGHTS;
-the child confines itself (ptc_sandbox) before it continues as a cold child would. Replies:
+the child confines itself (ptc_sandbox) before it continues as a cold child would, or, with
+`exec` (an argv), becomes that program (a bash run) under the same layers, where the seccomp
+program against process creation is left out: the run's processes stay in its sandbox, and are
+killed with it (this server is their subreaper). Replies:
 `forked ID PID`, or `failed ID ERRNO` when the fork failed (EAGAIN: the run user's process limit
 is reached), and `exited PID CODE` (CODE negative for a signal) once the child is reaped.
 The server stays single-threaded and never runs user code. It is a child subreaper: what a run
@@ -35,9 +38,10 @@ def main():
 
     # What each child applies after its fork (docs/SECURITY.md): the filters are read once.
     spec = ptc_sandbox.spec_from_env() or dict(ptc_bootstrap._EVERY_LAYER)
-    filters = None
+    filters = exec_filters = None
     if spec.get("seccomp") and spec.get("filters"):
         filters = ptc_sandbox.load_filters(spec["filters"])
+        exec_filters = ptc_sandbox.load_filters(spec["filters"], skip={ptc_sandbox.PROCESS_PROGRAM})
     server_pid = os.getpid()
     ptc_sandbox.become_subreaper()
     # The runs this server forked that have not been reaped: every other child is a stray.
@@ -54,13 +58,16 @@ def main():
     signal.signal(signal.SIGCHLD, lambda *_: None)
 
     try:
-        _serve(ctl, (wake_r, wake_w), runs, prepared, spec, filters, server_pid, resource)
+        _serve(ctl, (wake_r, wake_w), runs, prepared, spec, (filters, exec_filters), server_pid,
+               resource)
     finally:
         _leave()  # the sidecar is done with us, or something here broke: nothing stays behind
 
 
-def _serve(ctl, wake, runs, prepared, spec, filters, server_pid, resource):
-    """Answers fork requests until the sidecar shuts the socket down or goes away."""
+def _serve(ctl, wake, runs, prepared, spec, filter_sets, server_pid, resource):
+    """Answers fork requests until the sidecar shuts the socket down or goes away.
+    `filter_sets`: the seccomp programs of a Python run, and of a run that execs a program (a
+    bash run: it may start processes, all of them inside its sandbox and killed with it)."""
     import ptc_bootstrap
     import ptc_sandbox
 
@@ -99,12 +106,15 @@ def _serve(ctl, wake, runs, prepared, spec, filters, server_pid, resource):
         if pid == 0:
             try:
                 _child(request, fds, ctl, wake, resource)
+                argv = request.get("exec")
                 # The run's own Landlock ruleset came as a fourth fd; confine closes it.
                 ptc_sandbox.confine_or_exit(
                     ptc_sandbox.confine_spec, spec,
                     ruleset_fd=fds[3] if len(fds) > 3 else None,
-                    filters=filters, parent_pid=server_pid,
+                    filters=filter_sets[1 if argv else 0], parent_pid=server_pid,
                 )
+                if argv:
+                    _exec(argv)
                 ptc_bootstrap.serve(prepared)  # never returns
             finally:
                 os._exit(2)
@@ -116,6 +126,15 @@ def _serve(ctl, wake, runs, prepared, spec, filters, server_pid, resource):
         for fd in fds:
             os.close(fd)
         _send(ctl, "forked %s %d\n" % (request.get("id", "?"), pid))
+
+
+def _exec(argv):
+    """Becomes the run's program (`["/bin/bash", ...]`), confined: every layer survives exec."""
+    try:
+        os.execve(argv[0], argv, os.environ)
+    except OSError as e:
+        os.write(2, ("ptc: cannot start %s: %s\n" % (argv[0], e)).encode("utf-8", "replace"))
+        os._exit(127)
 
 
 def _leave():

@@ -12,7 +12,7 @@
 
 use super::error::{ApiError, json_body};
 use super::sse;
-use crate::run::{CallError, ExecRequest, ExecResult, PendingCall, Runner, host_error};
+use crate::run::{CallError, ExecRequest, ExecResult, Lang, PendingCall, Runner, host_error};
 use crate::run::{OutputChunk, new_token};
 use crate::util::lock;
 use axum::extract::{Path, Request, State};
@@ -79,6 +79,8 @@ struct ExecBody {
     timeout_ms: Option<u64>,
     /// Seconds, as the `exec_code` tool's own input has it; `timeout_ms` wins when both are given.
     timeout: Option<u64>,
+    /// `"python"` (the default) or `"bash"` (every PTC tool a bash function).
+    lang: Option<String>,
 }
 
 /// JSON, or with `Accept: text/event-stream` the attached protocol's event stream.
@@ -90,9 +92,18 @@ async fn exec_code(State(exec): State<Exec>, request: Request) -> Result<Respons
     let body: ExecBody = json_body(
         request,
         MAX_EXEC_BYTES,
-        r#"{"code": "...", "timeout_ms"?: N}"#,
+        r#"{"code": "...", "timeout_ms"?: N, "lang"?: "python" | "bash"}"#,
     )
     .await?;
+    let lang = match body.lang.as_deref() {
+        None | Some("python" | "py" | "python3") => Lang::Python,
+        Some("bash") => Lang::Bash,
+        Some(other) => {
+            return Err(ApiError::BadRequest(format!(
+                "lang {other:?} is not run here: use \"python\" (the default) or \"bash\""
+            )));
+        }
+    };
     let timeout = match (body.timeout_ms, body.timeout) {
         (Some(0), _) | (None, Some(0)) => {
             return Err(ApiError::BadRequest("timeout_ms must be at least 1".into()));
@@ -103,6 +114,7 @@ async fn exec_code(State(exec): State<Exec>, request: Request) -> Result<Respons
     };
     let request = ExecRequest {
         code: body.code,
+        lang,
         timeout,
         ..ExecRequest::default()
     };

@@ -1,16 +1,19 @@
-//! The IPC bridge: the loopback HTTP server the Python SDK calls (`POST /call`), and
+//! The IPC bridge: the loopback HTTP server the Python SDK calls (`POST /call`),
 //! `POST /tool_call` for sandboxes that call tools themselves (host protocol "direct posting",
-//! docs/protocols.md): same token, same dispatch and policy, plain `{result}` or an HTTP error.
+//! docs/protocols.md), and `POST /bash/{tool}` for the tool functions of a bash run (the body is
+//! the one JSON argument, the answer the result as compact JSON or the error as one line of
+//! text): same token, same dispatch and policy.
 //!
 //! Owns the wire: bearer-token check before anything is read or dispatched, the body limit,
 //! JSON error bodies. What a call does is the calls handle's business (`calls::Calls::call`);
 //! this module sees nothing of the runner.
 
+use super::bash;
 use super::calls::{Calls, RunCtx};
 use super::dispatch::CallError;
 use axum::Router;
 use axum::body::{Bytes, to_bytes};
-use axum::extract::{Request, State};
+use axum::extract::{Path, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -32,11 +35,12 @@ pub async fn serve(listener: tokio::net::TcpListener, calls: Calls, shutdown: Ca
             "/tool_call",
             post(|State(calls), request| handle(Route::ToolCall, calls, request)),
         )
+        .route("/bash/{tool}", post(bash))
         .fallback(|| async {
             refuse(
                 StatusCode::NOT_FOUND,
                 "not_found",
-                "the IPC bridge answers POST /call and POST /tool_call only",
+                "the IPC bridge answers POST /call, POST /tool_call and POST /bash/{tool} only",
             )
         })
         .with_state(calls);
@@ -105,17 +109,19 @@ impl Route {
                 reply(StatusCode::OK, json!({"ok": false, "error": e.to_json()}))
             }
             (Route::ToolCall, Ok(result)) => reply(StatusCode::OK, json!({"result": result})),
-            (Route::ToolCall, Err(e)) => {
-                let status = match e {
-                    CallError::Input(_) => StatusCode::BAD_REQUEST,
-                    CallError::UnknownTool(_) => StatusCode::NOT_FOUND,
-                    CallError::Tool(_) => StatusCode::BAD_GATEWAY,
-                    CallError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
-                    CallError::Limit(_) => StatusCode::TOO_MANY_REQUESTS,
-                    CallError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
-                };
-                reply(status, json!({"error": e.to_json()}))
-            }
+            (Route::ToolCall, Err(e)) => reply(self.status_of(&e), json!({"error": e.to_json()})),
+        }
+    }
+
+    /// The status that says who has to act on a failed call.
+    fn status_of(self, e: &CallError) -> StatusCode {
+        match e {
+            CallError::Input(_) => StatusCode::BAD_REQUEST,
+            CallError::UnknownTool(_) => StatusCode::NOT_FOUND,
+            CallError::Tool(_) => StatusCode::BAD_GATEWAY,
+            CallError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            CallError::Limit(_) => StatusCode::TOO_MANY_REQUESTS,
+            CallError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 }
@@ -132,6 +138,64 @@ async fn handle(route: Route, calls: Calls, request: Request) -> Response {
     };
     match outcome.await {
         Ok(response) | Err(response) => response,
+    }
+}
+
+/// `POST /bash/{tool}` (the tool's name percent-encoded), the body the call's one JSON argument
+/// (empty: `{}`). `200` with the result as the tool function prints it ([`bash::printed`]); anything else with the
+/// error as one line of text (`TOOL: message`), which the bash function prints to stderr.
+async fn bash(State(calls): State<Calls>, Path(tool): Path<String>, request: Request) -> Response {
+    let text = |status: StatusCode, message: String| {
+        let line = format!("{tool}: {}\n", message.replace('\n', " "));
+        (
+            status,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            line,
+        )
+            .into_response()
+    };
+    let (run, body) = match authorized(&calls, request).await {
+        Ok(authorized) => authorized,
+        Err(refused) => {
+            let status = refused.status();
+            return text(status, refused_message(status));
+        }
+    };
+    let args: Value = if body.iter().all(u8::is_ascii_whitespace) {
+        empty_args()
+    } else {
+        match serde_json::from_slice(&body) {
+            Ok(args) => args,
+            Err(e) => {
+                return text(
+                    StatusCode::BAD_REQUEST,
+                    format!(
+                        "the argument is not JSON ({e}); pass one JSON object in single quotes, \
+                         e.g. {tool} '{{\"key\": \"value\"}}'"
+                    ),
+                );
+            }
+        }
+    };
+    match calls.call(&run, &tool, args).await {
+        Ok(result) => (
+            StatusCode::OK,
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            bash::printed(&result),
+        )
+            .into_response(),
+        Err(e) => text(Route::ToolCall.status_of(&e), e.to_string()),
+    }
+}
+
+/// What a refusal before dispatch says, as text.
+fn refused_message(status: StatusCode) -> String {
+    match status {
+        StatusCode::UNAUTHORIZED => "missing or unknown run token (the run may be over)".into(),
+        StatusCode::PAYLOAD_TOO_LARGE => {
+            format!("a tool call's argument is limited to {MAX_CALL_BYTES} bytes")
+        }
+        other => format!("refused ({other})"),
     }
 }
 

@@ -11,17 +11,19 @@
 //! | `scratch` | the scratch quota: measuring a run's scratch directory while it runs | — |
 //! | `confine` | the runner's [`Sandbox`](crate::sandbox::Sandbox) built once at startup, [`SandboxSettings`] | — |
 //! | `dispatch` | what one call does on its backend, [`CallError`], [`Backends`] | — |
-//! | `zygote` | the fork server of one catalog | `child` |
+//! | `zygote` | the fork server of one catalog, [`zygote::Program`] (what a forked child may become) | `child` |
+//! | `bash` | bash runs: tools as bash functions, what bash is started with, how a result prints | `zygote` |
 //! | `prepare` | the prepared-SDK cache, one [`prepare::CatalogKey`] for every catalog | `sdk`, `dispatch` |
 //! | `pool` | where a child comes from: warm, forked or cold; the refill loop | `child`, `zygote`, `prepare` |
 //! | `calls` | the live runs by token, [`calls::RunCtx`], [`CallRecord`], `call(run, tool, args)` | `dispatch`, `prepare` |
-//! | `ipc` | the loopback HTTP bridge (`/call`, `/tool_call`) | `calls`, `dispatch` |
+//! | `ipc` | the loopback HTTP bridge (`/call`, `/tool_call`, `/bash/{tool}`) | `calls`, `dispatch`, `bash` |
 //! | `runner` | a run's lifecycle, [`Runner`] and its request and result types | all of the above |
 //!
 //! `child` and `zygote` take a child's confinement from `crate::sandbox` (docs/SECURITY.md).
 //!
 //! Outside `run/`, use what this module re-exports rather than reaching into its submodules.
 
+pub mod bash;
 pub mod calls;
 pub mod child;
 pub mod confine;
@@ -40,5 +42,5 @@ pub use child::{Limits, PythonError, resolve_python};
 pub use confine::SandboxSettings;
 pub use dispatch::{Backends, CallError, McpCaller, PendingCall, host_error};
 pub use output::OutputChunk;
-pub use runner::{ExecRequest, ExecResult, ExecStatus, Runner, RunnerConfig};
+pub use runner::{ExecRequest, ExecResult, ExecStatus, Lang, Runner, RunnerConfig};
 pub use scratch::ScratchQuota;

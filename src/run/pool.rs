@@ -11,7 +11,7 @@
 
 use super::child::{self, Child, SpawnSpec};
 use super::prepare::{CatalogKey, Preparations, Prepared};
-use super::zygote::Zygote;
+use super::zygote::{Program, Zygote};
 use crate::render::Snapshot;
 use crate::util::lock;
 use std::collections::VecDeque;
@@ -89,6 +89,39 @@ impl Pool {
         Ok(c)
     }
 
+    /// A child for one run that becomes `program` once confined (a bash run), its stdin closed.
+    /// Any fork server will do, since the program does not load the SDK: the one of
+    /// `prepared` (pass the current catalog's, so as not to replace it) when there is a warm
+    /// pool, else one of its own, started for this run and stopped with it. Never a cold
+    /// child: a program may start processes, and the fork server is the subreaper that kills
+    /// what it leaves behind.
+    pub async fn start_program(
+        &self,
+        prepared: &Prepared,
+        id: &str,
+        program: &Program,
+    ) -> std::io::Result<Child> {
+        let mut child = match self.zygote_for(prepared) {
+            Some(zygote) => zygote.fork(&self.spec, id, Some(program)).await?,
+            None => {
+                if !prepared.check() {
+                    return Err(std::io::Error::other(
+                        "the SDK directory changed after it was written; it is being prepared again",
+                    ));
+                }
+                let server = Arc::new(Zygote::start(&self.spec, &prepared.sdk_dir)?);
+                server.fork(&self.spec, id, Some(program)).await?
+            }
+        };
+        write_job(&mut child, b"").await?;
+        Ok(child)
+    }
+
+    /// The scratch directory a run of this id gets.
+    pub fn scratch_of(&self, id: &str) -> std::path::PathBuf {
+        self.spec.scratch_root.join(id)
+    }
+
     /// A ready child of this catalog; children of another one, or that died waiting, are
     /// dropped on the way.
     fn take_warm(&self, key: CatalogKey) -> Option<Child> {
@@ -130,12 +163,12 @@ impl Pool {
         }
         let server = Arc::new(Zygote::start(&self.spec, &prepared.sdk_dir)?);
         // The child holds the server; dropping the child stops it.
-        server.fork(&self.spec, id).await
+        server.fork(&self.spec, id, None).await
     }
 
     /// A child forked from a fork server; the fork message says how it confines itself.
     async fn forked(&self, zygote: &Arc<Zygote>, id: &str) -> std::io::Result<Child> {
-        zygote.fork(&self.spec, id).await
+        zygote.fork(&self.spec, id, None).await
     }
 
     /// The fork server of this catalog, started on first use; none without a warm pool, and

@@ -6,6 +6,7 @@
 //! know how a tool call is dispatched (`calls`), how a child is made (`pool`) or how output is
 //! read (`output`).
 
+use super::bash;
 use super::calls::{CallLimits, CallRecord, Calls, RunCtx};
 use super::child::{Limits, SpawnSpec};
 use super::confine::{self, SandboxSettings};
@@ -62,10 +63,21 @@ pub struct RunnerConfig {
     pub scratch_quota: ScratchQuota,
 }
 
+/// The language of a run's code.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Lang {
+    /// Python with the SDK: tools are async functions (the default).
+    #[default]
+    Python,
+    /// Bash: tools are bash functions ([`bash`]); the code may start processes.
+    Bash,
+}
+
 /// One request to run code.
 #[derive(Debug, Default)]
 pub struct ExecRequest {
     pub code: String,
+    pub lang: Lang,
     /// Capped by `PTC_TIMEOUT`.
     pub timeout: Option<Duration>,
     /// Run against this catalog instead of the sidecar's current one (a protocol that sends its
@@ -240,6 +252,17 @@ impl Runner {
             truncated: false,
         };
 
+        if req.lang == Lang::Bash && req.code.len() > bash::MAX_CODE_BYTES {
+            return fail(
+                ExecStatus::Error,
+                format!(
+                    "ptc-sidecar: bash code is limited to {} bytes (one argument of bash -c), \
+                     this is {}; write long scripts to a file in a first run and run the file",
+                    bash::MAX_CODE_BYTES,
+                    req.code.len()
+                ),
+            );
+        }
         let Ok(Ok(_slot)) = tokio::time::timeout_at(deadline, self.inner.slots.acquire()).await
         else {
             return fail(
@@ -278,6 +301,7 @@ impl Runner {
                 );
             }
         };
+        let functions = (req.lang == Lang::Bash).then(|| bash::functions(&snapshot.catalog));
         let limits = CallLimits {
             max_calls: cfg.max_calls_per_run,
             max_in_flight: cfg.max_in_flight_per_run,
@@ -300,12 +324,35 @@ impl Runner {
         })
         .to_string();
         let pool = &self.inner.pool;
-        let mut child = match pool.start(&prepared, warm, id, job.as_bytes()).await {
+        let started_child = match functions {
+            None => pool.start(&prepared, warm, id, job.as_bytes()).await,
+            Some(functions) => {
+                let mut program = bash::program(
+                    &req.code,
+                    &pool.scratch_of(id),
+                    self.ipc_addr().port(),
+                    registration.token(),
+                );
+                program.files = vec![(bash::FUNCTIONS_FILE.into(), functions)];
+                // The current catalog's fork server, when there is a warm pool to keep it.
+                let fork_from = match cfg.warm_workers {
+                    0 => None,
+                    _ => preparations.current().await.ok().map(|(_, p)| p),
+                };
+                pool.start_program(fork_from.as_ref().unwrap_or(&prepared), id, &program)
+                    .await
+            }
+        };
+        let mut child = match started_child {
             Ok(c) => c,
             Err(e) => {
+                let program = match req.lang {
+                    Lang::Python => cfg.python.display().to_string(),
+                    Lang::Bash => bash::BASH.to_string(),
+                };
                 return fail(
                     ExecStatus::Error,
-                    format!("ptc-sidecar could not start {}: {e}", cfg.python.display()),
+                    format!("ptc-sidecar could not start {program}: {e}"),
                 );
             }
         };

@@ -47,6 +47,16 @@ struct Waiters {
     exits: HashMap<i32, oneshot::Sender<i32>>,
 }
 
+/// A program a forked child becomes once confined, and what it adds to the run's environment.
+#[derive(Debug, Clone, Default)]
+pub struct Program {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// Files written into the run's scratch directory before the fork (read-only to the run):
+    /// name, content.
+    pub files: Vec<(String, String)>,
+}
+
 /// A running fork server.
 pub struct Zygote {
     process: Mutex<Option<tokio::process::Child>>,
@@ -105,11 +115,23 @@ impl Zygote {
     }
 
     /// Forks a child for one run, its pipes connected to us; it sets `spec.limits` on itself.
-    pub async fn fork(self: &Arc<Self>, spec: &SpawnSpec, id: &str) -> io::Result<Child> {
+    /// With `program`, the child becomes that program once confined (a bash run).
+    pub async fn fork(
+        self: &Arc<Self>,
+        spec: &SpawnSpec,
+        id: &str,
+        program: Option<&Program>,
+    ) -> io::Result<Child> {
         if !self.is_alive() {
             return Err(io::Error::other("the fork server is gone"));
         }
         let scratch = spec.make_scratch(id)?;
+        if let Some(program) = program
+            && let Err(e) = write_files(&scratch, &program.files)
+        {
+            let _ = std::fs::remove_dir_all(&scratch);
+            return Err(e);
+        }
         // The run's Landlock ruleset travels with the fork request as a fourth fd.
         let ruleset = match spec.sandbox.ruleset(&self.sdk_dir, &scratch) {
             Ok(r) => r,
@@ -124,15 +146,14 @@ impl Zygote {
         let (tx, rx) = oneshot::channel();
         lock(&self.waiters).forks.insert(id.to_string(), tx);
         let limits = spec.limits;
-        let env: serde_json::Map<String, serde_json::Value> = spec
+        let mut env: serde_json::Map<String, serde_json::Value> = spec
             .run_env(&scratch)
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.into()))
             .collect();
-        let message = json!({
+        let mut message = json!({
             "id": id,
             "scratch": scratch.to_string_lossy(),
-            "env": env,
             "limits": {
                 "as": limits.address_space,
                 "cpu": limits.cpu_secs,
@@ -140,8 +161,15 @@ impl Zygote {
                 "nofile": limits.open_files,
                 "nproc": limits.processes,
             },
-        })
-        .to_string();
+        });
+        if let Some(program) = program {
+            for (k, v) in &program.env {
+                env.insert(k.clone(), v.clone().into());
+            }
+            message["exec"] = json!(program.argv);
+        }
+        message["env"] = env.into();
+        let message = message.to_string();
         let mut fds = vec![
             stdin_r.as_raw_fd(),
             stdout_w.as_raw_fd(),
@@ -213,6 +241,21 @@ impl Drop for Zygote {
         }
         // Otherwise `group` and the process handle (kill_on_drop) kill it here.
     }
+}
+
+/// Writes a program's files into its scratch directory, readable by the run and not writable.
+fn write_files(scratch: &Path, files: &[(String, String)]) -> io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    for (name, content) in files {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o444)
+            .open(scratch.join(name))?
+            .write_all(content.as_bytes())?;
+    }
+    Ok(())
 }
 
 /// Reads the server's replies and hands them to whoever waits.

@@ -7,13 +7,13 @@ use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use std::time::Duration;
 
-const PROGRAMMATIC: &str = "/exec/programmatic";
+pub const PROGRAMMATIC: &str = "/exec/programmatic";
 /// The timeout (ms) of runs whose deadline a test waits out. A request's run starts cold (its
 /// own catalog), and on a loaded machine a cold start has taken over a second, so the 1 s
 /// minimum timed the run out before its first tool call.
 const SHORT_RUN_MS: u64 = 3000;
 
-fn tools() -> Value {
+pub fn tools() -> Value {
     json!([
         {"name": "get-weather", "description": "Weather for a city.",
          "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
@@ -23,13 +23,13 @@ fn tools() -> Value {
     ])
 }
 
-async fn sidecar(extra: &[(&str, &str)]) -> TestSidecar {
+pub async fn sidecar(extra: &[(&str, &str)]) -> TestSidecar {
     let mut vars = vec![("PTC_ENABLED", "true"), ("PTC_WARM_WORKERS", "0")];
     vars.extend_from_slice(extra);
     TestSidecar::start(&vars).await
 }
 
-async fn post(s: &TestSidecar, path: &str, body: &Value) -> (u16, Value) {
+pub async fn post(s: &TestSidecar, path: &str, body: &Value) -> (u16, Value) {
     post_with(s, path, body, &[]).await
 }
 
@@ -52,12 +52,12 @@ fn first(code: &str) -> Value {
     json!({"code": code, "tools": tools(), "timeout": 20000, "session_id": "sess-1"})
 }
 
-fn cont(token: &Value, results: Value) -> Value {
+pub fn cont(token: &Value, results: Value) -> Value {
     json!({"continuation_token": token, "tool_results": results})
 }
 
 /// Answers every call of a `tool_call_required` the way the LibreChat client would.
-fn answer_all(r: &Value) -> Value {
+pub fn answer_all(r: &Value) -> Value {
     let results: Vec<Value> = r["tool_calls"]
         .as_array()
         .unwrap()
@@ -73,7 +73,12 @@ fn answer_all(r: &Value) -> Value {
 
 /// Runs code to the end, answering every round; returns the last answer and the rounds.
 async fn drive(s: &TestSidecar, code: &str) -> (Value, Vec<Value>) {
-    let (status, mut r) = post(s, PROGRAMMATIC, &first(code)).await;
+    drive_body(s, &first(code)).await
+}
+
+/// [`drive`] from a first request of the caller's making.
+pub async fn drive_body(s: &TestSidecar, body: &Value) -> (Value, Vec<Value>) {
+    let (status, mut r) = post(s, PROGRAMMATIC, body).await;
     assert_eq!(status, 200, "{r}");
     let mut rounds = Vec::new();
     while r["status"] == "tool_call_required" {
@@ -208,11 +213,11 @@ async fn errors_go_to_stderr() {
         assert_eq!(r["status"], "error", "{r}");
         assert_eq!(r["error"], "Time limit exceeded");
 
-        // Bash is not something this sidecar runs: a permanent capability mismatch.
+        // A language this sidecar does not run: a permanent capability mismatch.
         let (status, r) = post(
             &s,
             PROGRAMMATIC,
-            &json!({"code": "echo hi", "lang": "bash", "tools": []}),
+            &json!({"code": "puts 1", "lang": "ruby", "tools": []}),
         )
         .await;
         assert_eq!(status, 422);
@@ -400,8 +405,8 @@ async fn api_key_is_required_when_set() {
     .unwrap();
 }
 
-/// The real LibreChat client (`tests/librechat/drive.mjs`, its own programmatic tool runner)
-/// against this sidecar. Skipped, with the reason printed, where node or the npm install
+/// The real LibreChat client (`tests/librechat/drive.mjs` and `drive-bash.mjs`, its own
+/// programmatic tool runners for Python and bash) against this sidecar. Skipped, with the reason printed, where node or the npm install
 /// (`npm install --prefix tests/librechat`, done by scripts/test) is missing.
 #[tokio::test]
 async fn the_real_librechat_client() {
@@ -425,26 +430,30 @@ async fn the_real_librechat_client() {
     }
     tokio::time::timeout(TEST_TIMEOUT, async {
         let s = sidecar(&[("PTC_API_KEY", "drive-key")]).await;
-        let output = tokio::process::Command::new("node")
-            .arg(dir.join("drive.mjs"))
-            .arg(format!("http://{}", s.addr))
-            .arg("drive-key")
-            .current_dir(&dir)
-            .kill_on_drop(true)
-            .output()
-            .await
-            .unwrap();
-        let (stdout, stderr) = (
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr),
-        );
-        println!("{stdout}");
-        assert!(
-            output.status.success(),
-            "drive.mjs failed:\n{stdout}\n{stderr}"
-        );
-        assert_eq!(stdout.matches("ok - ").count(), 8, "{stdout}");
-        // The aborted run (it would sleep 30 s) was stopped by the client's /cancel.
+        // The Python runner, then the bash runner, each with its own scenarios.
+        for (script, scenarios) in [("drive.mjs", 8), ("drive-bash.mjs", 7)] {
+            let output = tokio::process::Command::new("node")
+                .arg(dir.join(script))
+                .arg(format!("http://{}", s.addr))
+                .arg("drive-key")
+                .current_dir(&dir)
+                .kill_on_drop(true)
+                .output()
+                .await
+                .unwrap();
+            let (stdout, stderr) = (
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr),
+            );
+            println!("{script}:\n{stdout}");
+            assert!(
+                output.status.success(),
+                "{script} failed:\n{stdout}\n{stderr}"
+            );
+            assert_eq!(stdout.matches("ok - ").count(), scenarios, "{stdout}");
+        }
+        // The aborted run (it would sleep 30 s) was stopped by the client's /cancel; the bash
+        // run that never ended, at its timeout.
         assert_nothing_left(&s).await;
     })
     .await

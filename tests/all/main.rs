@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod api;
+mod bash;
 mod catalog;
 mod common;
 mod escape;

@@ -16,7 +16,7 @@ use crate::catalog::source::parse_tool_list;
 use crate::catalog::{Catalog, CatalogInput, Policy};
 use crate::render::Snapshot;
 use crate::run::new_token;
-use crate::run::{ExecRequest, ExecResult, ExecStatus, Runner};
+use crate::run::{ExecRequest, ExecResult, ExecStatus, Lang, Runner};
 use crate::util::now_ms;
 use axum::extract::{Request, State};
 use axum::http::HeaderMap;
@@ -116,11 +116,12 @@ fn failed(error: &str, stderr: impl Into<String>) -> Response {
         .into_response()
 }
 
-/// Any `lang` but Python is a permanent capability mismatch, which the client tells the model
-/// not to retry.
-fn check_lang(lang: Option<&str>) -> Result<(), ApiError> {
+/// Python (no `lang`, as the client's Python runner sends it) or bash; any other `lang` is a
+/// permanent capability mismatch, which the client tells the model not to retry.
+fn check_lang(lang: Option<&str>) -> Result<Lang, ApiError> {
     match lang {
-        None | Some("py" | "python" | "python3") => Ok(()),
+        None | Some("py" | "python" | "python3") => Ok(Lang::Python),
+        Some("bash" | "sh") => Ok(Lang::Bash),
         Some(other) => Err(ApiError::UnsupportedLang { lang: other.into() }),
     }
 }
@@ -179,7 +180,7 @@ async fn first(
     body: FirstBody,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
-    check_lang(body.lang.as_deref())?;
+    let lang = check_lang(body.lang.as_deref())?;
     if body.code.trim().is_empty() {
         return Err(ApiError::BadRequest("\"code\" is empty".into()));
     }
@@ -208,6 +209,7 @@ async fn first(
         &runner,
         Start {
             code: body.code,
+            lang,
             snapshot,
             timeout,
             session_id: session_or_new(body.session_id),
@@ -390,11 +392,16 @@ async fn plain(State(lc): State<Lc>, request: Request) -> Result<Response, ApiEr
         r#"{"lang": "py", "code": "...", "timeout"?: ms}"#,
     )
     .await?;
-    check_lang(body.lang.as_deref())?;
+    let lang = check_lang(body.lang.as_deref())?;
     let session_id = session_or_new(body.session_id);
+    let code = match lang {
+        Lang::Python => unwrap_plain(&body.code).unwrap_or(body.code),
+        Lang::Bash => body.code,
+    };
     let result = runner
         .exec(ExecRequest {
-            code: unwrap_plain(&body.code).unwrap_or(body.code),
+            code,
+            lang,
             timeout: Some(run_timeout(body.timeout, runner.config().timeout)),
             snapshot: Some(lc.0.empty.clone()),
             ..ExecRequest::default()
@@ -466,15 +473,14 @@ mod tests {
     }
 
     #[test]
-    fn only_python_runs() {
+    fn python_and_bash_run() {
         for lang in [None, Some("py"), Some("python"), Some("python3")] {
-            assert_eq!(check_lang(lang), Ok(()), "{lang:?}");
+            assert_eq!(check_lang(lang), Ok(Lang::Python), "{lang:?}");
         }
+        assert_eq!(check_lang(Some("bash")), Ok(Lang::Bash));
         assert_eq!(
-            check_lang(Some("bash")),
-            Err(ApiError::UnsupportedLang {
-                lang: "bash".into()
-            })
+            check_lang(Some("js")),
+            Err(ApiError::UnsupportedLang { lang: "js".into() })
         );
     }
 }

@@ -10,7 +10,7 @@
 use crate::api::error::ResultsError;
 use crate::render::Snapshot;
 use crate::run::new_token;
-use crate::run::{CallError, ExecRequest, ExecResult, PendingCall, Runner};
+use crate::run::{CallError, ExecRequest, ExecResult, Lang, PendingCall, Runner};
 use crate::util::{lock, now_ms};
 use serde::Deserialize;
 use serde_json::Value;
@@ -156,6 +156,7 @@ impl Runs {
         lock(&self.0.runs).insert(run.id.clone(), run.clone());
         let request = ExecRequest {
             code: s.code,
+            lang: s.lang,
             timeout: Some(s.timeout),
             snapshot: Some(s.snapshot),
             host: Some(host),
@@ -186,6 +187,7 @@ impl Runs {
 /// What a new run is.
 pub struct Start {
     pub code: String,
+    pub lang: Lang,
     pub snapshot: Arc<Snapshot>,
     pub timeout: Duration,
     pub session_id: String,

@@ -1,0 +1,174 @@
+// Drives ptc-sidecar's bash programmatic tool calling with the real LibreChat agents client.
+//
+//   node tests/librechat/drive-bash.mjs http://127.0.0.1:PORT [API_KEY]
+//
+// Uses the package's own bash runner (`createBashProgrammaticToolCallingTool`, the
+// `run_tools_with_bash` tool), invoked the way its ToolNode invokes it, behind a counting proxy
+// (as drive.mjs does for Python). Prints one line per scenario and exits non-zero on the first
+// failure.
+
+import http from 'node:http';
+import assert from 'node:assert/strict';
+import { createBashProgrammaticToolCallingTool, tool } from '@librechat/agents';
+
+const [sidecar, apiKey] = process.argv.slice(2);
+if (!sidecar) {
+  console.error('usage: node drive-bash.mjs http://127.0.0.1:PORT [API_KEY]');
+  process.exit(2);
+}
+
+// ---- a counting proxy in front of the sidecar ------------------------------------------------
+const counts = new Map();
+const target = new URL(sidecar);
+const proxy = http.createServer((req, res) => {
+  counts.set(req.url, (counts.get(req.url) ?? 0) + 1);
+  const upstream = http.request(
+    { host: target.hostname, port: target.port, path: req.url, method: req.method, headers: req.headers },
+    (up) => {
+      res.writeHead(up.statusCode, up.headers);
+      up.pipe(res);
+    },
+  );
+  upstream.on('error', (e) => {
+    res.writeHead(502);
+    res.end(String(e));
+  });
+  req.pipe(upstream);
+});
+await new Promise((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+const baseUrl = `http://127.0.0.1:${proxy.address().port}`;
+const requests = (path) => counts.get(path) ?? 0;
+
+// ---- host tools ------------------------------------------------------------------------------
+let inFlight = 0;
+let maxInFlight = 0;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+const defs = [
+  {
+    name: 'get-weather',
+    description: 'Weather for a city.',
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+    allowed_callers: ['code_execution'],
+    fn: async ({ city }) => {
+      inFlight++;
+      maxInFlight = Math.max(maxInFlight, inFlight);
+      await sleep(50);
+      inFlight--;
+      return JSON.stringify({ city, temp_c: city.length * 3, sky: 'sunny' });
+    },
+  },
+  {
+    name: 'add',
+    description: 'Adds two numbers.',
+    parameters: { type: 'object', properties: { a: { type: 'number' }, b: { type: 'number' } }, required: ['a', 'b'] },
+    allowed_callers: ['code_execution'],
+    fn: async ({ a, b }) => String(a + b),
+  },
+  {
+    name: 'flaky_service',
+    description: 'Always fails.',
+    parameters: { type: 'object', properties: {} },
+    allowed_callers: ['code_execution'],
+    fn: async () => {
+      throw new Error('flaky_service failed: boom');
+    },
+  },
+];
+const toolMap = new Map(
+  defs.map((d) => [d.name, tool(d.fn, { name: d.name, description: d.description, schema: d.parameters })]),
+);
+const toolDefs = defs.map(({ fn, ...def }) => def);
+
+const ptc = createBashProgrammaticToolCallingTool({
+  baseUrl,
+  authHeaders: apiKey ? { 'X-API-Key': apiKey } : {},
+  runTimeoutMs: 60000,
+});
+
+let n = 0;
+/** Runs bash `code` through the client; returns the ToolMessage (content + artifact). */
+async function run(code, extra = {}) {
+  return ptc.invoke({
+    id: `tc_${++n}`,
+    name: 'run_tools_with_bash',
+    type: 'tool_call',
+    args: { code, timeout: 30000, ...extra },
+    toolMap,
+    toolDefs,
+  });
+}
+
+async function scenario(name, body) {
+  const before = requests('/exec/programmatic');
+  await body(() => requests('/exec/programmatic') - before);
+  console.log(`ok - ${name}`);
+}
+
+try {
+  await scenario('sequential calls', async (posts) => {
+    const msg = await run(
+      "w=$(get_weather '{\"city\": \"Paris\"}')\nt=$(add \"{\\\"a\\\": 2, \\\"b\\\": 3}\")\necho \"$w\"\necho \"sum=$t\"",
+    );
+    assert.equal(msg.content, 'stdout:\n{"city":"Paris","temp_c":15,"sky":"sunny"}\nsum=5');
+    assert.equal(posts(), 3, 'two dependent calls, two round trips');
+    assert.ok(msg.artifact.session_id, 'a session id comes back');
+  });
+
+  await scenario('parallel calls with & and wait in one round', async (posts) => {
+    maxInFlight = 0;
+    const msg = await run(
+      [
+        "{ a=$(get_weather '{\"city\": \"A\"}'); printf '%s\\n' \"$a\" > a.json; } &",
+        "{ b=$(get_weather '{\"city\": \"BB\"}'); printf '%s\\n' \"$b\" > b.json; } &",
+        "{ c=$(get_weather '{\"city\": \"CCC\"}'); printf '%s\\n' \"$c\" > c.json; } &",
+        'wait',
+        "jq -s -c 'map(.temp_c) | add' a.json b.json c.json",
+      ].join('\n'),
+    );
+    assert.equal(msg.content, 'stdout:\n18');
+    assert.equal(posts(), 2, 'one round: the first request and one continuation');
+    assert.equal(maxInFlight, 3, 'the client ran the three calls together');
+  });
+
+  await scenario('a hyphenated tool name and jq', async () => {
+    const msg = await run("get_weather '{\"city\": \"Oslo\"}' | jq -r '.city + \" \" + .sky'");
+    assert.equal(msg.content, 'stdout:\nOslo sunny');
+  });
+
+  await scenario('a tool error: stderr and a non-zero status', async () => {
+    const msg = await run(
+      "if out=$(flaky_service '{}' 2>err.txt); then echo \"unexpected: $out\"; else echo \"status $?: $(cat err.txt)\"; fi",
+    );
+    assert.equal(msg.content, 'stdout:\nstatus 1: flaky_service: flaky_service failed: boom');
+  });
+
+  await scenario('a bash syntax error', async () => {
+    await assert.rejects(run('echo start\nif then fi'), (e) => {
+      assert.match(e.message, /^Bash programmatic execution failed: Code execution failed\./);
+      assert.match(e.message, /Stderr:\n[\s\S]*syntax error/);
+      return true;
+    });
+  });
+
+  await scenario('a script that never ends stops at its timeout', async () => {
+    const started = Date.now();
+    await assert.rejects(run("get_weather '{\"city\": \"X\"}' >/dev/null\nwhile :; do sleep 1; done", { timeout: 3000 }), (e) => {
+      assert.match(e.message, /Bash programmatic execution failed/);
+      return true;
+    });
+    assert.ok(Date.now() - started < 20000, 'it stopped near its 3 s timeout');
+  });
+
+  await scenario('code without tools goes to /exec', async () => {
+    const before = requests('/exec');
+    const msg = await run('echo plain; echo $((6 * 7))', { tool_manifest: [] });
+    assert.equal(msg.content, 'stdout:\nplain\n42');
+    assert.equal(requests('/exec') - before, 1);
+  });
+} catch (e) {
+  console.error(`not ok - ${e.stack ?? e}`);
+  process.exitCode = 1;
+} finally {
+  proxy.close();
+}
