@@ -4,7 +4,7 @@ Owns making children fast: it loads the SDK and builds the stubs once (ptc_boots
 then forks one child per request. A child starts from exactly the state a cold bootstrap reaches
 before it reads its job, so its run is the same as a cold one's (docs/runner-protocol.md).
 
-Requests: one JSON message per fork, `{"id", "scratch", "env", "limits", "exec"?}`, with the child's
+Requests: one JSON message per fork, `{"id", "scratch", "env", "limits", "cwd"?, "exec"?}`, with the child's
 stdin, stdout and stderr, and its Landlock ruleset when there is one, attached as SCM_RIGHTS;
 the child confines itself (ptc_sandbox) before it continues as a cold child would, or, with
 `exec` (an argv), becomes that program (a bash run) under the same layers, where the seccomp
@@ -190,7 +190,7 @@ def _child(request, fds, ctl, wake, resource):
         for fd in list(fds[:3]) + list(wake):
             os.close(fd)
         ctl.close()
-        os.chdir(request["scratch"])
+        os.chdir(request.get("cwd") or request["scratch"])
         os.environ.clear()
         os.environ.update({str(k): str(v) for k, v in (request.get("env") or {}).items()})
     except BaseException:

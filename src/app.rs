@@ -19,6 +19,7 @@ use crate::run::{
     resolve_python,
 };
 use crate::sandbox;
+use crate::session::{SessionConfig, Sessions};
 use crate::sources::{self, SavedCatalog};
 use crate::util::private_dir;
 use std::path::PathBuf;
@@ -61,6 +62,8 @@ pub enum StartError {
     },
     #[error("cannot start the runner: {0}")]
     Runner(#[source] std::io::Error),
+    #[error("cannot open the session directory (PTC_SESSION_DIR): {0}")]
+    Sessions(#[source] std::io::Error),
     #[error(transparent)]
     Reload(#[from] WatchError),
 }
@@ -152,6 +155,7 @@ impl Sidecar {
             shutdown.child_token(),
         )?;
         let mut runtime_dir = None;
+        let mut sessions = None;
         let runner = if config.enabled {
             let python = resolve_python(&config.python).await?;
             let dir = match &config.runtime_dir {
@@ -170,10 +174,23 @@ impl Sidecar {
             let mut backends = Backends::new(config.tool_timeout);
             backends.events = events.clone();
             backends.mcp = mcp.clone().map(|hub| Arc::new(hub) as Arc<dyn McpCaller>);
-            let rc = runner_config(&config, python, dir);
+            let rc = runner_config(&config, python, dir.clone());
             let runner = Runner::start(rc, rx.clone(), backends, shutdown.child_token())
                 .await
                 .map_err(StartError::Runner)?;
+            let store = Sessions::new(SessionConfig {
+                root: config
+                    .session_dir
+                    .clone()
+                    .unwrap_or_else(|| dir.join("sessions")),
+                ttl: config.session_ttl,
+                max_bytes: config.session_max_mb << 20,
+                max_files: config.session_max_files,
+                owner: runner.run_user(),
+            })
+            .map_err(StartError::Sessions)?;
+            store.spawn_sweeper(shutdown.child_token());
+            sessions = Some(store);
             Some(runner)
         } else {
             None
@@ -195,6 +212,7 @@ impl Sidecar {
                 config,
                 snapshot: rx,
                 runner,
+                sessions,
                 mcp,
                 events,
                 reload,

@@ -49,6 +49,10 @@ pub struct RawConfig {
     ptc_sandbox_read_paths: Option<String>,
     ptc_scratch_max_mb: Option<String>,
     ptc_scratch_max_files: Option<String>,
+    ptc_session_dir: Option<String>,
+    ptc_session_ttl: Option<String>,
+    ptc_session_max_mb: Option<String>,
+    ptc_session_max_files: Option<String>,
     path: Option<String>,
     home: Option<String>,
     tmpdir: Option<String>,
@@ -138,6 +142,14 @@ pub struct Config {
     pub scratch_max_mb: u64,
     /// Files (and directories) a run may create in its scratch directory.
     pub scratch_max_files: u64,
+    /// Where sessions keep their files (`PTC_SESSION_DIR`; absent: `sessions` in the runtime
+    /// directory, gone with it).
+    pub session_dir: Option<PathBuf>,
+    /// How long a session no request named lives on.
+    pub session_ttl: Duration,
+    /// What one session may hold, in MiB and in files.
+    pub session_max_mb: u64,
+    pub session_max_files: u64,
     /// The sidecar's `PATH`: children (runs, stdio MCP servers) get it.
     pub path_env: String,
     /// The sidecar's `HOME`, passed on to stdio MCP servers.
@@ -156,6 +168,9 @@ pub const DEFAULT_SANDBOX_USER: &str = "ptc-run";
 
 /// `PTC_MAX_OUTPUT_BYTES` bounds: enough for a traceback, at most 64 MiB held per stream.
 const OUTPUT_BYTES_RANGE: (u64, u64) = (1024, 64 * 1024 * 1024);
+/// `PTC_SESSION_TTL`'s default: a session no request named for a day is removed. LibreChat
+/// checks a file it uploaded for 23 hours before it uploads it again.
+const DEFAULT_SESSION_TTL_SECS: u64 = 24 * 3600;
 /// Largest `PTC_SCRATCH_MAX_FILES`: past it a file count is no longer a limit worth the name.
 const MAX_SCRATCH_FILES: u64 = 10_000_000;
 
@@ -284,6 +299,26 @@ impl RawConfig {
             scratch_max_files: parse_range(
                 "PTC_SCRATCH_MAX_FILES",
                 self.ptc_scratch_max_files,
+                10_000,
+                (1, MAX_SCRATCH_FILES),
+            )?,
+            session_dir: non_empty(self.ptc_session_dir).map(PathBuf::from),
+            session_ttl: parse_range(
+                "PTC_SESSION_TTL",
+                self.ptc_session_ttl,
+                DEFAULT_SESSION_TTL_SECS,
+                (1, 30 * 24 * 3600),
+            )
+            .map(Duration::from_secs)?,
+            session_max_mb: parse_range(
+                "PTC_SESSION_MAX_MB",
+                self.ptc_session_max_mb,
+                512,
+                (1, 1 << 20),
+            )?,
+            session_max_files: parse_range(
+                "PTC_SESSION_MAX_FILES",
+                self.ptc_session_max_files,
                 10_000,
                 (1, MAX_SCRATCH_FILES),
             )?,

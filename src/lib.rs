@@ -19,5 +19,7 @@ pub mod reload;
 pub mod render;
 pub mod run;
 pub mod sandbox;
+/// Session folders kept across runs, never following a link inside them (imports only [`util`]).
+pub mod session;
 pub mod sources;
 pub mod util;

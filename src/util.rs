@@ -40,6 +40,31 @@ pub fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
+/// A time as RFC 3339 in UTC with milliseconds (`2026-11-23T16:10:00.123Z`), what JavaScript's
+/// `new Date()` reads; times before 1970 are given as the epoch.
+pub fn rfc3339(t: SystemTime) -> String {
+    let since = t.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60,
+        since.subsec_millis()
+    )
+}
+
 /// Milliseconds of a duration, rounded to microseconds (how results and events report time).
 pub fn ms(d: std::time::Duration) -> f64 {
     (d.as_secs_f64() * 1e6).round() / 1e3
@@ -245,6 +270,16 @@ mod tests {
         for (text, want) in cases {
             assert_eq!(redact_urls(text), want, "{text}");
         }
+    }
+
+    #[test]
+    fn times_read_as_rfc_3339() {
+        use std::time::Duration;
+        let at = |s: u64, ms: u64| UNIX_EPOCH + Duration::from_millis(s * 1000 + ms);
+        assert_eq!(rfc3339(at(0, 0)), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(at(951_782_400, 5)), "2000-02-29T00:00:00.005Z");
+        assert_eq!(rfc3339(at(1_795_449_600, 123)), "2026-11-23T16:00:00.123Z");
+        assert_eq!(rfc3339(at(4_102_444_799, 999)), "2099-12-31T23:59:59.999Z");
     }
 
     #[test]

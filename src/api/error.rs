@@ -42,6 +42,15 @@ pub enum ApiError {
     /// 413 `too_large`: the body is over the endpoint's cap.
     #[error("the body is limited to {limit} bytes")]
     TooLarge { limit: usize },
+    /// 413 `quota`: a session would hold more than its quota (the message names it).
+    #[error("{0}")]
+    Quota(String),
+    /// 409 `busy`: what the request needs is held by another request for too long.
+    #[error("{0}")]
+    Busy(String),
+    /// 500 `internal`: the sidecar failed at something that should not fail (a disk error).
+    #[error("{0}")]
+    Internal(String),
     /// 422 `{"error": "unsupported_capability"}`: a `lang` other than Python. The LibreChat
     /// client reads this code (not a `type`) as a permanent capability mismatch.
     #[error("ptc-sidecar runs Python and bash, not {lang:?}")]
@@ -76,7 +85,9 @@ impl ApiError {
             ApiError::InvalidToken(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::PtcDisabled(_) | ApiError::TokenUsed => StatusCode::CONFLICT,
-            ApiError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::TooLarge { .. } | ApiError::Quota(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Busy(_) => StatusCode::CONFLICT,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::UnsupportedLang { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
         }
@@ -92,6 +103,9 @@ impl ApiError {
             ApiError::PtcDisabled(_) => "ptc_disabled",
             ApiError::TokenUsed => "token_used",
             ApiError::TooLarge { .. } => "too_large",
+            ApiError::Quota(_) => "quota",
+            ApiError::Busy(_) => "busy",
+            ApiError::Internal(_) => "internal",
             ApiError::UnsupportedLang { .. } => "unsupported_capability",
             ApiError::RateLimited { .. } => "rate_limited",
         }

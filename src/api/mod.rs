@@ -39,7 +39,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tools", get(tools))
         .merge(exec::router(state.runner.clone()))
         .merge(events::router())
-        .merge(librechat::router(state.runner.clone()))
+        .merge(librechat::router(
+            state.runner.clone(),
+            state.sessions.clone(),
+        ))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_key,

@@ -9,6 +9,7 @@ use crate::mcp::Hub;
 use crate::reload::ReloadStatus;
 use crate::render::Snapshot;
 use crate::run::Runner;
+use crate::session::Sessions;
 use std::sync::Arc;
 use tokio::sync::watch;
 
@@ -19,6 +20,8 @@ pub struct AppState {
     pub snapshot: watch::Receiver<Arc<Snapshot>>,
     /// Present when PTC is on.
     pub runner: Option<Runner>,
+    /// Where runs keep their files across requests; present with the runner.
+    pub sessions: Option<Sessions>,
     /// Present when `PTC_MCP_CONFIG` is set.
     pub mcp: Option<Hub>,
     /// Every run and call, to Redis (with `REDIS_URL`) and to `GET /v1/events`.

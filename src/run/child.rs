@@ -38,6 +38,10 @@ pub struct Limits {
     pub processes: u64,
 }
 
+/// The variable that names a run's data directory (its session's files), as LibreChat's
+/// client tells the model.
+pub const DATA_DIR_VARIABLE: &str = "LIBRECHAT_CODE_DATA_DIR";
+
 /// How to start children.
 #[derive(Debug, Clone)]
 pub struct SpawnSpec {
@@ -91,15 +95,20 @@ impl SpawnSpec {
         Ok(scratch)
     }
 
-    /// The whole environment of a run's child: nothing of the sidecar's but `PATH`.
-    pub fn run_env(&self, scratch: &Path) -> [(&'static str, String); 4] {
+    /// The whole environment of a run's child: nothing of the sidecar's but `PATH`; with a
+    /// `workspace` (a session's data directory), its path as `LIBRECHAT_CODE_DATA_DIR`.
+    pub fn run_env(&self, scratch: &Path, workspace: Option<&Path>) -> Vec<(&'static str, String)> {
         let scratch = scratch.to_string_lossy().into_owned();
-        [
+        let mut env = vec![
             ("PATH", self.path_env.clone()),
             ("LANG", "C.UTF-8".into()),
             ("HOME", scratch.clone()),
             ("TMPDIR", scratch),
-        ]
+        ];
+        if let Some(dir) = workspace {
+            env.push((DATA_DIR_VARIABLE, dir.to_string_lossy().into_owned()));
+        }
+        env
     }
 }
 
@@ -130,9 +139,17 @@ enum Exit {
 /// Starts `python -I -u -B SDK_DIR/ptc_bootstrap.py` (see docs/runner-protocol.md).
 /// The child confines itself (`ptc_sandbox.confine`) before it reads its job: its Landlock
 /// ruleset is inherited at [`sandbox::COLD_RULESET_FD`], and it starts as the run user.
-pub fn spawn(spec: &SpawnSpec, sdk_dir: &Path, id: &str) -> std::io::Result<Child> {
+pub fn spawn(
+    spec: &SpawnSpec,
+    sdk_dir: &Path,
+    id: &str,
+    workspace: Option<&Path>,
+) -> std::io::Result<Child> {
     let scratch = spec.make_scratch(id)?;
-    let ruleset = match spec.sandbox.ruleset(sdk_dir, &scratch) {
+    let writable: Vec<&Path> = std::iter::once(scratch.as_path())
+        .chain(workspace)
+        .collect();
+    let ruleset = match spec.sandbox.ruleset(sdk_dir, &writable) {
         Ok(r) => r,
         Err(e) => {
             let _ = std::fs::remove_dir_all(&scratch);
@@ -140,12 +157,12 @@ pub fn spawn(spec: &SpawnSpec, sdk_dir: &Path, id: &str) -> std::io::Result<Chil
         }
     };
     let mut cmd = spec.command(&sdk_dir.join("ptc_bootstrap.py"));
-    cmd.envs(spec.run_env(&scratch))
+    cmd.envs(spec.run_env(&scratch, workspace))
         .env(
             sandbox::SPEC_VARIABLE,
             spec.sandbox_spec(ruleset.as_ref().map(|_| sandbox::COLD_RULESET_FD)),
         )
-        .current_dir(&scratch)
+        .current_dir(workspace.unwrap_or(&scratch))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

@@ -42,5 +42,7 @@ pub use child::{Limits, PythonError, resolve_python};
 pub use confine::SandboxSettings;
 pub use dispatch::{Backends, CallError, McpCaller, PendingCall, host_error};
 pub use output::OutputChunk;
-pub use runner::{ExecRequest, ExecResult, ExecStatus, Lang, Runner, RunnerConfig};
+pub use runner::{
+    ExecRequest, ExecResult, ExecStatus, Lang, MODEL_DATA_DIR, Runner, RunnerConfig, Workspace,
+};
 pub use scratch::ScratchQuota;

@@ -15,6 +15,7 @@ use super::zygote::{Program, Zygote};
 use crate::render::Snapshot;
 use crate::util::lock;
 use std::collections::VecDeque;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -62,16 +63,24 @@ impl Pool {
     }
 
     /// A child for one run of `prepared`, its job written and stdin closed. `warm` says it
-    /// may be a warm child or a forked one (the current catalog's); else it starts cold.
+    /// may be a warm child or a forked one (the current catalog's); else it starts cold. A
+    /// run with a `workspace` (a session's data directory) is never a warm child: a child is
+    /// confined before it waits, and a warm one's ruleset names no workspace.
     pub async fn start(
         &self,
         prepared: &Prepared,
         warm: bool,
         id: &str,
         job: &[u8],
+        workspace: Option<&Path>,
     ) -> std::io::Result<Child> {
         if !warm {
-            let mut c = self.cold(prepared, id).await?;
+            let mut c = self.cold(prepared, id, workspace).await?;
+            write_job(&mut c, job).await?;
+            return Ok(c);
+        }
+        if workspace.is_some() {
+            let mut c = self.fresh(prepared, id, workspace).await?;
             write_job(&mut c, job).await?;
             return Ok(c);
         }
@@ -84,7 +93,7 @@ impl Pool {
         {
             return Ok(c);
         }
-        let mut c = self.fresh(prepared, id).await?;
+        let mut c = self.fresh(prepared, id, None).await?;
         write_job(&mut c, job).await?;
         Ok(c)
     }
@@ -100,17 +109,18 @@ impl Pool {
         prepared: &Prepared,
         id: &str,
         program: &Program,
+        workspace: Option<&Path>,
     ) -> std::io::Result<Child> {
         let mut child = match self.zygote_for(prepared) {
-            Some(zygote) => zygote.fork(&self.spec, id, Some(program)).await?,
+            Some(zygote) => {
+                zygote
+                    .fork(&self.spec, id, Some(program), workspace)
+                    .await?
+            }
             None => {
-                if !prepared.check() {
-                    return Err(std::io::Error::other(
-                        "the SDK directory changed after it was written; it is being prepared again",
-                    ));
-                }
-                let server = Arc::new(Zygote::start(&self.spec, &prepared.sdk_dir)?);
-                server.fork(&self.spec, id, Some(program)).await?
+                self.one_run_server(prepared)?
+                    .fork(&self.spec, id, Some(program), workspace)
+                    .await?
             }
         };
         write_job(&mut child, b"").await?;
@@ -135,16 +145,21 @@ impl Pool {
     }
 
     /// A new child: forked from the catalog's fork server when there is one, else cold.
-    async fn fresh(&self, prepared: &Prepared, id: &str) -> std::io::Result<Child> {
+    async fn fresh(
+        &self,
+        prepared: &Prepared,
+        id: &str,
+        workspace: Option<&Path>,
+    ) -> std::io::Result<Child> {
         if let Some(zygote) = self.zygote_for(prepared) {
-            match self.forked(&zygote, id).await {
+            match zygote.fork(&self.spec, id, None, workspace).await {
                 Ok(c) => return Ok(c),
                 // A cold start would meet the same limit.
                 Err(e) if e.kind() == std::io::ErrorKind::ResourceBusy => return Err(e),
                 Err(e) => tracing::warn!("fork server failed ({e}); starting the child directly"),
             }
         }
-        self.cold(prepared, id).await
+        self.cold(prepared, id, workspace).await
     }
 
     /// A child started from scratch; `child::spawn` confines it before exec. Where code may
@@ -152,23 +167,26 @@ impl Pool {
     /// this run and gone with it: the server is the subreaper that kills what the run leaves
     /// behind, which from a cold child would go to init (docs/SECURITY.md). Either way only
     /// from an SDK directory that still holds what was written (~1 ms of a ~40 ms start).
-    async fn cold(&self, prepared: &Prepared, id: &str) -> std::io::Result<Child> {
-        if !prepared.check() {
-            return Err(std::io::Error::other(
-                "the SDK directory changed after it was written; it is being prepared again",
-            ));
-        }
+    async fn cold(
+        &self,
+        prepared: &Prepared,
+        id: &str,
+        workspace: Option<&Path>,
+    ) -> std::io::Result<Child> {
         if !self.spec.sandbox.runs_may_fork() {
-            return child::spawn(&self.spec, &prepared.sdk_dir, id);
+            checked(prepared)?;
+            return child::spawn(&self.spec, &prepared.sdk_dir, id, workspace);
         }
-        let server = Arc::new(Zygote::start(&self.spec, &prepared.sdk_dir)?);
         // The child holds the server; dropping the child stops it.
-        server.fork(&self.spec, id, None).await
+        self.one_run_server(prepared)?
+            .fork(&self.spec, id, None, workspace)
+            .await
     }
 
-    /// A child forked from a fork server; the fork message says how it confines itself.
-    async fn forked(&self, zygote: &Arc<Zygote>, id: &str) -> std::io::Result<Child> {
-        zygote.fork(&self.spec, id, None).await
+    /// A fork server for one run, from an SDK directory that still holds what was written.
+    fn one_run_server(&self, prepared: &Prepared) -> std::io::Result<Arc<Zygote>> {
+        checked(prepared)?;
+        Ok(Arc::new(Zygote::start(&self.spec, &prepared.sdk_dir)?))
     }
 
     /// The fork server of this catalog, started on first use; none without a warm pool, and
@@ -224,6 +242,17 @@ impl Pool {
     }
 }
 
+/// Whether `prepared`'s SDK directory still holds what was written (when it does not, it is
+/// removed and prepared again for the next run).
+fn checked(prepared: &Prepared) -> std::io::Result<()> {
+    if prepared.check() {
+        return Ok(());
+    }
+    Err(std::io::Error::other(
+        "the SDK directory changed after it was written; it is being prepared again",
+    ))
+}
+
 async fn write_job(child: &mut Child, job: &[u8]) -> std::io::Result<()> {
     let mut stdin = child
         .stdin
@@ -249,7 +278,7 @@ pub async fn refill(
         if let Ok((_, prepared)) = preparations.current().await {
             while strong.keep_only(prepared.key) < strong.warm_workers && !shutdown.is_cancelled() {
                 let id = format!("w{}", strong.workers.fetch_add(1, Ordering::Relaxed));
-                match strong.fresh(&prepared, &id).await {
+                match strong.fresh(&prepared, &id, None).await {
                     Ok(c) => lock(&strong.warm).push_back((prepared.key, c)),
                     Err(e) => {
                         tracing::warn!("cannot pre-start a python worker: {e}");

@@ -73,11 +73,27 @@ pub enum Lang {
     Bash,
 }
 
+/// The path LibreChat's client tells the model its files are under. A run cannot have a
+/// directory there of its own without a mount namespace, so the literal path in its code is
+/// rewritten to its data directory, and the data directory's path in its output back to it.
+pub const MODEL_DATA_DIR: &str = "/mnt/data";
+
+/// A run's data directory: a session's files, there before the run and kept after it.
+#[derive(Debug, Clone)]
+pub struct Workspace {
+    pub dir: PathBuf,
+    /// What the directory may hold; a run past it is stopped, as for its scratch quota.
+    pub quota: ScratchQuota,
+}
+
 /// One request to run code.
 #[derive(Debug, Default)]
 pub struct ExecRequest {
     pub code: String,
     pub lang: Lang,
+    /// The run's data directory, when it belongs to a session: its cwd, writable, and
+    /// `LIBRECHAT_CODE_DATA_DIR`; `/mnt/data` in the code names it ([`MODEL_DATA_DIR`]).
+    pub workspace: Option<Workspace>,
     /// Capped by `PTC_TIMEOUT`.
     pub timeout: Option<Duration>,
     /// Run against this catalog instead of the sidecar's current one (a protocol that sends its
@@ -202,6 +218,12 @@ impl Runner {
         self.inner.ipc_addr
     }
 
+    /// The uid and gid code runs as, when the sidecar switches users: whom the files it writes
+    /// for runs (a session's) must belong to.
+    pub fn run_user(&self) -> Option<(u32, u32)> {
+        self.inner.sandbox.run_as().map(|u| (u.uid, u.gid))
+    }
+
     /// What the sandbox applies to every run, and what it cannot (for `/healthz`).
     pub fn sandbox_status(&self) -> &Status {
         self.inner.sandbox.status()
@@ -302,6 +324,19 @@ impl Runner {
             }
         };
         let functions = (req.lang == Lang::Bash).then(|| bash::functions(&snapshot.catalog));
+        let workspace = req.workspace.as_ref();
+        // The data directory's path, where the code says /mnt/data (a path that needs no
+        // quoting in either language; any other is left alone, and so is the code).
+        let data_path = workspace
+            .map(|w| w.dir.to_string_lossy().into_owned())
+            .filter(|p| {
+                p.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"/._-".contains(&b))
+            });
+        let code = match &data_path {
+            Some(path) => replace_path(&req.code, MODEL_DATA_DIR, path),
+            None => req.code,
+        };
         let limits = CallLimits {
             max_calls: cfg.max_calls_per_run,
             max_in_flight: cfg.max_in_flight_per_run,
@@ -316,7 +351,7 @@ impl Runner {
         let registration = self.inner.calls.register(run.clone());
 
         let job = json!({
-            "code": req.code,
+            "code": code,
             "ipc": self.ipc_addr().to_string(),
             "token": registration.token(),
             "call_timeout": (cfg.tool_timeout + CALL_TIMEOUT_MARGIN).as_secs_f64(),
@@ -325,10 +360,13 @@ impl Runner {
         .to_string();
         let pool = &self.inner.pool;
         let started_child = match functions {
-            None => pool.start(&prepared, warm, id, job.as_bytes()).await,
+            None => {
+                let dir = workspace.map(|w| w.dir.as_path());
+                pool.start(&prepared, warm, id, job.as_bytes(), dir).await
+            }
             Some(functions) => {
                 let mut program = bash::program(
-                    &req.code,
+                    &code,
                     &pool.scratch_of(id),
                     self.ipc_addr().port(),
                     registration.token(),
@@ -339,8 +377,9 @@ impl Runner {
                     0 => None,
                     _ => preparations.current().await.ok().map(|(_, p)| p),
                 };
-                pool.start_program(fork_from.as_ref().unwrap_or(&prepared), id, &program)
-                    .await
+                let fork_from = fork_from.as_ref().unwrap_or(&prepared);
+                let dir = workspace.map(|w| w.dir.as_path());
+                pool.start_program(fork_from, id, &program, dir).await
             }
         };
         let mut child = match started_child {
@@ -363,7 +402,16 @@ impl Runner {
             cfg.max_output_bytes,
             req.output,
         );
-        let quota = scratch::watch(child.scratch().to_path_buf(), cfg.scratch_quota);
+        let scratch_quota = scratch::watch(child.scratch().to_path_buf(), cfg.scratch_quota);
+        let quota = async {
+            match workspace {
+                None => scratch_quota.await,
+                Some(w) => tokio::select! {
+                    why = scratch_quota => why,
+                    why = scratch::watch_as(w.dir.clone(), w.quota, &scratch::SESSION) => why,
+                },
+            }
+        };
         // How the run ended, and why the sidecar stopped it if it did.
         let (status, exit_code, stopped) = tokio::select! {
             waited = tokio::time::timeout_at(deadline, child.wait()) => match waited {
@@ -399,16 +447,43 @@ impl Runner {
         drop(child);
         drop(registration);
 
+        // What the code printed names its data directory as the code did.
+        let (stdout, stderr) = match &data_path {
+            Some(path) => (
+                replace_path(&output.stdout, path, MODEL_DATA_DIR),
+                replace_path(&output.stderr, path, MODEL_DATA_DIR),
+            ),
+            None => (output.stdout, output.stderr),
+        };
         ExecResult {
             status,
             truncated: output.truncated,
-            stdout: output.stdout,
-            stderr: output.stderr,
+            stdout,
+            stderr,
             exit_code,
             duration_ms: ms(started.elapsed()),
             tool_calls: run.calls(),
         }
     }
+}
+
+/// `text` with every `from` that is a whole path (not followed by a character a file name
+/// continues with: `/mnt/data/x` and `"/mnt/data"` are, `/mnt/database` is not) as `to`.
+fn replace_path(text: &str, from: &str, to: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(from) {
+        let after = &rest[at + from.len()..];
+        let whole = !after
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_alphanumeric() || b"_.-".contains(&b));
+        out.push_str(&rest[..at]);
+        out.push_str(if whole { to } else { from });
+        rest = after;
+    }
+    out.push_str(rest);
+    out
 }
 
 /// Reports `exec.finished` once: with the result, or as `cancelled` when the run's future is
@@ -453,5 +528,22 @@ impl Drop for FinishGuard<'_> {
             );
             self.events.emit(e);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn only_whole_paths_are_replaced() {
+        let code =
+            "open('/mnt/data/a.csv'); cd /mnt/data; ls /mnt/database /mnt/data_x \"/mnt/data\"";
+        assert_eq!(
+            replace_path(code, "/mnt/data", "/run/s1"),
+            "open('/run/s1/a.csv'); cd /run/s1; ls /mnt/database /mnt/data_x \"/run/s1\""
+        );
+        assert_eq!(replace_path("none here", "/mnt/data", "/x"), "none here");
     }
 }

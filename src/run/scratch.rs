@@ -39,23 +39,51 @@ pub struct Usage {
 impl ScratchQuota {
     /// Why `usage` is over this quota, or `None`.
     pub fn exceeded(&self, usage: Usage) -> Option<String> {
+        self.exceeded_as(usage, &SCRATCH)
+    }
+
+    /// [`exceeded`](Self::exceeded), in the words of another directory's quota.
+    pub fn exceeded_as(&self, usage: Usage, names: &QuotaNames) -> Option<String> {
         if usage.bytes > self.max_bytes {
             Some(format!(
-                "the scratch directory holds more than {} MiB (PTC_SCRATCH_MAX_MB); delete \
-                 files the run no longer needs, or raise the quota",
-                self.max_bytes >> 20
+                "{} holds more than {} MiB ({}); delete files the run no longer needs, or \
+                 raise the quota",
+                names.what,
+                self.max_bytes >> 20,
+                names.bytes
             ))
         } else if usage.files > self.max_files {
             Some(format!(
-                "the scratch directory holds more than {} files (PTC_SCRATCH_MAX_FILES); keep \
-                 fewer, larger files, or raise the quota",
-                self.max_files
+                "{} holds more than {} files ({}); keep fewer, larger files, or raise the quota",
+                names.what, self.max_files, names.files
             ))
         } else {
             None
         }
     }
 }
+
+/// What a quota's messages call its directory and settings.
+#[derive(Debug)]
+pub struct QuotaNames {
+    pub what: &'static str,
+    pub bytes: &'static str,
+    pub files: &'static str,
+}
+
+/// A run's scratch directory.
+pub const SCRATCH: QuotaNames = QuotaNames {
+    what: "the scratch directory",
+    bytes: "PTC_SCRATCH_MAX_MB",
+    files: "PTC_SCRATCH_MAX_FILES",
+};
+
+/// A session's data directory.
+pub const SESSION: QuotaNames = QuotaNames {
+    what: "the session's data directory",
+    bytes: "PTC_SESSION_MAX_MB",
+    files: "PTC_SESSION_MAX_FILES",
+};
 
 /// Measures `dir` without following links: bytes as allocated on disk (a sparse file counts
 /// what it holds) or as long, whichever is more. Stops counting once past `quota`.
@@ -86,6 +114,11 @@ pub fn measure(dir: &Path, quota: &ScratchQuota) -> Usage {
 /// Measures `dir` every [`CHECK_EVERY`] (less often when measuring takes long) and returns why
 /// it went over `quota` once it does; never returns while it stays within.
 pub async fn watch(dir: PathBuf, quota: ScratchQuota) -> String {
+    watch_as(dir, quota, &SCRATCH).await
+}
+
+/// [`watch`], in the words of another directory's quota.
+pub async fn watch_as(dir: PathBuf, quota: ScratchQuota, names: &'static QuotaNames) -> String {
     let mut wait = CHECK_EVERY;
     loop {
         tokio::time::sleep(wait).await;
@@ -95,7 +128,7 @@ pub async fn watch(dir: PathBuf, quota: ScratchQuota) -> String {
             tokio::task::spawn_blocking(move || measure(&dir, &quota)).await
         };
         if let Ok(usage) = measured
-            && let Some(why) = quota.exceeded(usage)
+            && let Some(why) = quota.exceeded_as(usage, names)
         {
             return why;
         }

@@ -116,11 +116,14 @@ impl Zygote {
 
     /// Forks a child for one run, its pipes connected to us; it sets `spec.limits` on itself.
     /// With `program`, the child becomes that program once confined (a bash run).
+    /// With `workspace` (a session's data directory), that is its cwd, writable, and named by
+    /// `LIBRECHAT_CODE_DATA_DIR`.
     pub async fn fork(
         self: &Arc<Self>,
         spec: &SpawnSpec,
         id: &str,
         program: Option<&Program>,
+        workspace: Option<&Path>,
     ) -> io::Result<Child> {
         if !self.is_alive() {
             return Err(io::Error::other("the fork server is gone"));
@@ -133,7 +136,10 @@ impl Zygote {
             return Err(e);
         }
         // The run's Landlock ruleset travels with the fork request as a fourth fd.
-        let ruleset = match spec.sandbox.ruleset(&self.sdk_dir, &scratch) {
+        let writable: Vec<&Path> = std::iter::once(scratch.as_path())
+            .chain(workspace)
+            .collect();
+        let ruleset = match spec.sandbox.ruleset(&self.sdk_dir, &writable) {
             Ok(r) => r,
             Err(e) => {
                 let _ = std::fs::remove_dir_all(&scratch);
@@ -147,7 +153,7 @@ impl Zygote {
         lock(&self.waiters).forks.insert(id.to_string(), tx);
         let limits = spec.limits;
         let mut env: serde_json::Map<String, serde_json::Value> = spec
-            .run_env(&scratch)
+            .run_env(&scratch, workspace)
             .into_iter()
             .map(|(k, v)| (k.to_string(), v.into()))
             .collect();
@@ -169,6 +175,9 @@ impl Zygote {
             message["exec"] = json!(program.argv);
         }
         message["env"] = env.into();
+        if let Some(dir) = workspace {
+            message["cwd"] = dir.to_string_lossy().into();
+        }
         let message = message.to_string();
         let mut fds = vec![
             stdin_r.as_raw_fd(),

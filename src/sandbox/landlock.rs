@@ -117,15 +117,16 @@ fn scratch_access() -> BitFlags<AccessFs> {
 /// the kernel has no Landlock at all. The interpreter, SDK, operator and scratch paths must
 /// exist; absent system paths are skipped.
 pub fn ruleset_for(policy: &Policy, scratch: &Path) -> io::Result<Option<OwnedFd>> {
-    ruleset_with_sdk(policy, &policy.sdk_root, scratch)
+    ruleset_with_sdk(policy, &policy.sdk_root, &[scratch])
 }
 
 /// [`ruleset_for`] with `sdk_dir` instead of the policy's SDK root (one directory per catalog
-/// version).
+/// version), and every directory of `writable` with the scratch directory's rights (the run's
+/// scratch directory, and its session's data directory when it has one).
 pub fn ruleset_with_sdk(
     policy: &Policy,
     sdk_dir: &Path,
-    scratch: &Path,
+    writable: &[&Path],
 ) -> io::Result<Option<OwnedFd>> {
     let err = |e: landlock::RulesetError| io::Error::other(format!("landlock: {e}"));
     let mut ruleset = Ruleset::default()
@@ -164,9 +165,12 @@ pub fn ruleset_with_sdk(
             }
         }
     }
+    for dir in writable {
+        ruleset = ruleset
+            .add_rule(beneath(dir, scratch_access())?)
+            .map_err(err)?;
+    }
     ruleset = ruleset
-        .add_rule(beneath(scratch, scratch_access())?)
-        .map_err(err)?
         .add_rule(NetPort::new(policy.ipc_port, AccessNet::ConnectTcp))
         .map_err(err)?;
     Ok(ruleset.into())

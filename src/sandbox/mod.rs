@@ -318,12 +318,13 @@ impl Sandbox {
     }
 
     /// The ruleset fd of one run (`None` when Landlock is off or unavailable): the policy's
-    /// paths with `sdk_dir` (the run's catalog version) as the SDK, and `scratch`.
-    pub fn ruleset(&self, sdk_dir: &Path, scratch: &Path) -> std::io::Result<Option<OwnedFd>> {
+    /// paths with `sdk_dir` (the run's catalog version) as the SDK, and the `writable`
+    /// directories (its scratch directory, and its session's data directory).
+    pub fn ruleset(&self, sdk_dir: &Path, writable: &[&Path]) -> std::io::Result<Option<OwnedFd>> {
         if self.landlock_abi.is_none() {
             return Ok(None);
         }
-        landlock::ruleset_with_sdk(&self.policy, sdk_dir, scratch)
+        landlock::ruleset_with_sdk(&self.policy, sdk_dir, writable)
     }
 
     /// The seccomp programs for this policy as the filter file's JSON
@@ -464,7 +465,7 @@ mod tests {
         );
         assert!(
             sandbox
-                .ruleset(Path::new("/usr"), Path::new("/tmp"))
+                .ruleset(Path::new("/usr"), &[Path::new("/tmp")])
                 .unwrap()
                 .is_none()
         );

@@ -11,6 +11,7 @@ mod common;
 mod escape;
 mod events;
 mod exec;
+mod files;
 mod host;
 mod librechat;
 mod mcp;

@@ -109,7 +109,7 @@ impl World {
         let mut spec = Value::Null;
         if let Some(sandbox) = sandbox {
             let started = Instant::now();
-            ruleset = sandbox.ruleset(&self.sdk.0, &self.scratch.0).unwrap();
+            ruleset = sandbox.ruleset(&self.sdk.0, &[&self.scratch.0]).unwrap();
             eprintln!("ruleset built in {:?}", started.elapsed());
             let filters = self.runtime.0.join("ptc_seccomp.json");
             std::fs::write(&filters, sandbox.filters_json().unwrap().unwrap()).unwrap();
@@ -475,7 +475,7 @@ fn the_probe_reports_this_kernel() {
 async fn tcp_fast_open_gets_past_landlock_alone() {
     let world = World::new(project_python(), None);
     let sandbox = Sandbox::new(world.policy(false)).unwrap();
-    let ruleset = sandbox.ruleset(&world.sdk.0, &world.scratch.0).unwrap();
+    let ruleset = sandbox.ruleset(&world.sdk.0, &[&world.scratch.0]).unwrap();
     let cfg = json!({
         "sdk": world.sdk.0,
         "confine": {"landlock": true, "seccomp": false, "ruleset_fd": sandbox::COLD_RULESET_FD},

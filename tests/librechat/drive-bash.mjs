@@ -87,8 +87,9 @@ const ptc = createBashProgrammaticToolCallingTool({
 });
 
 let n = 0;
-/** Runs bash `code` through the client; returns the ToolMessage (content + artifact). */
-async function run(code, extra = {}) {
+/** Runs bash `code` through the client; returns the ToolMessage (content + artifact).
+ *  `call` adds to the tool call what the host's ToolNode injects (`session_id`, `_injected_files`). */
+async function run(code, extra = {}, call = {}) {
   return ptc.invoke({
     id: `tc_${++n}`,
     name: 'run_tools_with_bash',
@@ -96,6 +97,7 @@ async function run(code, extra = {}) {
     args: { code, timeout: 30000, ...extra },
     toolMap,
     toolDefs,
+    ...call,
   });
 }
 
@@ -126,7 +128,9 @@ try {
         "jq -s -c 'map(.temp_c) | add' a.json b.json c.json",
       ].join('\n'),
     );
-    assert.equal(msg.content, 'stdout:\n18');
+    // The three .json files are the session's now: the client lists them after stdout.
+    assert.match(msg.content, /^stdout:\n18\n/);
+    assert.deepEqual(msg.artifact.files.map((f) => f.name).sort(), ['a.json', 'b.json', 'c.json']);
     assert.equal(posts(), 2, 'one round: the first request and one continuation');
     assert.equal(maxInFlight, 3, 'the client ran the three calls together');
   });
@@ -140,7 +144,7 @@ try {
     const msg = await run(
       "if out=$(flaky_service '{}' 2>err.txt); then echo \"unexpected: $out\"; else echo \"status $?: $(cat err.txt)\"; fi",
     );
-    assert.equal(msg.content, 'stdout:\nstatus 1: flaky_service: flaky_service failed: boom');
+    assert.match(msg.content, /^stdout:\nstatus 1: flaky_service: flaky_service failed: boom\n/);
   });
 
   await scenario('a bash syntax error', async () => {
@@ -158,6 +162,20 @@ try {
       return true;
     });
     assert.ok(Date.now() - started < 20000, 'it stopped near its 3 s timeout');
+  });
+
+  await scenario('a file written to /mnt/data comes back, and the session\'s next run reads it', async () => {
+    const first = await run("get_weather '{\"city\": \"Lima\"}' > /mnt/data/lima.json\necho saved");
+    assert.match(first.content, /^stdout:\nsaved/);
+    const files = first.artifact.files;
+    assert.deepEqual(files.map((f) => f.name), ['lima.json']);
+    assert.match(files[0].id, /^[A-Za-z0-9_-]{21}$/);
+    const second = await run('jq -r .city /mnt/data/lima.json', {}, {
+      session_id: first.artifact.session_id,
+      _injected_files: files,
+    });
+    assert.equal(second.content, 'stdout:\nLima');
+    assert.equal(second.artifact.session_id, first.artifact.session_id);
   });
 
   await scenario('code without tools goes to /exec', async () => {

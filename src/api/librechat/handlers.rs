@@ -7,6 +7,7 @@
 //! [`ApiError`]s, runs that ended as `200` with `status: "completed"` or `"error"`. It must not
 //! time rounds or hold runs (that is [`super::rounds`]) nor sign tokens ([`super::tokens`]).
 
+use super::files::{self, FileRef, Held};
 use super::rounds::{
     self, MAX_ROUNDS, Outcome, Run, Runs, Start, ToolResult, check_results, deliver, next_outcome,
 };
@@ -15,8 +16,9 @@ use crate::api::error::{ApiError, json_body};
 use crate::catalog::source::parse_tool_list;
 use crate::catalog::{Catalog, CatalogInput, Policy};
 use crate::render::Snapshot;
-use crate::run::new_token;
-use crate::run::{ExecRequest, ExecResult, ExecStatus, Lang, Runner};
+use crate::run::{ExecRequest, ExecResult, ExecStatus, Lang, Runner, Workspace};
+use crate::session::Sessions;
+use crate::util::lock;
 use crate::util::now_ms;
 use axum::extract::{Request, State};
 use axum::http::HeaderMap;
@@ -50,8 +52,12 @@ const ERR_TIME: &str = "Time limit exceeded";
 const PTC_DISABLED: ApiError =
     ApiError::PtcDisabled("PTC_ENABLED is false on this sidecar: there is no code execution");
 
-/// The continuation protocol's routes; the caller puts `PTC_API_KEY` in front of them.
-pub fn router<S>(runner: Option<Runner>) -> Router<S> {
+/// The continuation protocol's routes, and with `sessions` the files routes
+/// ([`super::files`]); the caller puts `PTC_API_KEY` in front of them.
+pub fn router<S: Clone + Send + Sync + 'static>(
+    runner: Option<Runner>,
+    sessions: Option<Sessions>,
+) -> Router<S> {
     let empty = Arc::new(Snapshot::new(Catalog::build(
         CatalogInput::default(),
         &request_policy(),
@@ -59,15 +65,20 @@ pub fn router<S>(runner: Option<Runner>) -> Router<S> {
     )));
     let lc = Lc(Arc::new(Inner {
         runner,
+        sessions: sessions.clone(),
         tokens: Tokens::random(),
         empty,
         runs: Runs::default(),
     }));
-    Router::new()
+    let routes = Router::new()
         .route("/exec/programmatic", post(programmatic))
         .route("/exec/programmatic/cancel", post(cancel))
         .route("/exec", post(plain))
-        .with_state(lc)
+        .with_state(lc);
+    match sessions {
+        Some(sessions) => routes.merge(files::router(sessions)),
+        None => routes,
+    }
 }
 
 /// Request tools are the host's own choice (LibreChat already applied `allowed_callers`):
@@ -86,6 +97,8 @@ struct Lc(Arc<Inner>);
 struct Inner {
     /// Absent when PTC is off.
     runner: Option<Runner>,
+    /// Where runs keep their files; present with the runner.
+    sessions: Option<Sessions>,
     tokens: Tokens,
     /// The catalog of `/exec` runs: no tools.
     empty: Arc<Snapshot>,
@@ -95,6 +108,21 @@ struct Inner {
 impl Lc {
     fn runner(&self) -> Result<Runner, ApiError> {
         self.0.runner.clone().ok_or(PTC_DISABLED)
+    }
+
+    /// The session a request names (made when new), held for its run, with its files placed.
+    async fn hold(
+        &self,
+        session_id: Option<&str>,
+        files: &[FileRef],
+        wait: Duration,
+    ) -> Result<(Held, Vec<String>), ApiError> {
+        let sessions = self.0.sessions.as_ref().ok_or(PTC_DISABLED)?;
+        Held::take(sessions, session_id, files, wait).await
+    }
+
+    fn workspace(&self, held: &Held) -> Option<Workspace> {
+        self.0.sessions.as_ref().map(|s| held.workspace(s))
     }
 
     /// Lets `/cancel` find `run` by this request's `X-LibreChat-Code-Request-ID`, if it has one.
@@ -133,12 +161,6 @@ fn run_timeout(requested_ms: Option<u64>, ceiling: Duration) -> Duration {
         .map_or(ceiling, |t| t.min(ceiling))
 }
 
-fn session_or_new(session_id: Option<String>) -> String {
-    session_id
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| format!("ptc-{}", &new_token()[..24]))
-}
-
 #[derive(Deserialize)]
 struct FirstBody {
     code: String,
@@ -147,6 +169,8 @@ struct FirstBody {
     timeout: Option<u64>,
     session_id: Option<String>,
     lang: Option<String>,
+    #[serde(default)]
+    files: Vec<FileRef>,
 }
 
 #[derive(Deserialize)]
@@ -205,14 +229,20 @@ async fn first(
         });
     }
     let timeout = run_timeout(body.timeout, runner.config().timeout);
+    let (held, notes) = lc
+        .hold(body.session_id.as_deref(), &body.files, timeout)
+        .await?;
     let run = lc.0.runs.start(
         &runner,
         Start {
             code: body.code,
             lang,
+            workspace: lc.workspace(&held),
             snapshot,
             timeout,
-            session_id: session_or_new(body.session_id),
+            session_id: held.session.id.clone(),
+            held: Some(held),
+            notes,
         },
     );
     lc.remember_request(&run, headers);
@@ -259,8 +289,15 @@ async fn advance(lc: &Lc, run: &Run, driver: &mut rounds::Driver) -> Response {
             .into_response()
         }
         Outcome::Done(result) => {
+            // Held until its files are listed: no other run of the session changes them first.
+            let held = lock(&run.held).take();
+            let files = match &held {
+                Some(held) => held.changed().await,
+                None => Vec::new(),
+            };
             lc.0.runs.finish(run);
-            answer(result, &run.session_id)
+            drop(held);
+            answer(with_notes(result, &run.notes), &run.session_id, files)
         }
         Outcome::Stopped => {
             lc.0.runs.finish(run);
@@ -272,15 +309,25 @@ async fn advance(lc: &Lc, run: &Run, driver: &mut rounds::Driver) -> Response {
     }
 }
 
-/// A finished run as the client reads it: `completed`, or `error` with the traceback in stderr.
-fn answer(result: ExecResult, session_id: &str) -> Response {
+/// What the sidecar has to tell the model about the run's input files, before its stderr.
+fn with_notes(mut result: ExecResult, notes: &[String]) -> ExecResult {
+    if !notes.is_empty() {
+        result.stderr = format!("{}\n{}", notes.join("\n"), result.stderr);
+    }
+    result
+}
+
+/// A finished run as the client reads it: `completed` with the files the run made or changed,
+/// or `error` with the traceback in stderr (a failed run's files are not offered: the client
+/// says a failed run registers nothing).
+fn answer(result: ExecResult, session_id: &str, files: Vec<Value>) -> Response {
     match result.status {
         ExecStatus::Ok => Json(json!({
             "status": "completed",
             "stdout": result.stdout,
             "stderr": result.stderr,
             "session_id": session_id,
-            "files": [],
+            "files": files,
         }))
         .into_response(),
         status => {
@@ -379,6 +426,8 @@ struct PlainBody {
     lang: Option<String>,
     timeout: Option<u64>,
     session_id: Option<String>,
+    #[serde(default)]
+    files: Vec<FileRef>,
 }
 
 /// `POST /exec`: code that calls no tools. The client wraps Python in `async def
@@ -393,7 +442,10 @@ async fn plain(State(lc): State<Lc>, request: Request) -> Result<Response, ApiEr
     )
     .await?;
     let lang = check_lang(body.lang.as_deref())?;
-    let session_id = session_or_new(body.session_id);
+    let timeout = run_timeout(body.timeout, runner.config().timeout);
+    let (held, notes) = lc
+        .hold(body.session_id.as_deref(), &body.files, timeout)
+        .await?;
     let code = match lang {
         Lang::Python => unwrap_plain(&body.code).unwrap_or(body.code),
         Lang::Bash => body.code,
@@ -402,12 +454,17 @@ async fn plain(State(lc): State<Lc>, request: Request) -> Result<Response, ApiEr
         .exec(ExecRequest {
             code,
             lang,
-            timeout: Some(run_timeout(body.timeout, runner.config().timeout)),
+            workspace: lc.workspace(&held),
+            timeout: Some(timeout),
             snapshot: Some(lc.0.empty.clone()),
             ..ExecRequest::default()
         })
         .await;
-    Ok(answer(result, &session_id))
+    Ok(answer(
+        with_notes(result, &notes),
+        &held.session.id,
+        held.changed().await,
+    ))
 }
 
 const WRAP_HEAD: &str = "async def __user_main__():\n    \"\"\"Auto-generated wrapper for user code to support top-level await\"\"\"\n";

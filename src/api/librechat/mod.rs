@@ -15,6 +15,7 @@
 //! runner): it turns the request's `tools` into a per-request catalog and hands the run to the
 //! runner with `ExecRequest { snapshot, host }`.
 
+mod files;
 mod handlers;
 mod rounds;
 mod tokens;

@@ -7,10 +7,11 @@
 //! wire (the handlers turn an [`Outcome`] into an answer and mint its token) nor decide what a
 //! call does (`run::dispatch`; a call waits here as a [`PendingCall`]).
 
+use super::files::Held;
 use crate::api::error::ResultsError;
 use crate::render::Snapshot;
 use crate::run::new_token;
-use crate::run::{CallError, ExecRequest, ExecResult, Lang, PendingCall, Runner};
+use crate::run::{CallError, ExecRequest, ExecResult, Lang, PendingCall, Runner, Workspace};
 use crate::util::{lock, now_ms};
 use serde::Deserialize;
 use serde_json::Value;
@@ -65,6 +66,10 @@ pub struct Run {
     stop: CancellationToken,
     pub driver: tokio::sync::Mutex<Driver>,
     request_ids: Mutex<Vec<String>>,
+    /// The run's session, held until the run is over for the protocol.
+    pub held: Mutex<Option<Held>>,
+    /// What the sidecar tells the model before the run's stderr.
+    pub notes: Vec<String>,
 }
 
 impl Run {
@@ -92,6 +97,8 @@ impl Run {
                 waiting: Vec::new(),
             }),
             request_ids: Mutex::new(Vec::new()),
+            held: Mutex::new(None),
+            notes: Vec::new(),
         };
         (run, host, done_tx)
     }
@@ -128,6 +135,8 @@ impl Runs {
     /// Ends a run for the protocol: stops its child and forgets it.
     pub fn finish(&self, run: &Run) {
         run.stop.cancel();
+        // The session is free for its next run.
+        drop(lock(&run.held).take());
         lock(&self.0.runs).remove(&run.id);
         let ids = std::mem::take(&mut *lock(&run.request_ids));
         let mut requests = lock(&self.0.requests);
@@ -146,17 +155,20 @@ impl Runs {
     /// reaper that frees it at its deadline if no client comes back for it.
     pub fn start(&self, runner: &Runner, s: Start) -> Arc<Run> {
         let deadline = Instant::now() + s.timeout;
-        let (run, host, done_tx) = Run::new(
+        let (mut run, host, done_tx) = Run::new(
             new_token()[..24].to_string(),
             s.session_id,
             deadline,
             now_ms() + s.timeout.as_millis() as u64,
         );
+        *lock(&run.held) = s.held;
+        run.notes = s.notes;
         let run = Arc::new(run);
         lock(&self.0.runs).insert(run.id.clone(), run.clone());
         let request = ExecRequest {
             code: s.code,
             lang: s.lang,
+            workspace: s.workspace,
             timeout: Some(s.timeout),
             snapshot: Some(s.snapshot),
             host: Some(host),
@@ -188,9 +200,13 @@ impl Runs {
 pub struct Start {
     pub code: String,
     pub lang: Lang,
+    pub workspace: Option<Workspace>,
     pub snapshot: Arc<Snapshot>,
     pub timeout: Duration,
     pub session_id: String,
+    pub held: Option<Held>,
+    /// What the sidecar tells the model before the run's stderr (input files that are gone).
+    pub notes: Vec<String>,
 }
 
 pub enum Outcome {

@@ -1,0 +1,459 @@
+//! LibreChat's code-API files, on the session store (`crate::session`): a run's files in and
+//! out (`files` on `/exec` and `/exec/programmatic`), and the endpoints LibreChat's server calls
+//! for them: `POST /upload` (multipart), `GET /download/{session_id}/{file_id}`,
+//! `GET /files/{session_id}?detail=…` and `GET /sessions/{session_id}/objects/{file_id}`.
+//!
+//! Owns the wire shapes of files (what the client and LibreChat's server read) and holding a
+//! session for one run: its lock, what it held before, what changed. It must not run code (the
+//! runner's) nor walk a session's directory itself (the store does it without following links).
+
+use crate::api::error::ApiError;
+use crate::run::{ScratchQuota, Workspace};
+use crate::session::{FileInfo, Session, SessionError, Sessions, Snapshot};
+use axum::Json;
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, Multipart, Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use tokio::sync::OwnedMutexGuard;
+
+/// Where the client tells the model a session's files are.
+const MODEL_DIR: &str = crate::run::MODEL_DATA_DIR;
+
+/// A file a request brings along: one of a session's files by id (LibreChat's
+/// `{id, session_id | storage_session_id, name}`), placed under `name`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct FileRef {
+    pub id: String,
+    pub name: String,
+    pub session_id: Option<String>,
+    pub storage_session_id: Option<String>,
+}
+
+impl FileRef {
+    fn source_session(&self) -> Option<&str> {
+        self.storage_session_id
+            .as_deref()
+            .or(self.session_id.as_deref())
+            .filter(|s| !s.is_empty())
+    }
+}
+
+impl From<SessionError> for ApiError {
+    fn from(e: SessionError) -> ApiError {
+        match e {
+            SessionError::Quota { .. } | SessionError::TooManyFiles { .. } => {
+                ApiError::Quota(e.to_string())
+            }
+            SessionError::NotFound(_) => ApiError::NotFound(e.to_string()),
+            SessionError::Io { .. } => ApiError::Internal(e.to_string()),
+            _ => ApiError::BadRequest(e.to_string()),
+        }
+    }
+}
+
+/// A session held for one run: no other run or upload touches it until this is dropped.
+pub struct Held {
+    pub session: Arc<Session>,
+    before: Snapshot,
+    _lock: OwnedMutexGuard<()>,
+}
+
+impl Held {
+    /// The session `id` names (made when it does not exist yet, or when there is no `id`),
+    /// locked within `wait`, with the request's `files` placed in it. A file that is gone (its
+    /// session expired) is not an error: the run goes on, and `notes` says so for its stderr.
+    pub async fn take(
+        sessions: &Sessions,
+        id: Option<&str>,
+        files: &[FileRef],
+        wait: Duration,
+    ) -> Result<(Held, Vec<String>), ApiError> {
+        let session = match id.filter(|s| !s.is_empty()) {
+            Some(id) => sessions.open(id)?,
+            None => sessions.open(&Sessions::new_id())?,
+        };
+        let lock = tokio::time::timeout(wait, session.clone().lock())
+            .await
+            .map_err(|_| {
+                ApiError::Busy(format!(
+                    "session {} is busy with another run for longer than this run's timeout \
+                     ({:.0} s); run one at a time per session",
+                    session.id,
+                    wait.as_secs_f64()
+                ))
+            })?;
+        // Copying files and walking the directory block: off the async workers.
+        let (store, held, files) = (sessions.clone(), session.clone(), files.to_vec());
+        let (notes, before) = tokio::task::spawn_blocking(move || {
+            let notes = place(&store, &held, &files)?;
+            Ok::<_, ApiError>((notes, held.snapshot()?))
+        })
+        .await
+        .map_err(|e| ApiError::Internal(format!("placing the request's files failed: {e}")))??;
+        Ok((
+            Held {
+                session,
+                before,
+                _lock: lock,
+            },
+            notes,
+        ))
+    }
+
+    /// The run's data directory.
+    pub fn workspace(&self, sessions: &Sessions) -> Workspace {
+        let cfg = sessions.config();
+        Workspace {
+            dir: self.session.dir.clone(),
+            quota: ScratchQuota {
+                max_bytes: cfg.max_bytes,
+                max_files: cfg.max_files,
+            },
+        }
+    }
+
+    /// The files the run made or changed, as the client reads them.
+    pub async fn changed(&self) -> Vec<Value> {
+        let (session, before) = (self.session.clone(), self.before.clone());
+        let found = tokio::task::spawn_blocking(move || session.changed_since(&before)).await;
+        match found {
+            Ok(Ok(files)) => files
+                .iter()
+                .map(|f| run_file(&self.session.id, f))
+                .collect(),
+            Ok(Err(e)) => {
+                tracing::warn!(session = %self.session.id, "cannot list the run's files: {e}");
+                Vec::new()
+            }
+            Err(e) => {
+                tracing::warn!(session = %self.session.id, "listing the run's files failed: {e}");
+                Vec::new()
+            }
+        }
+    }
+}
+
+/// Copies each of `files` into `session` under its `name`, from the session it names. Only a
+/// request that names a session (and a file id in it) reaches that session's files.
+fn place(
+    sessions: &Sessions,
+    session: &Session,
+    files: &[FileRef],
+) -> Result<Vec<String>, ApiError> {
+    let mut notes = Vec::new();
+    for f in files {
+        let name = crate::session::check_name(&f.name)?;
+        let source = match f.source_session() {
+            Some(id) if id == session.id => None,
+            Some(id) => {
+                Sessions::check_id(id)?;
+                sessions.get(id)
+            }
+            None => None,
+        };
+        let from: &Session = match (&source, f.source_session()) {
+            (Some(s), _) => s,
+            (None, Some(id)) if id != session.id => {
+                notes.push(gone(&name, id));
+                continue;
+            }
+            _ => session,
+        };
+        let Some((info, mut file)) = from.open(&f.id)? else {
+            notes.push(gone(&name, &from.id));
+            continue;
+        };
+        if std::ptr::eq(from, session) && info.name == name {
+            continue; // already where the run will look
+        }
+        session.write(&name, &mut file)?;
+    }
+    Ok(notes)
+}
+
+fn gone(name: &str, session: &str) -> String {
+    format!(
+        "ptc-sidecar: the input file {name:?} (session {session}) is gone: its session expired \
+         (PTC_SESSION_TTL) or never held it; upload it again"
+    )
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    crate::util::rfc3339(t)
+}
+
+/// A file in an answer of `/exec` or `/exec/programmatic`.
+fn run_file(session_id: &str, f: &FileInfo) -> Value {
+    json!({
+        "id": f.id,
+        "name": f.name,
+        "path": format!("{MODEL_DIR}/{}", f.name),
+        "session_id": session_id,
+        "storage_session_id": session_id,
+        "size": f.size,
+        "lastModified": rfc3339(f.modified),
+    })
+}
+
+/// A file in `GET /files/{session_id}`: LibreChat's older server matches `name` against
+/// `session_id/file_id`, its newer one `fileId`, its agents `metadata["original-filename"]`.
+fn listed_file(session_id: &str, f: &FileInfo) -> Value {
+    json!({
+        "name": format!("{session_id}/{}", f.id),
+        "id": f.id,
+        "fileId": f.id,
+        "session_id": session_id,
+        "storage_session_id": session_id,
+        "filename": f.name,
+        "size": f.size,
+        "lastModified": rfc3339(f.modified),
+        "metadata": {"original-filename": f.name},
+    })
+}
+
+/// The files routes; the caller puts `PTC_API_KEY` in front of them.
+pub fn router<S>(sessions: Sessions) -> Router<S> {
+    let upload_limit = usize::try_from(sessions.config().max_bytes)
+        .unwrap_or(usize::MAX)
+        .saturating_add(1 << 20);
+    Router::new()
+        .route(
+            "/upload",
+            post(upload).layer(DefaultBodyLimit::max(upload_limit)),
+        )
+        .route("/download/{session_id}/{file_id}", get(download))
+        .route("/files/{session_id}", get(list))
+        .route("/sessions/{session_id}/objects/{file_id}", get(object))
+        .with_state(sessions)
+}
+
+/// `POST /upload`: multipart, each `file` part stored in a new session (or in the one a
+/// `session_id` part names, sent before the files); `entity_id`, `kind`, `id`, `version` and
+/// `read_only` are accepted and ignored.
+async fn upload(
+    State(sessions): State<Sessions>,
+    mut form: Multipart,
+) -> Result<Response, ApiError> {
+    let bad = |e: axum::extract::multipart::MultipartError| {
+        ApiError::BadRequest(format!(
+            "the upload is not readable multipart/form-data ({e}); send each file as a \"file\" part"
+        ))
+    };
+    let mut held: Option<(Arc<Session>, OwnedMutexGuard<()>)> = None;
+    let mut stored = Vec::new();
+    while let Some(mut field) = form.next_field().await.map_err(bad)? {
+        match field.name().unwrap_or_default() {
+            "session_id" if held.is_none() => {
+                let id = field.text().await.map_err(bad)?;
+                let session = sessions.open(id.trim())?;
+                let lock = session.clone().lock().await;
+                held = Some((session, lock));
+            }
+            "file" => {
+                if held.is_none() {
+                    let session = sessions.open(&Sessions::new_id())?;
+                    let lock = session.clone().lock().await;
+                    held = Some((session, lock));
+                }
+                let Some((session, _)) = &held else {
+                    continue;
+                };
+                let name = field.file_name().unwrap_or_default().to_string();
+                let name = crate::session::check_name(&name)?;
+                // The store writes (and counts against the quota) on a blocking thread, fed
+                // chunk by chunk: an upload is never held in memory whole.
+                let (tx, rx) = tokio::sync::mpsc::channel(4);
+                let (store, file_name) = (session.clone(), name.clone());
+                let writer = tokio::task::spawn_blocking(move || {
+                    store.write(
+                        &file_name,
+                        &mut ChunkReader {
+                            rx,
+                            chunk: Bytes::new(),
+                        },
+                    )
+                });
+                let mut read_error = None;
+                let mut refused = false;
+                loop {
+                    match field.chunk().await {
+                        // Once the store refused the file (its error says why), the rest of
+                        // the body is read and dropped, so that the client, still sending,
+                        // gets the answer instead of a reset connection (the body limit
+                        // bounds it).
+                        Ok(Some(chunk)) => {
+                            if !refused && tx.send(chunk).await.is_err() {
+                                refused = true;
+                            }
+                        }
+                        Ok(None) => break,
+                        Err(e) => {
+                            read_error = Some(e);
+                            break;
+                        }
+                    }
+                }
+                drop(tx);
+                let written = writer
+                    .await
+                    .map_err(|e| ApiError::Internal(format!("the upload's writer failed: {e}")))?;
+                // The store's refusal says more than the broken body that may follow it.
+                let info = written?;
+                if let Some(e) = read_error {
+                    let _ = session.remove_name(&name);
+                    return Err(bad(e));
+                }
+                stored.push(json!({"fileId": info.id, "filename": info.name}));
+            }
+            _ => {
+                // entity_id, kind, id, version, read_only: nothing the store needs.
+                let _ = field.text().await.map_err(bad)?;
+            }
+        }
+    }
+    let Some((session, _lock)) = held else {
+        return Err(ApiError::BadRequest(
+            "the upload has no \"file\" part: send each file as a \"file\" part".into(),
+        ));
+    };
+    if stored.is_empty() {
+        return Err(ApiError::BadRequest(
+            "the upload has no \"file\" part: send each file as a \"file\" part".into(),
+        ));
+    }
+    Ok(Json(json!({
+        "message": "success",
+        "session_id": session.id,
+        "storage_session_id": session.id,
+        "files": stored,
+    }))
+    .into_response())
+}
+
+/// `GET /download/{session_id}/{file_id}`: the file's bytes (`?kind=&id=&version=` ignored).
+async fn download(
+    State(sessions): State<Sessions>,
+    Path((session_id, file_id)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let (info, file) = find(&sessions, &session_id, &file_id)?;
+    let base = info
+        .name
+        .rsplit('/')
+        .next()
+        .unwrap_or(&info.name)
+        .to_string();
+    let disposition = format!(
+        "attachment; filename=\"{}\"",
+        base.replace(['"', '\\', '\r', '\n'], "_")
+    );
+    let body = Body::from_stream(tokio_util::io::ReaderStream::new(
+        tokio::fs::File::from_std(file),
+    ));
+    let mut response = (StatusCode::OK, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(mime_of(&base)),
+    );
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(info.size));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&disposition) {
+        headers.insert(header::CONTENT_DISPOSITION, v);
+    }
+    Ok(response)
+}
+
+/// `GET /files/{session_id}?detail=summary|full`: the session's files (none for a session
+/// that does not exist: LibreChat then uploads its files again).
+async fn list(
+    State(sessions): State<Sessions>,
+    Path(session_id): Path<String>,
+) -> Result<Response, ApiError> {
+    Sessions::check_id(&session_id)?;
+    let Some(session) = sessions.get(&session_id) else {
+        return Ok(Json(json!([])).into_response());
+    };
+    let files: Vec<Value> = session
+        .files()?
+        .iter()
+        .map(|f| listed_file(&session.id, f))
+        .collect();
+    Ok(Json(Value::Array(files)).into_response())
+}
+
+/// `GET /sessions/{session_id}/objects/{file_id}`: one file's facts, `404` when it is gone.
+async fn object(
+    State(sessions): State<Sessions>,
+    Path((session_id, file_id)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let (info, _) = find(&sessions, &session_id, &file_id)?;
+    Ok(Json(listed_file(&session_id, &info)).into_response())
+}
+
+/// The chunks of an upload as a blocking reader, for the store's `write`.
+struct ChunkReader {
+    rx: tokio::sync::mpsc::Receiver<Bytes>,
+    chunk: Bytes,
+}
+
+impl std::io::Read for ChunkReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.chunk.is_empty() {
+            match self.rx.blocking_recv() {
+                Some(next) => self.chunk = next,
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.chunk.len());
+        buf[..n].copy_from_slice(&self.chunk.split_to(n));
+        Ok(n)
+    }
+}
+
+fn find(
+    sessions: &Sessions,
+    session_id: &str,
+    file_id: &str,
+) -> Result<(FileInfo, std::fs::File), ApiError> {
+    Sessions::check_id(session_id)?;
+    let session = sessions.get(session_id).ok_or_else(|| {
+        ApiError::NotFound(format!(
+            "no session {session_id} (it expired after PTC_SESSION_TTL, or never existed)"
+        ))
+    })?;
+    session
+        .open(file_id)?
+        .ok_or_else(|| ApiError::NotFound(format!("session {session_id} has no file {file_id}")))
+}
+
+/// The content type of a file name, for the few kinds a browser should show as such. Never
+/// one a browser would run (HTML, SVG): LibreChat passes these headers on to the user's
+/// browser, and what code wrote must not become a page of LibreChat's origin.
+fn mime_of(name: &str) -> &'static str {
+    let ext = name
+        .rsplit_once('.')
+        .map(|(_, e)| e.to_ascii_lowercase())
+        .unwrap_or_default();
+    match ext.as_str() {
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        "pdf" => "application/pdf",
+        "json" => "application/json",
+        "csv" => "text/csv; charset=utf-8",
+        "txt" | "md" | "log" => "text/plain; charset=utf-8",
+        "zip" => "application/zip",
+        _ => "application/octet-stream",
+    }
+}

@@ -1,0 +1,627 @@
+//! The safe-filesystem half of the session store: every access inside a session directory
+//! goes through a directory file descriptor, one component at a time, and never follows a
+//! symbolic link.
+//!
+//! A session directory is written by the run user while a run lives, and that code is hostile:
+//! it can plant links to `/etc/shadow` or to another session, hard links, fifos, trees deeper
+//! than any path buffer, and swap a folder for a link between two of our system calls. The
+//! sidecar often runs as root, so a path-based call (`std::fs::read_dir`, `File::open` on a
+//! joined path) could be steered anywhere. Here, instead:
+//!
+//! - folders are opened with `openat(parent_fd, name, O_DIRECTORY | O_NOFOLLOW)`, so a link in
+//!   any position fails with `ELOOP`/`ENOTDIR` instead of being followed;
+//! - files are checked with `fstatat(AT_SYMLINK_NOFOLLOW)` before they are opened (a device
+//!   or fifo is never opened), opened with `O_NOFOLLOW | O_NONBLOCK` (a fifo swapped in
+//!   between cannot block us), and checked again with `fstat` on the descriptor we got;
+//! - listing reads a folder through `fdopendir` on a descriptor opened as above;
+//! - walks hold at most [`MAX_DEPTH`] descriptors and stop past a count of entries, and the
+//!   removal of a tree is iterative with the same depth bound (std's `remove_dir_all` does not
+//!   follow links either, but it recurses once per level with one descriptor each, so a tree a
+//!   million folders deep would exhaust the stack or the descriptor table).
+//!
+//! Everything here is blocking and owns no state; `super` decides what a session may hold.
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::ptr::NonNull;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Folders a name may go through, and so folders a walk descends: a walk holds one descriptor
+/// per level, so a hostile tree thousands of levels deep costs no more than this many.
+pub const MAX_DEPTH: usize = 64;
+
+/// Passes [`remove_tree`] makes before giving up: each pass empties the tree to
+/// [`MAX_DEPTH`] and moves what lies deeper to the top, so this bounds the removal of a tree
+/// about 64 million folders deep, or of one something keeps writing into.
+const MAX_REMOVE_PASSES: usize = 1 << 20;
+
+/// What `fstat` says about one entry, the fields the store uses (`libc::stat`'s, by name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stat {
+    pub mode: u32,
+    pub size: u64,
+    pub mtime_ns: i128,
+    pub ino: u64,
+    pub dev: u64,
+    pub nlink: u64,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Stat {
+    fn of(st: &libc::stat) -> Stat {
+        Stat {
+            mode: st.st_mode,
+            size: u64::try_from(st.st_size).unwrap_or(0),
+            mtime_ns: i128::from(st.st_mtime) * 1_000_000_000 + i128::from(st.st_mtime_nsec),
+            ino: st.st_ino,
+            dev: st.st_dev,
+            // u32 on some architectures (aarch64), u64 on others.
+            #[allow(clippy::useless_conversion)]
+            nlink: u64::from(st.st_nlink),
+            uid: st.st_uid,
+            gid: st.st_gid,
+        }
+    }
+
+    /// A folder (not a link to one).
+    pub fn is_dir(&self) -> bool {
+        self.mode & libc::S_IFMT == libc::S_IFDIR
+    }
+
+    /// A regular file (not a link to one, a fifo, socket or device).
+    pub fn is_regular(&self) -> bool {
+        self.mode & libc::S_IFMT == libc::S_IFREG
+    }
+
+    /// A regular file with no other name: what a session lists and serves. A hard link
+    /// (`st_nlink > 1`) is refused even though the run user can only link files it may already
+    /// read: another name for the same inode could be outside the session, and serving or
+    /// overwriting it through the session is never what anyone meant.
+    pub fn is_plain_file(&self) -> bool {
+        self.is_regular() && self.nlink == 1
+    }
+
+    /// The modification time (the epoch for a time that does not fit).
+    pub fn modified(&self) -> SystemTime {
+        let secs = self.mtime_ns.div_euclid(1_000_000_000);
+        let nanos = self.mtime_ns.rem_euclid(1_000_000_000) as u64;
+        let whole = if secs >= 0 {
+            u64::try_from(secs)
+                .ok()
+                .and_then(|s| UNIX_EPOCH.checked_add(Duration::from_secs(s)))
+        } else {
+            u64::try_from(-secs)
+                .ok()
+                .and_then(|s| UNIX_EPOCH.checked_sub(Duration::from_secs(s)))
+        };
+        whole
+            .and_then(|t| t.checked_add(Duration::from_nanos(nanos)))
+            .unwrap_or(UNIX_EPOCH)
+    }
+}
+
+/// `name` as a C string (a name with a NUL byte cannot name anything: `InvalidInput`).
+pub fn cstring(name: &str) -> io::Result<CString> {
+    CString::new(name).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
+}
+
+fn cvt(ret: libc::c_int) -> io::Result<libc::c_int> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Retries a call that failed with `EINTR`.
+fn retry(mut call: impl FnMut() -> libc::c_int) -> io::Result<libc::c_int> {
+    loop {
+        match cvt(call()) {
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            other => return other,
+        }
+    }
+}
+
+/// Opens the folder `name` of `dir` without following a link: a link or a non-folder is
+/// `ELOOP` or `ENOTDIR`. `name` may be `"."` for a second descriptor of `dir` itself.
+pub fn open_dir_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<OwnedFd> {
+    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: `name` is a valid C string and `dir` a descriptor we borrow for the call.
+    let fd = retry(|| unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags) })?;
+    // SAFETY: openat returned a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Opens a folder given by a trusted path (the store's root, from configuration).
+pub fn open_dir_path(path: &std::path::Path) -> io::Result<OwnedFd> {
+    use std::os::unix::ffi::OsStrExt;
+    let path = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
+    // SAFETY: `path` is a valid C string.
+    let fd = retry(|| unsafe { libc::open(path.as_ptr(), flags) })?;
+    // SAFETY: open returned a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The entry `name` of `dir` itself, a link not followed.
+pub fn stat_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<Stat> {
+    // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `name` is a valid C string, `st` a writable stat buffer.
+    retry(|| unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })?;
+    Ok(Stat::of(&st))
+}
+
+/// What an open descriptor refers to.
+pub fn fstat(fd: BorrowedFd<'_>) -> io::Result<Stat> {
+    // SAFETY: an all-zero `stat` is a valid value of this plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a writable stat buffer.
+    retry(|| unsafe { libc::fstat(fd.as_raw_fd(), &mut st) })?;
+    Ok(Stat::of(&st))
+}
+
+/// Makes the folder `name` in `dir` with `mode` (less the umask).
+pub fn mkdir_at(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> io::Result<()> {
+    // SAFETY: `name` is a valid C string.
+    retry(|| unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode as libc::mode_t) })
+        .map(drop)
+}
+
+/// Removes the entry `name` of `dir`: a file, link or fifo, or with `folder` an empty folder.
+/// Never follows a link (unlinkat acts on the entry itself).
+pub fn unlink_at(dir: BorrowedFd<'_>, name: &CStr, folder: bool) -> io::Result<()> {
+    let flags = if folder { libc::AT_REMOVEDIR } else { 0 };
+    // SAFETY: `name` is a valid C string.
+    retry(|| unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), flags) }).map(drop)
+}
+
+/// Renames the entry `from` of `from_dir` to `to` in `to_dir` (acts on entries, never
+/// follows a link).
+pub fn rename_at(
+    from_dir: BorrowedFd<'_>,
+    from: &CStr,
+    to_dir: BorrowedFd<'_>,
+    to: &CStr,
+) -> io::Result<()> {
+    // SAFETY: both names are valid C strings.
+    retry(|| unsafe {
+        libc::renameat(
+            from_dir.as_raw_fd(),
+            from.as_ptr(),
+            to_dir.as_raw_fd(),
+            to.as_ptr(),
+        )
+    })
+    .map(drop)
+}
+
+/// Gives an open file or folder to `owner` (uid, gid); `None` leaves it as it is.
+pub fn chown(fd: BorrowedFd<'_>, owner: Option<(u32, u32)>) -> io::Result<()> {
+    match owner {
+        // SAFETY: fchown on a descriptor we hold; no memory is involved.
+        Some((uid, gid)) => retry(|| unsafe { libc::fchown(fd.as_raw_fd(), uid, gid) }).map(drop),
+        None => Ok(()),
+    }
+}
+
+/// Sets the permission bits of an open file or folder.
+pub fn chmod(fd: BorrowedFd<'_>, mode: u32) -> io::Result<()> {
+    // SAFETY: fchmod on a descriptor we hold; no memory is involved.
+    retry(|| unsafe { libc::fchmod(fd.as_raw_fd(), mode as libc::mode_t) }).map(drop)
+}
+
+/// Sets the access and modification times of the entry `name` of `dir` to now, a link not
+/// followed.
+pub fn touch_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
+    let now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: libc::UTIME_NOW,
+    };
+    let times = [now, now];
+    // SAFETY: `name` is a valid C string and `times` two timespecs, as utimensat reads.
+    retry(|| unsafe {
+        libc::utimensat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            times.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })
+    .map(drop)
+}
+
+/// Why a file could not be opened, when it exists.
+#[derive(Debug)]
+pub enum Refused {
+    /// A link, fifo, socket, device or folder.
+    NotRegular,
+    /// A regular file with another name (see [`Stat::is_plain_file`]).
+    HardLink,
+    Io(io::Error),
+}
+
+impl From<io::Error> for Refused {
+    fn from(e: io::Error) -> Refused {
+        Refused::Io(e)
+    }
+}
+
+/// Clears `O_NONBLOCK` (set while opening, so a fifo swapped in could not block the open).
+fn clear_nonblock(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: fcntl F_GETFL/F_SETFL on a descriptor we hold; no memory is involved.
+    let flags = retry(|| unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) })?;
+    retry(|| unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) })
+        .map(drop)
+}
+
+fn open_at(dir: BorrowedFd<'_>, name: &CStr, flags: libc::c_int, mode: u32) -> io::Result<OwnedFd> {
+    let flags = flags | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
+    // SAFETY: `name` is a valid C string; the mode argument is read only with O_CREAT.
+    let fd = retry(|| unsafe {
+        libc::openat(dir.as_raw_fd(), name.as_ptr(), flags, mode as libc::c_uint)
+    })?;
+    // SAFETY: openat returned a fresh descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Opens the plain file `name` of `dir` for reading: `Ok(None)` when there is no such entry,
+/// [`Refused`] when it is anything but a regular file with one name.
+pub fn open_file_at(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+) -> Result<Option<(std::fs::File, Stat)>, Refused> {
+    // Checked before opening so a device or fifo is never opened at all.
+    let before = match stat_at(dir, name) {
+        Ok(st) => st,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    check_plain(&before)?;
+    let fd = match open_at(dir, name, libc::O_RDONLY, 0) {
+        Ok(fd) => fd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        // ELOOP: swapped for a link; ENXIO: for a socket.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ELOOP | libc::ENXIO)) => {
+            return Err(Refused::NotRegular);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    // Checked again on what we actually opened: the entry may have been swapped meanwhile.
+    let st = fstat(fd.as_fd())?;
+    check_plain(&st)?;
+    clear_nonblock(fd.as_fd())?;
+    Ok(Some((std::fs::File::from(fd), st)))
+}
+
+fn check_plain(st: &Stat) -> Result<(), Refused> {
+    if !st.is_regular() {
+        Err(Refused::NotRegular)
+    } else if st.nlink != 1 {
+        Err(Refused::HardLink)
+    } else {
+        Ok(())
+    }
+}
+
+/// Creates or empties the plain file `name` of `dir` for writing, mode 0600, given to
+/// `owner`. An existing entry that is not a plain file is refused untouched: the file is
+/// opened without `O_TRUNC` and emptied only once `fstat` shows a regular file with one name,
+/// so a hard link planted under that name is never truncated.
+pub fn create_file_at(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    owner: Option<(u32, u32)>,
+) -> Result<(std::fs::File, Stat), Refused> {
+    match stat_at(dir, name) {
+        Ok(st) => check_plain(&st)?,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e.into()),
+    }
+    let fd = match open_at(dir, name, libc::O_WRONLY | libc::O_CREAT, 0o600) {
+        Ok(fd) => fd,
+        // ELOOP: a link; ENXIO: a fifo without a reader or a socket; EISDIR: a folder.
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ELOOP | libc::ENXIO | libc::EISDIR)
+            ) =>
+        {
+            return Err(Refused::NotRegular);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let st = fstat(fd.as_fd())?;
+    check_plain(&st)?;
+    clear_nonblock(fd.as_fd())?;
+    // SAFETY: ftruncate on a descriptor we hold; no memory is involved.
+    retry(|| unsafe { libc::ftruncate(fd.as_raw_fd(), 0) })?;
+    chmod(fd.as_fd(), 0o600)?;
+    chown(fd.as_fd(), owner)?;
+    Ok((std::fs::File::from(fd), Stat { size: 0, ..st }))
+}
+
+/// A folder being read: `fdopendir` on a descriptor opened by [`open_dir_at`]. Owns the
+/// descriptor (closed with the stream).
+pub struct DirStream {
+    dir: NonNull<libc::DIR>,
+}
+
+impl DirStream {
+    /// Reads the folder `fd` (taken over).
+    pub fn new(fd: OwnedFd) -> io::Result<DirStream> {
+        let raw = fd.into_raw_fd();
+        // SAFETY: `raw` is an open folder descriptor we own; fdopendir takes it over.
+        let dir = unsafe { libc::fdopendir(raw) };
+        match NonNull::new(dir) {
+            Some(dir) => Ok(DirStream { dir }),
+            None => {
+                let e = io::Error::last_os_error();
+                // SAFETY: fdopendir failed, so the descriptor is still ours to close.
+                unsafe { libc::close(raw) };
+                Err(e)
+            }
+        }
+    }
+
+    /// The folder's descriptor, for `*at` calls on its entries.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        // SAFETY: the stream is open for as long as `self` lives, and so is its descriptor.
+        unsafe { BorrowedFd::borrow_raw(libc::dirfd(self.dir.as_ptr())) }
+    }
+
+    /// The next entry's name, `.` and `..` left out; `None` at the end.
+    pub fn next_name(&mut self) -> io::Result<Option<CString>> {
+        loop {
+            // readdir reports an error only through errno, and leaves it alone at the end.
+            // SAFETY: errno is this thread's own.
+            unsafe { *libc::__errno_location() = 0 };
+            // SAFETY: the stream is open and used by this thread only (`self` is not Sync).
+            let entry = unsafe { libc::readdir(self.dir.as_ptr()) };
+            if entry.is_null() {
+                let e = io::Error::last_os_error();
+                return match e.raw_os_error() {
+                    Some(0) | None => Ok(None),
+                    Some(_) => Err(e),
+                };
+            }
+            // SAFETY: readdir returned an entry whose d_name is NUL-terminated and stays valid
+            // until the next readdir on this stream; we copy it before that.
+            let name = unsafe { CStr::from_ptr((*entry).d_name.as_ptr()) };
+            if name != c"." && name != c".." {
+                return Ok(Some(name.to_owned()));
+            }
+        }
+    }
+}
+
+impl Drop for DirStream {
+    fn drop(&mut self) {
+        // SAFETY: the stream is open and dropped once; closedir closes its descriptor.
+        unsafe { libc::closedir(self.dir.as_ptr()) };
+    }
+}
+
+/// Why a walk stopped early.
+#[derive(Debug)]
+pub enum WalkError {
+    /// More than the allowed entries.
+    TooMany,
+    Io(io::Error),
+}
+
+impl From<io::Error> for WalkError {
+    fn from(e: io::Error) -> WalkError {
+        WalkError::Io(e)
+    }
+}
+
+/// Every regular file under the folder `top`, depth first, passed to `visit` with its name
+/// relative to `top` (components joined with '/') and what `fstatat` says of it.
+///
+/// The name is `None` when a component is not a name a session can serve (not UTF-8, or
+/// refused by `name_ok`, or the whole longer than `max_name` bytes); the file is still
+/// visited, so it is counted. Links, fifos and the like are not visited; folders on another
+/// filesystem (a mount) and deeper than [`MAX_DEPTH`] are not entered. Every entry seen counts
+/// against `max_entries` (folders and links too, so a tree of empty folders cannot make a walk
+/// unbounded): one more is [`WalkError::TooMany`]. Entries that vanish or cannot be opened
+/// while walking are skipped.
+pub fn walk(
+    top: OwnedFd,
+    max_entries: u64,
+    max_name: usize,
+    name_ok: impl Fn(&str) -> bool,
+    mut visit: impl FnMut(Option<&str>, &Stat),
+) -> Result<(), WalkError> {
+    let dev = fstat(top.as_fd())?.dev;
+    // Each level: the folder being read, and its name with a trailing '/' ("" at the top).
+    let mut stack: Vec<(DirStream, Option<String>)> =
+        vec![(DirStream::new(top)?, Some(String::new()))];
+    let mut seen: u64 = 0;
+    loop {
+        let depth = stack.len();
+        let Some((dir, prefix)) = stack.last_mut() else {
+            return Ok(());
+        };
+        let Some(name) = dir.next_name()? else {
+            stack.pop();
+            continue;
+        };
+        let Ok(st) = stat_at(dir.fd(), &name) else {
+            continue;
+        };
+        seen += 1;
+        if seen > max_entries {
+            return Err(WalkError::TooMany);
+        }
+        let path = match (prefix.as_deref(), name.to_str()) {
+            (Some(prefix), Ok(name)) if name_ok(name) => Some(format!("{prefix}{name}")),
+            _ => None,
+        };
+        if st.is_regular() {
+            visit(path.as_deref().filter(|p| p.len() <= max_name), &st);
+        } else if st.is_dir() && st.dev == dev && depth < MAX_DEPTH {
+            let Ok(fd) = open_dir_at(dir.fd(), &name) else {
+                continue;
+            };
+            // What we opened, not what fstatat saw: the entry may have been swapped.
+            if fstat(fd.as_fd()).map(|st| st.dev).ok() != Some(dev) {
+                continue;
+            }
+            let dir = DirStream::new(fd)?;
+            stack.push((dir, path.map(|p| p + "/")));
+        }
+    }
+}
+
+/// Removes the entry `name` of `parent` and, for a folder, everything in it, without
+/// following a link and with at most [`MAX_DEPTH`] descriptors open however deep the tree:
+/// a folder deeper than that is moved up to the top of the tree and emptied in a later pass.
+/// A missing entry is fine.
+pub fn remove_tree(parent: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
+    match stat_at(parent, name) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+        Ok(st) if !st.is_dir() => return ignore_missing(unlink_at(parent, name, false)),
+        Ok(_) => {}
+    }
+    for _ in 0..MAX_REMOVE_PASSES {
+        let top = match open_dir_at(parent, name) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            other => other?,
+        };
+        let progress = empty_pass(top)?;
+        match unlink_at(parent, name, true) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) && progress => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io::Error::other(format!(
+        "still not empty after {MAX_REMOVE_PASSES} passes; something keeps writing into it"
+    )))
+}
+
+fn ignore_missing(r: io::Result<()>) -> io::Result<()> {
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+/// One pass of [`remove_tree`] over the folder `top`: removes what it can reach within
+/// [`MAX_DEPTH`], moves deeper folders up into `top`. Whether it removed or moved anything.
+fn empty_pass(top: OwnedFd) -> io::Result<bool> {
+    let top_again = open_dir_at(top.as_fd(), c".")?;
+    let mut progress = false;
+    // Each level: the folder being emptied, and its name in the level above (None at the top).
+    let mut stack: Vec<(DirStream, Option<CString>)> = vec![(DirStream::new(top)?, None)];
+    loop {
+        let depth = stack.len();
+        let Some((dir, _)) = stack.last_mut() else {
+            return Ok(progress);
+        };
+        let Some(entry) = dir.next_name()? else {
+            if let Some((_, Some(name))) = stack.pop()
+                && let Some((parent, _)) = stack.last()
+            {
+                // Not empty: something was added meanwhile; the next pass gets it.
+                match unlink_at(parent.fd(), &name, true) {
+                    Ok(()) => progress = true,
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTEMPTY | libc::ENOENT)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            continue;
+        };
+        let st = match stat_at(dir.fd(), &entry) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            other => other?,
+        };
+        if !st.is_dir() {
+            ignore_missing(unlink_at(dir.fd(), &entry, false))?;
+            progress = true;
+        } else if depth < MAX_DEPTH {
+            let fd = match open_dir_at(dir.fd(), &entry) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                other => other?,
+            };
+            // A folder the run user made read-only could not be emptied by an unprivileged
+            // sidecar; root is not stopped by modes, and this fails harmlessly for a folder
+            // we do not own.
+            if fstat(fd.as_fd())?.mode & 0o700 != 0o700 {
+                let _ = chmod(fd.as_fd(), 0o700);
+            }
+            let dir = DirStream::new(fd)?;
+            stack.push((dir, Some(entry)));
+        } else {
+            let mut random = [0u8; 8];
+            rand::fill(&mut random);
+            let to = cstring(&format!(".deep-{}", crate::util::hex(&random)))?;
+            ignore_missing(rename_at(dir.fd(), &entry, top_again.as_fd(), &to))?;
+            progress = true;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remove_tree_takes_a_tree_deeper_than_many_passes() {
+        let base = crate::util::private_dir(&std::env::temp_dir(), "ptc-session-fs-test").unwrap();
+        let mut path = base.join("tree");
+        std::fs::create_dir(&path).unwrap();
+        // 1500 levels: about 24 passes of 64, and a path of 3000 bytes, under PATH_MAX.
+        for _ in 0..1500 {
+            path.push("d");
+            std::fs::create_dir(&path).unwrap();
+            std::fs::write(path.join("f"), "x").unwrap();
+        }
+        let parent = open_dir_path(&base).unwrap();
+        remove_tree(parent.as_fd(), c"tree").unwrap();
+        assert!(!base.join("tree").exists());
+        // Gone already: fine.
+        remove_tree(parent.as_fd(), c"tree").unwrap();
+        // A link is removed, not followed.
+        std::fs::create_dir(base.join("target")).unwrap();
+        std::fs::write(base.join("target/f"), "x").unwrap();
+        std::os::unix::fs::symlink(base.join("target"), base.join("link")).unwrap();
+        remove_tree(parent.as_fd(), c"link").unwrap();
+        assert!(base.join("target/f").exists());
+        std::fs::remove_dir_all(&base).unwrap();
+    }
+
+    #[test]
+    fn modified_converts_times_before_and_after_1970() {
+        let at = |mtime_ns: i128| {
+            Stat {
+                mode: 0,
+                size: 0,
+                mtime_ns,
+                ino: 0,
+                dev: 0,
+                nlink: 1,
+                uid: 0,
+                gid: 0,
+            }
+            .modified()
+        };
+        assert_eq!(at(1_500_000_000), UNIX_EPOCH + Duration::from_millis(1500));
+        assert_eq!(at(-500_000_000), UNIX_EPOCH - Duration::from_millis(500));
+        assert_eq!(at(i128::MAX), UNIX_EPOCH);
+    }
+}

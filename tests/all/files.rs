@@ -1,0 +1,280 @@
+//! Sessions and files over LibreChat's code API, through real HTTP with real python3 and bash
+//! children: files a run writes come back and stay for the session's next run, uploads reach
+//! code, downloads are byte-identical, sessions are apart, and bad input is refused with
+//! nothing kept. The real client's file scenarios are in `tests/librechat/drive-bash.mjs`.
+
+use crate::common::{TEST_TIMEOUT, TestSidecar, assert_nothing_left};
+use crate::librechat::{PROGRAMMATIC, post, sidecar};
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+
+/// Every byte value, twice: a download that is not byte-identical shows.
+fn binary() -> Vec<u8> {
+    (0..512u32).map(|i| (i % 256) as u8).collect()
+}
+
+async fn exec(s: &TestSidecar, body: Value) -> Value {
+    let (status, r) = post(s, "/exec", &body).await;
+    assert_eq!(status, 200, "{r}");
+    r
+}
+
+/// `POST /upload` with one `file` part (and a `session_id` part first when given).
+async fn upload(s: &TestSidecar, session: Option<&str>, name: &str, bytes: &[u8]) -> (u16, Value) {
+    let boundary = "ptc-test-boundary-7f3a";
+    let mut body = Vec::new();
+    if let Some(id) = session {
+        body.extend_from_slice(
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"session_id\"\r\n\r\n{id}\r\n"
+            )
+            .as_bytes(),
+        );
+    }
+    body.extend_from_slice(
+        format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"entity_id\"\r\n\r\nagent-1\r\n\
+             --{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\n\
+             Content-Type: application/octet-stream\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    body.extend_from_slice(bytes);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    let r = s
+        .http
+        .post(s.url("/upload"))
+        .header(
+            "content-type",
+            format!("multipart/form-data; boundary={boundary}"),
+        )
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+async fn download(s: &TestSidecar, session: &str, file: &str) -> (u16, Vec<u8>, String) {
+    let r = s
+        .http
+        .get(s.url(&format!("/download/{session}/{file}")))
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    let disposition = r
+        .headers()
+        .get("content-disposition")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    (status, r.bytes().await.unwrap().to_vec(), disposition)
+}
+
+async fn get_json(s: &TestSidecar, path: &str) -> Value {
+    let r = s.http.get(s.url(path)).send().await.unwrap();
+    assert_eq!(r.status(), 200, "GET {path}");
+    r.json().await.unwrap()
+}
+
+fn is_id(v: &Value) -> bool {
+    v.as_str().is_some_and(|s| {
+        s.len() == 21
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    })
+}
+
+#[tokio::test]
+async fn a_run_s_files_come_back_stay_and_download_byte_identical() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let s = sidecar(&[]).await;
+        // Python writes under /mnt/data (what the client tells the model) and prints the path.
+        let code = "import os\n\
+                    os.makedirs('/mnt/data/out', exist_ok=True)\n\
+                    open('/mnt/data/out/data.bin', 'wb').write(bytes(range(256)) * 2)\n\
+                    open('notes.txt', 'w').write('hello')\n\
+                    print(os.getcwd(), os.environ['LIBRECHAT_CODE_DATA_DIR'] == os.getcwd())";
+        let r = exec(&s, json!({"lang": "py", "code": code})).await;
+        assert_eq!(r["status"], "completed", "{r}");
+        assert_eq!(r["stdout"], "/mnt/data True\n", "the data directory shows as /mnt/data");
+        let session = r["session_id"].as_str().unwrap().to_string();
+        assert!(is_id(&r["session_id"]), "{r}");
+        let files = r["files"].as_array().unwrap();
+        let names: Vec<&str> = files.iter().map(|f| f["name"].as_str().unwrap()).collect();
+        assert_eq!(names, vec!["notes.txt", "out/data.bin"]);
+        let data = files.iter().find(|f| f["name"] == "out/data.bin").unwrap();
+        assert!(is_id(&data["id"]), "{data}");
+        assert_eq!(data["path"], "/mnt/data/out/data.bin");
+        assert_eq!(data["size"], 512);
+
+        // The next run of the session (bash this time) finds them, and only what it changes
+        // comes back.
+        let r = exec(
+            &s,
+            json!({"lang": "bash", "session_id": session,
+                   "code": "cat notes.txt; echo; wc -c < /mnt/data/out/data.bin; echo more >> notes.txt"}),
+        )
+        .await;
+        assert_eq!(r["status"], "completed", "{r}");
+        assert_eq!(r["stdout"], "hello\n512\n");
+        let names: Vec<&Value> = r["files"].as_array().unwrap().iter().map(|f| &f["name"]).collect();
+        assert_eq!(names, vec!["notes.txt"]);
+
+        // LibreChat's listing and download.
+        let listing = get_json(&s, &format!("/files/{session}?detail=full")).await;
+        let listed = listing.as_array().unwrap();
+        assert_eq!(listed.len(), 2, "{listing}");
+        let item = listed.iter().find(|f| f["filename"] == "out/data.bin").unwrap();
+        assert_eq!(item["name"], format!("{session}/{}", data["id"].as_str().unwrap()));
+        assert_eq!(item["metadata"]["original-filename"], "out/data.bin");
+        assert!(item["lastModified"].as_str().unwrap().ends_with('Z'), "{item}");
+        let (status, bytes, disposition) =
+            download(&s, &session, data["id"].as_str().unwrap()).await;
+        assert_eq!(status, 200);
+        assert_eq!(bytes, binary());
+        assert_eq!(disposition, "attachment; filename=\"data.bin\"");
+        assert_nothing_left(&s).await;
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn an_upload_reaches_code_and_files_move_between_sessions_by_id() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let s = sidecar(&[]).await;
+        let (status, up) = upload(&s, None, "input.csv", b"a,b\n1,2\n").await;
+        assert_eq!(status, 200, "{up}");
+        assert_eq!(up["message"], "success");
+        assert_eq!(up["session_id"], up["storage_session_id"]);
+        let (from, file) = (
+            up["session_id"].as_str().unwrap().to_string(),
+            up["files"][0]["fileId"].as_str().unwrap().to_string(),
+        );
+        assert_eq!(up["files"][0]["filename"], "input.csv");
+        // A run of another session names the upload's session and file, as LibreChat does.
+        let r = exec(
+            &s,
+            json!({"lang": "py",
+                   "files": [{"id": file, "session_id": from, "name": "data/input.csv"}],
+                   "code": "print(open('/mnt/data/data/input.csv').read().splitlines()[1])"}),
+        )
+        .await;
+        assert_eq!(r["status"], "completed", "{r}");
+        assert_eq!(r["stdout"], "1,2\n");
+        assert_ne!(r["session_id"], from.as_str());
+        // A file that is gone does not fail the run: stderr says so.
+        let r = exec(
+            &s,
+            json!({"lang": "bash",
+                   "files": [{"id": "AAAAAAAAAAAAAAAAAAAAA", "session_id": from, "name": "x.txt"}],
+                   "code": "ls"}),
+        )
+        .await;
+        assert_eq!(r["status"], "completed", "{r}");
+        assert!(r["stderr"].as_str().unwrap().contains("\"x.txt\""), "{r}");
+        assert!(
+            r["stderr"].as_str().unwrap().contains("upload it again"),
+            "{r}"
+        );
+    })
+    .await
+    .unwrap();
+}
+
+/// Code reaches no other session's directory, even by its path; the request must name a
+/// session (and a file id in it) to bring its files along.
+#[tokio::test]
+async fn sessions_are_apart() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let s = sidecar(&[]).await;
+        let status = s.sidecar.state.runner.as_ref().unwrap().sandbox_status().clone();
+        let (_, up) = upload(&s, None, "secret.txt", b"only mine").await;
+        let other = up["session_id"].as_str().unwrap();
+        let r = exec(&s, json!({"lang": "bash", "code": "pwd"})).await;
+        assert_eq!(r["stdout"], "/mnt/data\n");
+        let dir = s.sidecar.state.sessions.as_ref().unwrap().get(other).unwrap().dir.clone();
+        let r = exec(
+            &s,
+            json!({"lang": "bash", "code": format!("cat {}/secret.txt 2>&1; echo \" status $?\"", dir.display())}),
+        )
+        .await;
+        if status.landlock.starts_with("abi") {
+            // Both directories belong to the run user: only Landlock keeps code out.
+            let out = r["stdout"].as_str().unwrap();
+            assert!(out.contains("Permission denied") && out.ends_with(" status 1\n"), "{r}");
+        } else {
+            println!("not checked: this kernel has no Landlock ({status})");
+        }
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn bad_file_input_is_refused_and_keeps_nothing() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let s = sidecar(&[("PTC_SESSION_MAX_MB", "1")]).await;
+        // Names that leave the session.
+        for name in ["../escape.txt", "/etc/passwd", "a/../../b"] {
+            let (status, r) = post(
+                &s,
+                "/exec",
+                &json!({"lang": "bash", "code": "ls",
+                        "files": [{"id": "AAAAAAAAAAAAAAAAAAAAA", "session_id": "s1", "name": name}]}),
+            )
+            .await;
+            assert_eq!(status, 400, "{name}: {r}");
+            assert!(r["error"]["message"].as_str().unwrap().contains(name), "{r}");
+        }
+        let (status, r) = upload(&s, None, "../up.txt", b"x").await;
+        assert_eq!(status, 400, "{r}");
+        // A session id that is not one.
+        let (status, r) =
+            post(&s, PROGRAMMATIC, &json!({"lang": "bash", "code": "ls", "tools": [], "session_id": "../x"})).await;
+        assert_eq!(status, 400, "{r}");
+        // Over the session's quota: refused, and nothing of it kept.
+        let (status, r) = upload(&s, Some("quota-test"), "big.bin", &vec![7u8; 2 << 20]).await;
+        assert_eq!(status, 413, "{r}");
+        assert!(r["error"]["message"].as_str().unwrap().contains("PTC_SESSION_MAX_MB"), "{r}");
+        let listing = get_json(&s, "/files/quota-test").await;
+        assert_eq!(listing, json!([]));
+        // Unknown sessions and files.
+        let (status, _, _) = download(&s, "no-such-session", "AAAAAAAAAAAAAAAAAAAAA").await;
+        assert_eq!(status, 404);
+        let listing = get_json(&s, "/files/no-such-session").await;
+        assert_eq!(listing, json!([]));
+        assert_nothing_left(&s).await;
+    })
+    .await
+    .unwrap();
+}
+
+/// A run's link to a file outside its session is neither listed nor served, though the run
+/// could make it.
+#[tokio::test]
+async fn links_out_of_a_session_are_not_followed() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let s = sidecar(&[]).await;
+        let outside = std::env::temp_dir().join(format!("ptc-outside-{}", std::process::id()));
+        std::fs::write(&outside, "the sidecar's secret").unwrap();
+        let code = format!(
+            "ln -s {} link.txt; mkdir d; ln -s / d/root; ln {} hard.txt 2>/dev/null; echo ok > real.txt",
+            outside.display(),
+            outside.display()
+        );
+        let r = exec(&s, json!({"lang": "bash", "code": code})).await;
+        assert_eq!(r["status"], "completed", "{r}");
+        let names: Vec<&Value> = r["files"].as_array().unwrap().iter().map(|f| &f["name"]).collect();
+        assert_eq!(names, vec!["real.txt"], "{r}");
+        let session = r["session_id"].as_str().unwrap();
+        let link_id = ptc_sidecar::session::file_id(session, "link.txt");
+        let (status, body, _) = download(&s, session, &link_id).await;
+        assert_eq!(status, 404, "{}", String::from_utf8_lossy(&body));
+        std::fs::remove_file(&outside).unwrap();
+    })
+    .await
+    .unwrap();
+}
