@@ -21,6 +21,17 @@ async fn exec(s: &TestSidecar, body: Value) -> Value {
 
 /// `POST /upload` with one `file` part (and a `session_id` part first when given).
 async fn upload(s: &TestSidecar, session: Option<&str>, name: &str, bytes: &[u8]) -> (u16, Value) {
+    upload_to(s, "/upload", session, name, bytes).await
+}
+
+/// [`upload`] to `path` (`/upload` or `/upload/batch`).
+async fn upload_to(
+    s: &TestSidecar,
+    path: &str,
+    session: Option<&str>,
+    name: &str,
+    bytes: &[u8],
+) -> (u16, Value) {
     let boundary = "ptc-test-boundary-7f3a";
     let mut body = Vec::new();
     if let Some(id) = session {
@@ -43,7 +54,7 @@ async fn upload(s: &TestSidecar, session: Option<&str>, name: &str, bytes: &[u8]
     body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
     let r = s
         .http
-        .post(s.url("/upload"))
+        .post(s.url(path))
         .header(
             "content-type",
             format!("multipart/form-data; boundary={boundary}"),
@@ -154,6 +165,15 @@ async fn an_upload_reaches_code_and_files_move_between_sessions_by_id() {
             up["files"][0]["fileId"].as_str().unwrap().to_string(),
         );
         assert_eq!(up["files"][0]["filename"], "input.csv");
+        // The batch form (LibreChat's /upload/batch) into the same session.
+        let (status, batch) = upload_to(&s, "/upload/batch", Some(&from), "more.txt", b"m").await;
+        assert_eq!(status, 200, "{batch}");
+        assert_eq!(batch["session_id"], from.as_str());
+        assert_eq!(
+            (&batch["succeeded"], &batch["failed"]),
+            (&json!(1), &json!(0))
+        );
+        assert_eq!(batch["files"][0]["status"], "success");
         // A run of another session names the upload's session and file, as LibreChat does.
         let r = exec(
             &s,

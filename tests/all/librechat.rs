@@ -431,7 +431,7 @@ async fn the_real_librechat_client() {
     tokio::time::timeout(TEST_TIMEOUT, async {
         let s = sidecar(&[("PTC_API_KEY", "drive-key")]).await;
         // The Python runner, then the bash runner, each with its own scenarios.
-        for (script, scenarios) in [("drive.mjs", 8), ("drive-bash.mjs", 8)] {
+        for (script, scenarios) in [("drive.mjs", 9), ("drive-bash.mjs", 8)] {
             let output = tokio::process::Command::new("node")
                 .arg(dir.join(script))
                 .arg(format!("http://{}", s.addr))

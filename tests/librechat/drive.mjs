@@ -88,8 +88,9 @@ const ptc = createProgrammaticToolCallingTool({
 });
 
 let n = 0;
-/** Runs `code` through the client; returns the ToolMessage (content + artifact). */
-async function run(code, extra = {}, controller = new AbortController()) {
+/** Runs `code` through the client; returns the ToolMessage (content + artifact). `call`
+ *  adds to the tool call what the host's ToolNode injects (`session_id`, `_injected_files`). */
+async function run(code, extra = {}, controller = new AbortController(), call = {}) {
   return ptc.invoke(
     {
       id: `tc_${++n}`,
@@ -98,6 +99,7 @@ async function run(code, extra = {}, controller = new AbortController()) {
       args: { code, timeout: 30000, ...extra },
       toolMap,
       toolDefs,
+      ...call,
     },
     { signal: controller.signal },
   );
@@ -153,6 +155,22 @@ try {
     const msg = await run("import tools\nw = await tools.get_weather(city='Oslo')\nprint(w['city'])");
     assert.equal(msg.content, 'stdout:\nOslo');
     assert.equal(posts(), 2);
+  });
+
+  await scenario('a file written to /mnt/data comes back, and the session\'s next run reads it', async () => {
+    const first = await run(
+      "w = await get_weather(city='Quito')\nopen('/mnt/data/quito.json', 'w').write(json.dumps(w))\nprint('saved')",
+    );
+    assert.match(first.content, /^stdout:\nsaved/);
+    const files = first.artifact.files;
+    assert.deepEqual(files.map((f) => f.name), ['quito.json']);
+    const second = await run(
+      "print(json.load(open('/mnt/data/quito.json'))['city'])",
+      {},
+      new AbortController(),
+      { session_id: first.artifact.session_id, _injected_files: files },
+    );
+    assert.equal(second.content, 'stdout:\nQuito');
   });
 
   await scenario('code without tools goes to /exec', async () => {

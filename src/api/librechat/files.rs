@@ -228,6 +228,10 @@ pub fn router<S>(sessions: Sessions) -> Router<S> {
             "/upload",
             post(upload).layer(DefaultBodyLimit::max(upload_limit)),
         )
+        .route(
+            "/upload/batch",
+            post(upload_batch).layer(DefaultBodyLimit::max(upload_limit)),
+        )
         .route("/download/{session_id}/{file_id}", get(download))
         .route("/files/{session_id}", get(list))
         .route("/sessions/{session_id}/objects/{file_id}", get(object))
@@ -237,10 +241,47 @@ pub fn router<S>(sessions: Sessions) -> Router<S> {
 /// `POST /upload`: multipart, each `file` part stored in a new session (or in the one a
 /// `session_id` part names, sent before the files); `entity_id`, `kind`, `id`, `version` and
 /// `read_only` are accepted and ignored.
-async fn upload(
+async fn upload(State(sessions): State<Sessions>, form: Multipart) -> Result<Response, ApiError> {
+    let (session, stored) = store_upload(&sessions, form).await?;
+    Ok(Json(json!({
+        "message": "success",
+        "session_id": session,
+        "storage_session_id": session,
+        "files": stored,
+    }))
+    .into_response())
+}
+
+/// `POST /upload/batch`: the same, answered as LibreChat's batch upload reads it. The files
+/// are stored all or none: a refused one fails the request, as for `/upload`.
+async fn upload_batch(
     State(sessions): State<Sessions>,
-    mut form: Multipart,
+    form: Multipart,
 ) -> Result<Response, ApiError> {
+    let (session, stored) = store_upload(&sessions, form).await?;
+    let files: Vec<Value> = stored
+        .into_iter()
+        .map(|mut f| {
+            f["status"] = json!("success");
+            f
+        })
+        .collect();
+    Ok(Json(json!({
+        "message": "success",
+        "session_id": session,
+        "storage_session_id": session,
+        "succeeded": files.len(),
+        "failed": 0,
+        "files": files,
+    }))
+    .into_response())
+}
+
+/// Stores each `file` part of an upload; the session's id and `{fileId, filename}` per file.
+async fn store_upload(
+    sessions: &Sessions,
+    mut form: Multipart,
+) -> Result<(String, Vec<Value>), ApiError> {
     let bad = |e: axum::extract::multipart::MultipartError| {
         ApiError::BadRequest(format!(
             "the upload is not readable multipart/form-data ({e}); send each file as a \"file\" part"
@@ -328,13 +369,7 @@ async fn upload(
             "the upload has no \"file\" part: send each file as a \"file\" part".into(),
         ));
     }
-    Ok(Json(json!({
-        "message": "success",
-        "session_id": session.id,
-        "storage_session_id": session.id,
-        "files": stored,
-    }))
-    .into_response())
+    Ok((session.id.clone(), stored))
 }
 
 /// `GET /download/{session_id}/{file_id}`: the file's bytes (`?kind=&id=&version=` ignored).
