@@ -298,3 +298,43 @@ async fn links_out_of_a_session_are_not_followed() {
     .await
     .unwrap();
 }
+
+/// A session no request names for `PTC_SESSION_TTL` is removed with its files; one in use is
+/// not.
+#[tokio::test]
+async fn an_idle_session_expires_with_its_files() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let s = sidecar(&[("PTC_SESSION_TTL", "1")]).await;
+        let r = exec(&s, json!({"lang": "bash", "code": "echo x > kept.txt"})).await;
+        let session = r["session_id"].as_str().unwrap().to_string();
+        let dir = s
+            .sidecar
+            .state
+            .sessions
+            .as_ref()
+            .unwrap()
+            .get(&session)
+            .unwrap()
+            .dir
+            .clone();
+        // A run that lasts past the TTL keeps its session.
+        let r = exec(
+            &s,
+            json!({"lang": "bash", "session_id": session, "code": "sleep 2.5; cat kept.txt"}),
+        )
+        .await;
+        assert_eq!(r["stdout"], "x\n", "{r}");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while dir.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} outlived its TTL",
+                dir.display()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+        assert_eq!(get_json(&s, &format!("/files/{session}")).await, json!([]));
+    })
+    .await
+    .unwrap();
+}
