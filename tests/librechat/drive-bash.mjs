@@ -7,78 +7,9 @@
 // (as drive.mjs does for Python). Prints one line per scenario and exits non-zero on the first
 // failure.
 
-import http from 'node:http';
 import assert from 'node:assert/strict';
-import { createBashProgrammaticToolCallingTool, tool } from '@librechat/agents';
-
-const [sidecar, apiKey] = process.argv.slice(2);
-if (!sidecar) {
-  console.error('usage: node drive-bash.mjs http://127.0.0.1:PORT [API_KEY]');
-  process.exit(2);
-}
-
-// ---- a counting proxy in front of the sidecar ------------------------------------------------
-const counts = new Map();
-const target = new URL(sidecar);
-const proxy = http.createServer((req, res) => {
-  counts.set(req.url, (counts.get(req.url) ?? 0) + 1);
-  const upstream = http.request(
-    { host: target.hostname, port: target.port, path: req.url, method: req.method, headers: req.headers },
-    (up) => {
-      res.writeHead(up.statusCode, up.headers);
-      up.pipe(res);
-    },
-  );
-  upstream.on('error', (e) => {
-    res.writeHead(502);
-    res.end(String(e));
-  });
-  req.pipe(upstream);
-});
-await new Promise((resolve) => proxy.listen(0, '127.0.0.1', resolve));
-const baseUrl = `http://127.0.0.1:${proxy.address().port}`;
-const requests = (path) => counts.get(path) ?? 0;
-
-// ---- host tools ------------------------------------------------------------------------------
-let inFlight = 0;
-let maxInFlight = 0;
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-const defs = [
-  {
-    name: 'get-weather',
-    description: 'Weather for a city.',
-    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
-    allowed_callers: ['code_execution'],
-    fn: async ({ city }) => {
-      inFlight++;
-      maxInFlight = Math.max(maxInFlight, inFlight);
-      await sleep(50);
-      inFlight--;
-      return JSON.stringify({ city, temp_c: city.length * 3, sky: 'sunny' });
-    },
-  },
-  {
-    name: 'add',
-    description: 'Adds two numbers.',
-    parameters: { type: 'object', properties: { a: { type: 'number' }, b: { type: 'number' } }, required: ['a', 'b'] },
-    allowed_callers: ['code_execution'],
-    fn: async ({ a, b }) => String(a + b),
-  },
-  {
-    name: 'flaky_service',
-    description: 'Always fails.',
-    parameters: { type: 'object', properties: {} },
-    allowed_callers: ['code_execution'],
-    fn: async () => {
-      throw new Error('flaky_service failed: boom');
-    },
-  },
-];
-const toolMap = new Map(
-  defs.map((d) => [d.name, tool(d.fn, { name: d.name, description: d.description, schema: d.parameters })]),
-);
-const toolDefs = defs.map(({ fn, ...def }) => def);
+import { createBashProgrammaticToolCallingTool } from '@librechat/agents';
+import { apiKey, baseUrl, requests, runAll, scenario, toolDefs, toolMap, weather } from './harness.mjs';
 
 const ptc = createBashProgrammaticToolCallingTool({
   baseUrl,
@@ -101,13 +32,8 @@ async function run(code, extra = {}, call = {}) {
   });
 }
 
-async function scenario(name, body) {
-  const before = requests('/exec/programmatic');
-  await body(() => requests('/exec/programmatic') - before);
-  console.log(`ok - ${name}`);
-}
 
-try {
+await runAll(async () => {
   await scenario('sequential calls', async (posts) => {
     const msg = await run(
       "w=$(get_weather '{\"city\": \"Paris\"}')\nt=$(add \"{\\\"a\\\": 2, \\\"b\\\": 3}\")\necho \"$w\"\necho \"sum=$t\"",
@@ -118,7 +44,7 @@ try {
   });
 
   await scenario('parallel calls with & and wait in one round', async (posts) => {
-    maxInFlight = 0;
+    weather.max = 0;
     const msg = await run(
       [
         "{ a=$(get_weather '{\"city\": \"A\"}'); printf '%s\\n' \"$a\" > a.json; } &",
@@ -132,7 +58,7 @@ try {
     assert.match(msg.content, /^stdout:\n18\n/);
     assert.deepEqual(msg.artifact.files.map((f) => f.name).sort(), ['a.json', 'b.json', 'c.json']);
     assert.equal(posts(), 2, 'one round: the first request and one continuation');
-    assert.equal(maxInFlight, 3, 'the client ran the three calls together');
+    assert.equal(weather.max, 3, 'the client ran the three calls together');
   });
 
   await scenario('a hyphenated tool name and jq', async () => {
@@ -184,9 +110,4 @@ try {
     assert.equal(msg.content, 'stdout:\nplain\n42');
     assert.equal(requests('/exec') - before, 1);
   });
-} catch (e) {
-  console.error(`not ok - ${e.stack ?? e}`);
-  process.exitCode = 1;
-} finally {
-  proxy.close();
-}
+});

@@ -8,78 +8,9 @@
 // so a scenario can assert how many round trips it took. Prints one line per scenario and
 // exits non-zero on the first failure.
 
-import http from 'node:http';
 import assert from 'node:assert/strict';
-import { createProgrammaticToolCallingTool, tool } from '@librechat/agents';
-
-const [sidecar, apiKey] = process.argv.slice(2);
-if (!sidecar) {
-  console.error('usage: node drive.mjs http://127.0.0.1:PORT [API_KEY]');
-  process.exit(2);
-}
-
-// ---- a counting proxy in front of the sidecar ------------------------------------------------
-const counts = new Map();
-const target = new URL(sidecar);
-const proxy = http.createServer((req, res) => {
-  counts.set(req.url, (counts.get(req.url) ?? 0) + 1);
-  const upstream = http.request(
-    { host: target.hostname, port: target.port, path: req.url, method: req.method, headers: req.headers },
-    (up) => {
-      res.writeHead(up.statusCode, up.headers);
-      up.pipe(res);
-    },
-  );
-  upstream.on('error', (e) => {
-    res.writeHead(502);
-    res.end(String(e));
-  });
-  req.pipe(upstream);
-});
-await new Promise((resolve) => proxy.listen(0, '127.0.0.1', resolve));
-const baseUrl = `http://127.0.0.1:${proxy.address().port}`;
-const requests = (path) => counts.get(path) ?? 0;
-
-// ---- host tools, as LangChain tools plus their LCTool definitions ----------------------------
-let inFlight = 0;
-let maxInFlight = 0;
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-
-const defs = [
-  {
-    name: 'get-weather',
-    description: 'Weather for a city.',
-    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
-    allowed_callers: ['code_execution'],
-    fn: async ({ city }) => {
-      inFlight++;
-      maxInFlight = Math.max(maxInFlight, inFlight);
-      await sleep(50);
-      inFlight--;
-      return JSON.stringify({ city, temp_c: city.length * 3, sky: 'sunny' });
-    },
-  },
-  {
-    name: 'add',
-    description: 'Adds two numbers.',
-    parameters: { type: 'object', properties: { a: { type: 'number' }, b: { type: 'number' } }, required: ['a', 'b'] },
-    allowed_callers: ['code_execution'],
-    fn: async ({ a, b }) => String(a + b),
-  },
-  {
-    name: 'flaky_service',
-    description: 'Always fails.',
-    parameters: { type: 'object', properties: {} },
-    allowed_callers: ['code_execution'],
-    fn: async () => {
-      throw new Error('flaky_service failed: boom');
-    },
-  },
-];
-const toolMap = new Map(
-  defs.map((d) => [d.name, tool(d.fn, { name: d.name, description: d.description, schema: d.parameters })]),
-);
-const toolDefs = defs.map(({ fn, ...def }) => def);
+import { createProgrammaticToolCallingTool } from '@librechat/agents';
+import { apiKey, baseUrl, requests, runAll, scenario, sleep, toolDefs, toolMap, weather } from './harness.mjs';
 
 const ptc = createProgrammaticToolCallingTool({
   baseUrl,
@@ -105,13 +36,8 @@ async function run(code, extra = {}, controller = new AbortController(), call = 
   );
 }
 
-async function scenario(name, body) {
-  const before = requests('/exec/programmatic');
-  await body(() => requests('/exec/programmatic') - before);
-  console.log(`ok - ${name}`);
-}
 
-try {
+await runAll(async () => {
   await scenario('one call', async (posts) => {
     // The tool returns a JSON string, as LangChain tools do; code gets a dict.
     const msg = await run("w = await get_weather(city='Paris')\nprint(w['city'], w['temp_c'], w['sky'])");
@@ -127,13 +53,13 @@ try {
   });
 
   await scenario('a gather of three in one round', async (posts) => {
-    maxInFlight = 0;
+    weather.max = 0;
     const msg = await run(
       "rs = await asyncio.gather(get_weather(city='A'), get_weather(city='BB'), get_weather(city='CCC'))\nprint(len(rs))",
     );
     assert.equal(msg.content, 'stdout:\n3');
     assert.equal(posts(), 2, 'one round: the first request and one continuation');
-    assert.equal(maxInFlight, 3, 'the client ran the three calls together');
+    assert.equal(weather.max, 3, 'the client ran the three calls together');
   });
 
   await scenario('a tool error caught in Python', async () => {
@@ -190,9 +116,4 @@ try {
     for (let i = 0; i < 60 && requests('/exec/programmatic/cancel') === 0; i++) await sleep(50);
     assert.equal(requests('/exec/programmatic/cancel'), 1, 'the client sent /cancel');
   });
-} catch (e) {
-  console.error(`not ok - ${e.stack ?? e}`);
-  process.exitCode = 1;
-} finally {
-  proxy.close();
-}
+});
