@@ -338,3 +338,43 @@ async fn an_idle_session_expires_with_its_files() {
     .await
     .unwrap();
 }
+
+/// One run at a time uses a session: the next waits for it within its own timeout, and one
+/// whose timeout passes while waiting is refused, saying why.
+#[tokio::test]
+async fn runs_of_one_session_take_turns() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let s = std::sync::Arc::new(sidecar(&[]).await);
+        let session = "turns-test";
+        let first = {
+            let s = s.clone();
+            tokio::spawn(async move {
+                exec(
+                    &s,
+                    json!({"lang": "bash", "session_id": session, "timeout": 20000,
+                           "code": "sleep 3; echo first > order.txt"}),
+                )
+                .await
+            })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let (status, busy) = post(
+            &s,
+            "/exec",
+            &json!({"lang": "bash", "session_id": session, "timeout": 1000, "code": "echo never"}),
+        )
+        .await;
+        assert_eq!(status, 409, "{busy}");
+        assert_eq!(busy["error"]["type"], "busy", "{busy}");
+        assert!(busy["error"]["message"].as_str().unwrap().contains(session), "{busy}");
+        let second = exec(
+            &s,
+            json!({"lang": "bash", "session_id": session, "timeout": 20000, "code": "cat order.txt"}),
+        )
+        .await;
+        assert_eq!(second["stdout"], "first\n", "the second run waited for the first: {second}");
+        assert_eq!(first.await.unwrap()["status"], "completed");
+    })
+    .await
+    .unwrap();
+}

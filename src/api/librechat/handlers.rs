@@ -110,15 +110,19 @@ impl Lc {
         self.0.runner.clone().ok_or(PTC_DISABLED)
     }
 
-    /// The session a request names (made when new), held for its run, with its files placed.
+    /// The session a request names (made when new), held for its run, with its files placed,
+    /// and what is left of the run's `timeout` after waiting for it (a run of the session
+    /// still going holds it).
     async fn hold(
         &self,
         session_id: Option<&str>,
         files: &[FileRef],
-        wait: Duration,
-    ) -> Result<(Held, Vec<String>), ApiError> {
+        timeout: Duration,
+    ) -> Result<(Held, Vec<String>, Duration), ApiError> {
         let sessions = self.0.sessions.as_ref().ok_or(PTC_DISABLED)?;
-        Held::take(sessions, session_id, files, wait).await
+        let started = std::time::Instant::now();
+        let (held, notes) = Held::take(sessions, session_id, files, timeout).await?;
+        Ok((held, notes, timeout.saturating_sub(started.elapsed())))
     }
 
     fn workspace(&self, held: &Held) -> Option<Workspace> {
@@ -229,7 +233,7 @@ async fn first(
         });
     }
     let timeout = run_timeout(body.timeout, runner.config().timeout);
-    let (held, notes) = lc
+    let (held, notes, timeout) = lc
         .hold(body.session_id.as_deref(), &body.files, timeout)
         .await?;
     let run = lc.0.runs.start(
@@ -443,7 +447,7 @@ async fn plain(State(lc): State<Lc>, request: Request) -> Result<Response, ApiEr
     .await?;
     let lang = check_lang(body.lang.as_deref())?;
     let timeout = run_timeout(body.timeout, runner.config().timeout);
-    let (held, notes) = lc
+    let (held, notes, timeout) = lc
         .hold(body.session_id.as_deref(), &body.files, timeout)
         .await?;
     let code = match lang {
