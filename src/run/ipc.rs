@@ -129,7 +129,7 @@ impl Route {
 /// The one path of both routes: token, body, parse, dispatch, answer.
 async fn handle(route: Route, calls: Calls, request: Request) -> Response {
     let outcome = async {
-        let (run, body) = authorized(&calls, request).await?;
+        let (run, body) = authorized(&calls, request).await.map_err(Refusal::json)?;
         let (tool, args) = route.parse(&body).map_err(|e| {
             let message = format!("expected {}: {e}", route.expected());
             refuse(StatusCode::BAD_REQUEST, "bad_request", &message)
@@ -156,10 +156,7 @@ async fn bash(State(calls): State<Calls>, Path(tool): Path<String>, request: Req
     };
     let (run, body) = match authorized(&calls, request).await {
         Ok(authorized) => authorized,
-        Err(refused) => {
-            let status = refused.status();
-            return text(status, refused_message(status));
-        }
+        Err(refused) => return text(refused.status, refused.message),
     };
     let args: Value = if body.iter().all(u8::is_ascii_whitespace) {
         empty_args()
@@ -188,40 +185,41 @@ async fn bash(State(calls): State<Calls>, Path(tool): Path<String>, request: Req
     }
 }
 
-/// What a refusal before dispatch says, as text.
-fn refused_message(status: StatusCode) -> String {
-    match status {
-        StatusCode::UNAUTHORIZED => "missing or unknown run token (the run may be over)".into(),
-        StatusCode::PAYLOAD_TOO_LARGE => {
-            format!("a tool call's argument is limited to {MAX_CALL_BYTES} bytes")
-        }
-        other => format!("refused ({other})"),
+/// Why a request was refused before its body was read whole: each route says it its way.
+struct Refusal {
+    status: StatusCode,
+    kind: &'static str,
+    message: String,
+}
+
+impl Refusal {
+    /// As the JSON routes answer.
+    fn json(self) -> Response {
+        refuse(self.status, self.kind, &self.message)
     }
 }
 
 /// The run a request's bearer token belongs to, and its body within [`MAX_CALL_BYTES`].
-async fn authorized(calls: &Calls, request: Request) -> Result<(Arc<RunCtx>, Bytes), Response> {
+async fn authorized(calls: &Calls, request: Request) -> Result<(Arc<RunCtx>, Bytes), Refusal> {
     let token = request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
     let Some(run) = token.and_then(|t| calls.run_for_token(t)) else {
-        return Err(refuse(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "missing or unknown run token (the run may be over)",
-        ));
+        return Err(Refusal {
+            status: StatusCode::UNAUTHORIZED,
+            kind: "unauthorized",
+            message: "missing or unknown run token (the run may be over)".into(),
+        });
     };
     to_bytes(request.into_body(), MAX_CALL_BYTES)
         .await
         .map(|body| (run, body))
-        .map_err(|_| {
-            refuse(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "too_large",
-                &format!("a tool call's body is limited to {MAX_CALL_BYTES} bytes"),
-            )
+        .map_err(|_| Refusal {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            kind: "too_large",
+            message: format!("a tool call's body is limited to {MAX_CALL_BYTES} bytes"),
         })
 }
 

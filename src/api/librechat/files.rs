@@ -20,7 +20,7 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 use tokio::sync::OwnedMutexGuard;
 
 /// Where the client tells the model a session's files are.
@@ -91,12 +91,11 @@ impl Held {
             })?;
         // Copying files and walking the directory block: off the async workers.
         let (store, held, files) = (sessions.clone(), session.clone(), files.to_vec());
-        let (notes, before) = tokio::task::spawn_blocking(move || {
+        let (notes, before) = blocking(move || {
             let notes = place(&store, &held, &files)?;
             Ok::<_, ApiError>((notes, held.snapshot()?))
         })
-        .await
-        .map_err(|e| ApiError::Internal(format!("placing the request's files failed: {e}")))??;
+        .await?;
         Ok((
             Held {
                 session,
@@ -122,18 +121,13 @@ impl Held {
     /// The files the run made or changed, as the client reads them.
     pub async fn changed(&self) -> Vec<Value> {
         let (session, before) = (self.session.clone(), self.before.clone());
-        let found = tokio::task::spawn_blocking(move || session.changed_since(&before)).await;
-        match found {
-            Ok(Ok(files)) => files
+        match blocking(move || session.changed_since(&before)).await {
+            Ok(files) => files
                 .iter()
                 .map(|f| run_file(&self.session.id, f))
                 .collect(),
-            Ok(Err(e)) => {
-                tracing::warn!(session = %self.session.id, "cannot list the run's files: {e}");
-                Vec::new()
-            }
             Err(e) => {
-                tracing::warn!(session = %self.session.id, "listing the run's files failed: {e}");
+                tracing::warn!(session = %self.session.id, "cannot list the run's files: {e}");
                 Vec::new()
             }
         }
@@ -150,27 +144,26 @@ fn place(
     let mut notes = Vec::new();
     for f in files {
         let name = crate::session::check_name(&f.name)?;
-        let source = match f.source_session() {
-            Some(id) if id == session.id => None,
-            Some(id) => {
+        // Another session's file, or (no session named, or this one) the run's own.
+        let other = match f.source_session() {
+            Some(id) if id != session.id => {
                 Sessions::check_id(id)?;
-                sessions.get(id)
+                match sessions.get(id) {
+                    Some(other) => Some(other),
+                    None => {
+                        notes.push(gone(&name, id));
+                        continue;
+                    }
+                }
             }
-            None => None,
+            _ => None,
         };
-        let from: &Session = match (&source, f.source_session()) {
-            (Some(s), _) => s,
-            (None, Some(id)) if id != session.id => {
-                notes.push(gone(&name, id));
-                continue;
-            }
-            _ => session,
-        };
+        let from = other.as_deref().unwrap_or(session);
         let Some((info, mut file)) = from.open(&f.id)? else {
             notes.push(gone(&name, &from.id));
             continue;
         };
-        if std::ptr::eq(from, session) && info.name == name {
+        if other.is_none() && info.name == name {
             continue; // already where the run will look
         }
         session.write(&name, &mut file)?;
@@ -185,10 +178,6 @@ fn gone(name: &str, session: &str) -> String {
     )
 }
 
-fn rfc3339(t: SystemTime) -> String {
-    crate::util::rfc3339(t)
-}
-
 /// A file in an answer of `/exec` or `/exec/programmatic`.
 fn run_file(session_id: &str, f: &FileInfo) -> Value {
     json!({
@@ -198,7 +187,7 @@ fn run_file(session_id: &str, f: &FileInfo) -> Value {
         "session_id": session_id,
         "storage_session_id": session_id,
         "size": f.size,
-        "lastModified": rfc3339(f.modified),
+        "lastModified": crate::util::rfc3339(f.modified),
     })
 }
 
@@ -213,7 +202,7 @@ fn listed_file(session_id: &str, f: &FileInfo) -> Value {
         "storage_session_id": session_id,
         "filename": f.name,
         "size": f.size,
-        "lastModified": rfc3339(f.modified),
+        "lastModified": crate::util::rfc3339(f.modified),
         "metadata": {"original-filename": f.name},
     })
 }
@@ -282,94 +271,100 @@ async fn store_upload(
     sessions: &Sessions,
     mut form: Multipart,
 ) -> Result<(String, Vec<Value>), ApiError> {
-    let bad = |e: axum::extract::multipart::MultipartError| {
-        ApiError::BadRequest(format!(
-            "the upload is not readable multipart/form-data ({e}); send each file as a \"file\" part"
-        ))
-    };
     let mut held: Option<(Arc<Session>, OwnedMutexGuard<()>)> = None;
     let mut stored = Vec::new();
-    while let Some(mut field) = form.next_field().await.map_err(bad)? {
+    while let Some(mut field) = form.next_field().await.map_err(unreadable)? {
         match field.name().unwrap_or_default() {
             "session_id" if held.is_none() => {
-                let id = field.text().await.map_err(bad)?;
-                let session = sessions.open(id.trim())?;
-                let lock = session.clone().lock().await;
-                held = Some((session, lock));
+                let id = field.text().await.map_err(unreadable)?;
+                held = Some(hold(sessions, id.trim()).await?);
             }
             "file" => {
                 if held.is_none() {
-                    let session = sessions.open(&Sessions::new_id())?;
-                    let lock = session.clone().lock().await;
-                    held = Some((session, lock));
+                    held = Some(hold(sessions, &Sessions::new_id()).await?);
                 }
-                let Some((session, _)) = &held else {
-                    continue;
-                };
-                let name = field.file_name().unwrap_or_default().to_string();
-                let name = crate::session::check_name(&name)?;
-                // The store writes (and counts against the quota) on a blocking thread, fed
-                // chunk by chunk: an upload is never held in memory whole.
-                let (tx, rx) = tokio::sync::mpsc::channel(4);
-                let (store, file_name) = (session.clone(), name.clone());
-                let writer = tokio::task::spawn_blocking(move || {
-                    store.write(
-                        &file_name,
-                        &mut ChunkReader {
-                            rx,
-                            chunk: Bytes::new(),
-                        },
-                    )
-                });
-                let mut read_error = None;
-                let mut refused = false;
-                loop {
-                    match field.chunk().await {
-                        // Once the store refused the file (its error says why), the rest of
-                        // the body is read and dropped, so that the client, still sending,
-                        // gets the answer instead of a reset connection (the body limit
-                        // bounds it).
-                        Ok(Some(chunk)) => {
-                            if !refused && tx.send(chunk).await.is_err() {
-                                refused = true;
-                            }
-                        }
-                        Ok(None) => break,
-                        Err(e) => {
-                            read_error = Some(e);
-                            break;
-                        }
-                    }
+                if let Some((session, _)) = &held {
+                    let info = store_file(session, &mut field).await?;
+                    stored.push(json!({"fileId": info.id, "filename": info.name}));
                 }
-                drop(tx);
-                let written = writer
-                    .await
-                    .map_err(|e| ApiError::Internal(format!("the upload's writer failed: {e}")))?;
-                // The store's refusal says more than the broken body that may follow it.
-                let info = written?;
-                if let Some(e) = read_error {
-                    let _ = session.remove_name(&name);
-                    return Err(bad(e));
-                }
-                stored.push(json!({"fileId": info.id, "filename": info.name}));
             }
             _ => {
                 // entity_id, kind, id, version, read_only: nothing the store needs.
-                let _ = field.text().await.map_err(bad)?;
+                let _ = field.text().await.map_err(unreadable)?;
             }
         }
     }
-    let Some((session, _lock)) = held else {
-        return Err(ApiError::BadRequest(
+    match held {
+        Some((session, _lock)) if !stored.is_empty() => Ok((session.id.clone(), stored)),
+        _ => Err(ApiError::BadRequest(
             "the upload has no \"file\" part: send each file as a \"file\" part".into(),
-        ));
-    };
-    if stored.is_empty() {
-        return Err(ApiError::BadRequest(
-            "the upload has no \"file\" part: send each file as a \"file\" part".into(),
-        ));
+        )),
     }
-    Ok((session.id.clone(), stored))
+}
+
+fn unreadable(e: axum::extract::multipart::MultipartError) -> ApiError {
+    ApiError::BadRequest(format!(
+        "the upload is not readable multipart/form-data ({e}); send each file as a \"file\" part"
+    ))
+}
+
+/// The session `id` names (made when new), locked for an upload.
+async fn hold(
+    sessions: &Sessions,
+    id: &str,
+) -> Result<(Arc<Session>, OwnedMutexGuard<()>), ApiError> {
+    let session = sessions.open(id)?;
+    let lock = session.lock().await;
+    Ok((session, lock))
+}
+
+/// One `file` part into `session`, under the part's file name. The store writes (and counts
+/// against the quota) on a blocking thread, fed chunk by chunk: an upload is never held in
+/// memory whole.
+async fn store_file(
+    session: &Arc<Session>,
+    field: &mut axum::extract::multipart::Field<'_>,
+) -> Result<FileInfo, ApiError> {
+    let name = crate::session::check_name(field.file_name().unwrap_or_default())?;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let (store, file_name) = (session.clone(), name.clone());
+    let writer = tokio::task::spawn_blocking(move || {
+        let mut chunks = ChunkReader {
+            rx,
+            chunk: Bytes::new(),
+        };
+        store.write(&file_name, &mut chunks)
+    });
+    let mut read_error = None;
+    let mut refused = false;
+    loop {
+        match field.chunk().await {
+            // Once the store refused the file (its error says why), the rest of the body is
+            // read and dropped, so that the client, still sending, gets the answer instead of
+            // a reset connection (the body limit bounds it).
+            Ok(Some(chunk)) => {
+                if !refused && tx.send(chunk).await.is_err() {
+                    refused = true;
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                read_error = Some(e);
+                break;
+            }
+        }
+    }
+    drop(tx);
+    let written = writer
+        .await
+        .map_err(|e| ApiError::Internal(format!("the upload's writer failed: {e}")))?;
+    // The store's refusal says more than the broken body that may follow it.
+    let info = written?;
+    if let Some(e) = read_error {
+        let _ = session.remove_name(&name);
+        return Err(unreadable(e));
+    }
+    Ok(info)
 }
 
 /// `GET /download/{session_id}/{file_id}`: the file's bytes (`?kind=&id=&version=` ignored).
@@ -377,7 +372,7 @@ async fn download(
     State(sessions): State<Sessions>,
     Path((session_id, file_id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let (info, file) = find(&sessions, &session_id, &file_id)?;
+    let (info, file) = find(&sessions, &session_id, &file_id).await?;
     let base = info
         .name
         .rsplit('/')
@@ -418,11 +413,8 @@ async fn list(
     let Some(session) = sessions.get(&session_id) else {
         return Ok(Json(json!([])).into_response());
     };
-    let files: Vec<Value> = session
-        .files()?
-        .iter()
-        .map(|f| listed_file(&session.id, f))
-        .collect();
+    let files = blocking(move || session.files()).await?;
+    let files: Vec<Value> = files.iter().map(|f| listed_file(&session_id, f)).collect();
     Ok(Json(Value::Array(files)).into_response())
 }
 
@@ -431,7 +423,7 @@ async fn object(
     State(sessions): State<Sessions>,
     Path((session_id, file_id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let (info, _) = find(&sessions, &session_id, &file_id)?;
+    let (info, _) = find(&sessions, &session_id, &file_id).await?;
     Ok(Json(listed_file(&session_id, &info)).into_response())
 }
 
@@ -455,7 +447,8 @@ impl std::io::Read for ChunkReader {
     }
 }
 
-fn find(
+/// A session's file by id, opened (finding it walks the session: off the async workers).
+async fn find(
     sessions: &Sessions,
     session_id: &str,
     file_id: &str,
@@ -466,9 +459,23 @@ fn find(
             "no session {session_id} (it expired after PTC_SESSION_TTL, or never existed)"
         ))
     })?;
-    session
-        .open(file_id)?
+    let id = file_id.to_string();
+    blocking(move || session.open(&id))
+        .await?
         .ok_or_else(|| ApiError::NotFound(format!("session {session_id} has no file {file_id}")))
+}
+
+/// A store call that walks or copies files, on a blocking thread.
+async fn blocking<T: Send + 'static, E: Send + 'static>(
+    call: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, ApiError>
+where
+    ApiError: From<E>,
+{
+    tokio::task::spawn_blocking(call)
+        .await
+        .map_err(|e| ApiError::Internal(format!("a session store call failed: {e}")))?
+        .map_err(ApiError::from)
 }
 
 /// The content type of a file name, for the few kinds a browser should show as such. Never
