@@ -13,6 +13,8 @@ import os
 import sys
 
 CODE_FILENAME = "<code>"
+# The file names of the code run in this process (a session's runs each have one).
+_USER_FILES = {CODE_FILENAME}
 # No job on stdin, or one that is not the protocol's: a sidecar bug, not the user's code.
 EXIT_BAD_JOB = 2
 EXIT_INTERRUPTED = 130
@@ -66,25 +68,75 @@ def prepare():
 
 
 def serve(prepared):
-    """Reads the job from stdin, runs it, and leaves with its exit code. Never returns."""
+    """Reads the job from stdin, runs it, and leaves with its exit code. Never returns.
+
+    A job with `"session": true` makes this a session's live interpreter: after the run it
+    writes the run's end marker instead of leaving, and reads the next job from the same stdin,
+    one JSON object per line, with the globals of the runs before (docs/runner-protocol.md,
+    "Live sessions")."""
     ptc_sdk, stubs, module = prepared
-    raw = sys.stdin.buffer.read()
-    _stdin_to_devnull()
-    if not raw.strip():
+    jobs = _job_stream()
+    job = _read_job(jobs, ptc_sdk)
+    if job is None:
         _leave(0)  # closed without a job: a warm child that was not needed
-    job = None
-    try:
-        job = ptc_sdk.json.loads(raw)
-    except ValueError:
-        pass
-    if not isinstance(job, dict) or not isinstance(job.get("code"), str):
-        _leave(EXIT_BAD_JOB, "ptc: the job on stdin is not {\"code\": str, ...}\n")
     ptc_sdk.configure(job)
     if not job.get("allow_subprocess"):
         import ptc_guard
 
         ptc_guard.install()
-    _leave(run(job["code"], ptc_sdk, stubs, module))
+    if not job.get("session"):
+        jobs.close()
+        _leave(run(job["code"], ptc_sdk, stubs, module))
+    main_module = _main_module(ptc_sdk, stubs, module)
+    runs = 0
+    while job is not None:
+        runs += 1
+        code = run(job["code"], ptc_sdk, stubs, module, main_module, "<code #%d>" % runs)
+        _end_run(job, code)
+        job = _read_job(jobs, ptc_sdk)
+        if job is not None:
+            ptc_sdk.configure(job)
+    _leave(0)
+
+
+def _job_stream():
+    """The job's stdin, moved off fd 0 (which becomes /dev/null, so code reading stdin reads
+    nothing), as a binary reader."""
+    jobs = os.fdopen(os.dup(0), "rb")
+    _stdin_to_devnull()
+    return jobs
+
+
+def _read_job(jobs, sdk):
+    """The next job (one line, or everything until EOF), or None when stdin closed first."""
+    raw = jobs.readline()
+    if not raw.strip():
+        return None
+    job = None
+    try:
+        job = sdk.json.loads(raw)
+    except ValueError:
+        pass
+    if not isinstance(job, dict) or not isinstance(job.get("code"), str):
+        _leave(EXIT_BAD_JOB, "ptc: the job on stdin is not {\"code\": str, ...}\n")
+    return job
+
+
+def _end_run(job, code):
+    """Marks the end of a session run on both pipes, after everything it printed: the sidecar
+    reads each stream up to this marker and no further, and takes the exit code from it."""
+    for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    nonce = str(job.get("nonce", "")).encode("ascii", "replace")
+    for fd, marker in ((1, b"\0ptc-end %s %d\n" % (nonce, code)), (2, b"\0ptc-end %s 0\n" % nonce)):
+        try:
+            while marker:
+                marker = marker[os.write(fd, marker):]
+        except OSError:
+            _leave(1)  # a pipe closed: the sidecar cannot read this session any more
 
 
 def _stdin_to_devnull():
@@ -97,21 +149,20 @@ def _stdin_to_devnull():
         pass
 
 
-def run(source, sdk, stubs, module):
-    """Runs the code; returns the exit code after printing whatever the failure needs."""
+def run(source, sdk, stubs, module, main_module=None, filename=CODE_FILENAME):
+    """Runs the code; returns the exit code after printing whatever the failure needs. A
+    session passes its `main_module`, whose globals the code finds and leaves for the next run,
+    and a file name of its own for each run (a function from an earlier run keeps its lines)."""
     import ast  # these three are loaded by asyncio already
     import inspect
     import linecache
 
-    linecache.cache[CODE_FILENAME] = (
-        len(source), None, source.splitlines(True), CODE_FILENAME,
+    linecache.cache[filename] = (
+        len(source), None, source.splitlines(True), filename,
     )
-    g = sdk.code_globals(stubs, module)
-    # The code's globals are a real `__main__` module (pickle, dataclasses and typing look
-    # classes up there), with nothing in it but what the protocol lists.
-    main_module = type(sys)("__main__")
-    main_module.__dict__.clear()
-    main_module.__dict__.update(g)
+    _USER_FILES.add(filename)
+    if main_module is None:
+        main_module = _main_module(sdk, stubs, module)
     g = main_module.__dict__
     sys.modules["__main__"] = main_module
 
@@ -119,7 +170,7 @@ def run(source, sdk, stubs, module):
     error = None
     try:
         compiled = compile(
-            source, CODE_FILENAME, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True
+            source, filename, "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT, dont_inherit=True
         )
     except (SyntaxError, ValueError) as e:
         error = e
@@ -147,6 +198,15 @@ def run(source, sdk, stubs, module):
     except Exception:
         pass
     return code
+
+
+def _main_module(sdk, stubs, module):
+    """The code's globals: a real `__main__` module (pickle, dataclasses and typing look
+    classes up there), with nothing in it but what the protocol lists."""
+    main_module = type(sys)("__main__")
+    main_module.__dict__.clear()
+    main_module.__dict__.update(sdk.code_globals(stubs, module))
+    return main_module
 
 
 async def _await(compiled, g):
@@ -207,7 +267,7 @@ def _trim(error):
         kept = []
         tb = exc.__traceback__
         while tb is not None:
-            if tb.tb_frame.f_code.co_filename == CODE_FILENAME:
+            if tb.tb_frame.f_code.co_filename in _USER_FILES:
                 kept.append(tb)
             tb = tb.tb_next
         for before, after in zip(kept, kept[1:]):

@@ -107,6 +107,8 @@ pub fn runner_config(config: &Config, python: PathBuf, runtime_dir: PathBuf) -> 
             max_bytes: config.scratch_max_mb << 20,
             max_files: config.scratch_max_files,
         },
+        max_sessions: config.max_sessions,
+        session_idle_ttl: config.session_idle_ttl,
     }
 }
 

@@ -53,6 +53,9 @@ pub struct RawConfig {
     ptc_session_ttl: Option<String>,
     ptc_session_max_mb: Option<String>,
     ptc_session_max_files: Option<String>,
+    ptc_max_sessions: Option<String>,
+    ptc_session_idle_ttl: Option<String>,
+    ptc_artifact_ttl: Option<String>,
     path: Option<String>,
     home: Option<String>,
     tmpdir: Option<String>,
@@ -150,6 +153,12 @@ pub struct Config {
     /// What one session may hold, in MiB and in files.
     pub session_max_mb: u64,
     pub session_max_files: u64,
+    /// Live session interpreters at once; at least `max_runs`, since each run may hold one.
+    pub max_sessions: usize,
+    /// A live session interpreter idle this long is stopped (its files stay).
+    pub session_idle_ttl: Duration,
+    /// How long the output files of a run without a session are kept.
+    pub artifact_ttl: Duration,
     /// The sidecar's `PATH`: children (runs, stdio MCP servers) get it.
     pub path_env: String,
     /// The sidecar's `HOME`, passed on to stdio MCP servers.
@@ -171,6 +180,14 @@ const OUTPUT_BYTES_RANGE: (u64, u64) = (1024, 64 * 1024 * 1024);
 /// `PTC_SESSION_TTL`'s default: a session no request named for a day is removed. LibreChat
 /// checks a file it uploaded for 23 hours before it uploads it again.
 const DEFAULT_SESSION_TTL_SECS: u64 = 24 * 3600;
+/// `PTC_MAX_SESSIONS`' default (raised to `PTC_MAX_RUNS` when that is higher): an idle
+/// interpreter forked from the fork server costs a few MB of its own.
+const DEFAULT_MAX_SESSIONS: u64 = 32;
+/// `PTC_SESSION_IDLE_TTL`'s default: a conversation left for half an hour gives its interpreter
+/// back (its files stay for `PTC_SESSION_TTL`).
+const DEFAULT_SESSION_IDLE_TTL_SECS: u64 = 1800;
+/// `PTC_ARTIFACT_TTL`'s default: long enough for a runtime to fetch a run's full output.
+const DEFAULT_ARTIFACT_TTL_SECS: u64 = 3600;
 /// Largest `PTC_SCRATCH_MAX_FILES`: past it a file count is no longer a limit worth the name.
 const MAX_SCRATCH_FILES: u64 = 10_000_000;
 
@@ -238,6 +255,24 @@ impl RawConfig {
                     .into(),
             });
         }
+        let max_runs = parse_range("PTC_MAX_RUNS", self.ptc_max_runs, 32, (1, 4096))? as usize;
+        let max_sessions = parse_range(
+            "PTC_MAX_SESSIONS",
+            self.ptc_max_sessions.clone(),
+            DEFAULT_MAX_SESSIONS.max(max_runs as u64),
+            (1, 100_000),
+        )? as usize;
+        if max_sessions < max_runs {
+            return Err(ConfigError {
+                variable: "PTC_MAX_SESSIONS",
+                value: max_sessions.to_string(),
+                expected: format!(
+                    "at least PTC_MAX_RUNS ({max_runs}): every run may hold a session's \
+                     interpreter, and a new session needs one it can stop; raise it or lower \
+                     PTC_MAX_RUNS"
+                ),
+            });
+        }
         let agent_id = match non_empty(self.ptc_agent_id) {
             Some(id) => check_agent_id(id)?,
             None => default_agent_id(),
@@ -276,7 +311,7 @@ impl RawConfig {
             events_bodies: parse_bool("PTC_EVENTS_BODIES", self.ptc_events_bodies, false)?,
             warm_workers: parse_range("PTC_WARM_WORKERS", self.ptc_warm_workers, 2, (0, 64))?
                 as usize,
-            max_runs: parse_range("PTC_MAX_RUNS", self.ptc_max_runs, 32, (1, 4096))? as usize,
+            max_runs,
             memory_mb: parse_range("PTC_MEMORY_MB", self.ptc_memory_mb, 2048, (64, 1 << 20))?,
             allow_subprocess: parse_bool("PTC_ALLOW_SUBPROCESS", self.ptc_allow_subprocess, false)?,
             runtime_dir: non_empty(self.ptc_runtime_dir).map(PathBuf::from),
@@ -322,6 +357,21 @@ impl RawConfig {
                 10_000,
                 (1, MAX_SCRATCH_FILES),
             )?,
+            max_sessions,
+            session_idle_ttl: parse_range(
+                "PTC_SESSION_IDLE_TTL",
+                self.ptc_session_idle_ttl,
+                DEFAULT_SESSION_IDLE_TTL_SECS,
+                (1, 30 * 24 * 3600),
+            )
+            .map(Duration::from_secs)?,
+            artifact_ttl: parse_range(
+                "PTC_ARTIFACT_TTL",
+                self.ptc_artifact_ttl,
+                DEFAULT_ARTIFACT_TTL_SECS,
+                (1, 30 * 24 * 3600),
+            )
+            .map(Duration::from_secs)?,
             path_env: non_empty(self.path).unwrap_or_else(|| DEFAULT_PATH.into()),
             home: non_empty(self.home).map(PathBuf::from),
             temp_dir: PathBuf::from(

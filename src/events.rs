@@ -92,6 +92,9 @@ pub struct Event {
     pub agent_id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exec_id: Option<String>,
+    /// The session a run belongs to (`session_id` of `exec_code`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub call_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -82,6 +82,16 @@ pub fn kill_group(pgid: i32) {
     }
 }
 
+/// `signal` to a whole process group; a group already gone is fine.
+pub fn signal_group(pgid: i32, signal: i32) {
+    if pgid > 0 {
+        // SAFETY: kill(2) only sends a signal; no memory is involved.
+        unsafe {
+            libc::kill(-pgid, signal);
+        }
+    }
+}
+
 /// Kills a whole process group when dropped. tokio and rmcp kill only the pid they started;
 /// `npx`, shell wrappers and code that forks leave grandchildren that this reaches.
 #[derive(Debug)]
@@ -231,6 +241,28 @@ pub fn private_dir(parent: &std::path::Path, prefix: &str) -> std::io::Result<st
         }
     }
     Err(last.unwrap_or_else(|| std::io::Error::other("no name left to try")))
+}
+
+/// The content type of a file name, for the few kinds a browser should show as such. Never
+/// one a browser would run (HTML, SVG): LibreChat passes these headers on to the user's
+/// browser, and what code wrote must not become a page of LibreChat's origin.
+pub fn mime_of(name: &str) -> &'static str {
+    let ext = name
+        .rsplit_once('.')
+        .map(|(_, e)| e.to_ascii_lowercase())
+        .unwrap_or_default();
+    match ext.as_str() {
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        "pdf" => "application/pdf",
+        "json" => "application/json",
+        "csv" => "text/csv; charset=utf-8",
+        "txt" | "md" | "log" => "text/plain; charset=utf-8",
+        "zip" => "application/zip",
+        _ => "application/octet-stream",
+    }
 }
 
 #[cfg(test)]

@@ -12,8 +12,11 @@
 
 use super::error::{ApiError, json_body};
 use super::sse;
+use super::workspace::Held;
+use crate::run::RunFile;
 use crate::run::{CallError, ExecRequest, ExecResult, Lang, PendingCall, Runner, host_error};
 use crate::run::{OutputChunk, new_token};
+use crate::session::Sessions;
 use crate::util::lock;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, header};
@@ -27,6 +30,7 @@ use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -54,20 +58,23 @@ struct Open {
     waiting: Mutex<HashMap<String, Reply>>,
 }
 
-/// The routes' state: the runner (absent when PTC is off) and the open streams.
+/// The routes' state: the runner and the session store (absent when PTC is off) and the open
+/// streams.
 #[derive(Clone)]
 struct Exec {
     runner: Option<Runner>,
+    sessions: Option<Sessions>,
     attached: Attached,
 }
 
 /// `POST /v1/exec_code` and `POST /v1/exec/{exec_id}/results`.
-pub fn router<S>(runner: Option<Runner>) -> Router<S> {
+pub fn router<S>(runner: Option<Runner>, sessions: Option<Sessions>) -> Router<S> {
     Router::new()
         .route("/v1/exec_code", post(exec_code))
         .route("/v1/exec/{exec_id}/results", post(results))
         .with_state(Exec {
             runner,
+            sessions,
             attached: Attached::default(),
         })
 }
@@ -81,6 +88,9 @@ struct ExecBody {
     timeout: Option<u64>,
     /// `"python"` (the default) or `"bash"` (every PTC tool a bash function).
     lang: Option<String>,
+    /// A session: its files are the run's working directory, and Python's globals persist
+    /// from one run of the session to the next.
+    session_id: Option<String>,
 }
 
 /// JSON, or with `Accept: text/event-stream` the attached protocol's event stream.
@@ -92,7 +102,7 @@ async fn exec_code(State(exec): State<Exec>, request: Request) -> Result<Respons
     let body: ExecBody = json_body(
         request,
         MAX_EXEC_BYTES,
-        r#"{"code": "...", "timeout_ms"?: N, "lang"?: "python" | "bash"}"#,
+        r#"{"code": "...", "timeout_ms"?: N, "lang"?: "python" | "bash", "session_id"?: "..."}"#,
     )
     .await?;
     let lang = match body.lang.as_deref() {
@@ -112,16 +122,55 @@ async fn exec_code(State(exec): State<Exec>, request: Request) -> Result<Respons
         (None, Some(s)) => Some(Duration::from_secs(s)),
         (None, None) => None,
     };
-    let request = ExecRequest {
+    let mut request = ExecRequest {
         code: body.code,
         lang,
         timeout,
         ..ExecRequest::default()
     };
+    let held = match body.session_id {
+        None => None,
+        Some(id) => {
+            let sessions = exec.sessions.as_ref().ok_or(ApiError::PtcDisabled(
+                "PTC_ENABLED is false on this sidecar: there are no sessions",
+            ))?;
+            Sessions::check_id(&id)?;
+            // Waiting for the session's previous run counts against this run's timeout.
+            let wait = timeout.map_or(runner.config().timeout, |t| t.min(runner.config().timeout));
+            let started = Instant::now();
+            let (held, ()) = Held::take(sessions, Some(&id), wait, |_, _| Ok(())).await?;
+            request.timeout = Some(wait.saturating_sub(started.elapsed()).max(MIN_RUN_TIME));
+            request.workspace = Some(held.workspace(sessions));
+            request.session = Some(id);
+            request.live = true;
+            Some(held)
+        }
+    };
     if stream {
-        return Ok(exec.attached.stream(runner, request));
+        return Ok(exec.attached.stream(runner, request, held));
     }
-    Ok(Json(runner.exec(request).await).into_response())
+    let result = runner.exec(request).await;
+    Ok(Json(with_files(result, held.as_ref()).await).into_response())
+}
+
+/// The least time a session run gets after waiting for the session: the wait was within its
+/// timeout, and a run with nothing left could not even start.
+const MIN_RUN_TIME: Duration = Duration::from_millis(100);
+
+/// `result` with the files its run made or changed in its session (`held`).
+async fn with_files(mut result: ExecResult, held: Option<&Held>) -> ExecResult {
+    if let Some(held) = held {
+        let id = &held.session.id;
+        for f in held.changed().await {
+            result.files.push(RunFile {
+                url: format!("/v1/sessions/{id}/files/{}", f.name),
+                mime: crate::util::mime_of(&f.name).to_string(),
+                size: f.size,
+                name: f.name,
+            });
+        }
+    }
+    result
 }
 
 /// The caller asked for a stream.
@@ -134,8 +183,9 @@ fn wants_stream(headers: &HeaderMap) -> bool {
 }
 
 impl Attached {
-    /// Starts the run and answers with its event stream.
-    fn stream(&self, runner: Runner, mut request: ExecRequest) -> Response {
+    /// Starts the run and answers with its event stream; `held`, the run's session, is let go
+    /// when the run is over.
+    fn stream(&self, runner: Runner, mut request: ExecRequest, held: Option<Held>) -> Response {
         let exec_id = format!("x{}", &new_token()[..24]);
         let (host, calls) = mpsc::channel(HOST_QUEUE);
         let (output, chunks) = mpsc::unbounded_channel();
@@ -153,6 +203,7 @@ impl Attached {
             chunks,
             events,
             cap,
+            held,
         };
         tokio::spawn(pump.run(runner, request));
         sse::response(ReceiverStream::new(stream))
@@ -169,6 +220,8 @@ struct Pump {
     events: mpsc::Sender<Result<Event, Infallible>>,
     /// Bytes of each stream forwarded as events (the result keeps its own capped copy).
     cap: usize,
+    /// The run's session, held until the run is over.
+    held: Option<Held>,
 }
 
 fn event(name: &str, data: &Value) -> Event {
@@ -217,6 +270,8 @@ impl Pump {
                             queue.push_back(e);
                         }
                     }
+                    let result = with_files(result, self.held.as_ref()).await;
+                    self.held = None;
                     queue.push_back(done(&result));
                     finished = true;
                 }

@@ -14,8 +14,10 @@ mod error;
 mod events;
 mod exec;
 mod librechat;
+mod sessions;
 mod sse;
 mod state;
+mod workspace;
 
 pub use error::{ApiError, ResultsError};
 pub use state::AppState;
@@ -37,12 +39,16 @@ pub const VERSION_HEADER: &str = "x-catalog-version";
 pub fn router(state: AppState) -> Router {
     let protected = Router::new()
         .route("/v1/tools", get(tools))
-        .merge(exec::router(state.runner.clone()))
+        .merge(exec::router(state.runner.clone(), state.sessions.clone()))
         .merge(events::router())
         .merge(librechat::router(
             state.runner.clone(),
             state.sessions.clone(),
         ))
+        .merge(match (&state.runner, &state.sessions) {
+            (Some(runner), Some(sessions)) => sessions::router(runner.clone(), sessions.clone()),
+            _ => Router::new(),
+        })
         .layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_key,
@@ -79,6 +85,12 @@ async fn healthz(State(state): State<AppState>) -> Response {
         "reload": {"reloads": reload.reloads, "last_error": reload.last_error},
         // How runs are confined and what is missing (docs/SECURITY.md); null with PTC off.
         "sandbox": state.runner.as_ref().map(|r| r.sandbox_status()),
+        // Live session interpreters (PTC_MAX_SESSIONS at most); null with PTC off.
+        "sessions": state.runner.as_ref().map(|r| json!({
+            "live": r.sessions().live(),
+            "max_live": r.sessions().max,
+            "stored": state.sessions.as_ref().map_or(0, |s| s.list().len()),
+        })),
     }))
     .into_response()
 }

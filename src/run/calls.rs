@@ -40,6 +40,8 @@ pub struct CallLimits {
 /// A live run as its tool calls see it.
 pub struct RunCtx {
     pub id: String,
+    /// The session the run belongs to, for its events.
+    pub session: Option<String>,
     /// The catalog the run started with: calls are looked up and routed in it.
     snapshot: Arc<Snapshot>,
     prepared: Arc<Prepared>,
@@ -60,6 +62,7 @@ impl RunCtx {
     ) -> RunCtx {
         RunCtx {
             id,
+            session: None,
             snapshot,
             prepared,
             host,
@@ -142,6 +145,7 @@ impl Calls {
                 // Refused before dispatch: one event says what the code tried.
                 let mut refused = Event::new("tool_call.finished");
                 refused.exec_id = Some(run.id.clone());
+                refused.session_id = run.session.clone();
                 refused.call_id = Some(id);
                 refused.tool = Some(tool.to_string());
                 refused.ok = Some(false);
@@ -156,6 +160,7 @@ impl Calls {
         };
         let mut started_event = Event::new("tool_call.started");
         started_event.exec_id = Some(run.id.clone());
+        started_event.session_id = run.session.clone();
         started_event.call_id = Some(id.clone());
         started_event.tool = Some(found.name.clone());
         started_event.source = Some(source);
@@ -184,6 +189,7 @@ impl Calls {
 
         let mut finished = Event::new("tool_call.finished");
         finished.exec_id = Some(run.id.clone());
+        finished.session_id = run.session.clone();
         finished.call_id = Some(id.clone());
         finished.tool = Some(found.name.clone());
         finished.source = Some(source);

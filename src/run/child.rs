@@ -290,12 +290,14 @@ impl Child {
                 if let Some(code) = code {
                     return Ok(*code);
                 }
-                let got = match report.take() {
-                    Some(rx) => rx
-                        .await
-                        .map_err(|_| std::io::Error::other("the fork server went away"))?,
+                // Awaited in place, so a wait given up (a session run that ended first) can be
+                // waited again.
+                let got = match report.as_mut() {
+                    Some(rx) => rx.await,
                     None => return Err(std::io::Error::other("the fork server went away")),
                 };
+                *report = None;
+                let got = got.map_err(|_| std::io::Error::other("the fork server went away"))?;
                 *code = Some(got);
                 Ok(got)
             }
@@ -325,6 +327,71 @@ impl Child {
     /// Kills every process in the child's group, the child and anything it started.
     pub fn kill_group(&self) {
         self.group.kill();
+    }
+
+    /// The child's pid (it leads its own process group).
+    pub fn pid(&self) -> i32 {
+        self.group.0
+    }
+
+    /// Stops the child's whole group (`SIGSTOP`): a session's interpreter between runs, so
+    /// that nothing an earlier run left running uses CPU or calls tools while no run is on.
+    pub fn pause(&self) {
+        crate::util::signal_group(self.group.0, libc::SIGSTOP);
+    }
+
+    /// Gives the child `secs` more CPU seconds from now (`RLIMIT_CPU` counts a process's whole
+    /// life, and a session's interpreter lives through many runs). Without `CAP_SYS_RESOURCE`
+    /// the hard limit cannot be raised: then only the soft one moves, up to the hard one, and
+    /// a session whose runs together pass it ends (docs/SECURITY.md).
+    pub fn extend_cpu(&self, secs: u64) -> std::io::Result<()> {
+        let pid = self.group.0;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+        // Fields after the command name, which is in parentheses and may hold spaces.
+        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        // SAFETY: sysconf only reads a system value.
+        let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
+            .unwrap_or(100)
+            .max(1);
+        // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
+        let used = (ticks(11) + ticks(12)).div_ceil(hz);
+        let want = used + secs;
+        let mut limit = libc::rlimit {
+            rlim_cur: want,
+            rlim_max: want,
+        };
+        // SAFETY: prlimit with a valid pointer to a local and no old-limit pointer.
+        if unsafe { libc::prlimit(pid, libc::RLIMIT_CPU, &limit, std::ptr::null_mut()) } == 0 {
+            return Ok(());
+        }
+        let mut now = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: as above, reading into a local.
+        if unsafe { libc::prlimit(pid, libc::RLIMIT_CPU, std::ptr::null(), &mut now) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        limit.rlim_max = now.rlim_max;
+        limit.rlim_cur = want.min(now.rlim_max);
+        // SAFETY: as above.
+        if unsafe { libc::prlimit(pid, libc::RLIMIT_CPU, &limit, std::ptr::null_mut()) } == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+
+    /// Lets a [`pause`](Self::pause)d group go on (`SIGCONT`).
+    pub fn resume(&self) {
+        crate::util::signal_group(self.group.0, libc::SIGCONT);
     }
 }
 

@@ -17,6 +17,7 @@
 //! | `pool` | where a child comes from: warm, forked or cold; the refill loop | `child`, `zygote`, `prepare` |
 //! | `calls` | the live runs by token, [`calls::RunCtx`], [`CallRecord`], `call(run, tool, args)` | `dispatch`, `prepare` |
 //! | `ipc` | the loopback HTTP bridge (`/call`, `/tool_call`, `/bash/{tool}`) | `calls`, `dispatch`, `bash` |
+//! | `live` | the sessions' live interpreters: which run takes which, eviction, idle expiry, [`live::Lost`] | `child`, `output`, `prepare` |
 //! | `runner` | a run's lifecycle, [`Runner`] and its request and result types | all of the above |
 //!
 //! `child` and `zygote` take a child's confinement from `crate::sandbox` (docs/SECURITY.md).
@@ -29,6 +30,7 @@ pub mod child;
 pub mod confine;
 pub mod dispatch;
 pub mod ipc;
+pub mod live;
 pub mod output;
 pub mod pool;
 pub mod prepare;
@@ -41,8 +43,10 @@ pub use calls::{CallRecord, new_token};
 pub use child::{Limits, PythonError, resolve_python};
 pub use confine::SandboxSettings;
 pub use dispatch::{Backends, CallError, McpCaller, PendingCall, host_error};
+pub use live::{LiveInfo, Lost};
 pub use output::OutputChunk;
 pub use runner::{
-    ExecRequest, ExecResult, ExecStatus, Lang, MODEL_DATA_DIR, Runner, RunnerConfig, Workspace,
+    ExecRequest, ExecResult, ExecStatus, Lang, MODEL_DATA_DIR, RunFile, Runner, RunnerConfig,
+    SessionState, StateChange, Workspace,
 };
 pub use scratch::ScratchQuota;

@@ -120,6 +120,261 @@ async fn drain(
     }
 }
 
+/// What a session's interpreter writes after each run on both pipes: this, the run's nonce, a
+/// space, the exit code (`0` on stderr) and a newline. Only the runner and the interpreter know
+/// the nonce; code that forges its own run's marker only cuts its own output short.
+pub const END_MARKER: &[u8] = b"\0ptc-end ";
+
+/// Longest exit code after a marker: more is not a marker, and is read as output.
+const MAX_CODE_DIGITS: usize = 12;
+
+/// The output of a session's live interpreter: its pipes are read for as long as it lives, and
+/// each run takes the part up to its end marker ([`END_MARKER`]). What is printed between runs
+/// (a thread of an earlier run, just before the interpreter is stopped) belongs to no run and is
+/// dropped.
+pub struct LiveOutput {
+    route: Arc<Mutex<Route>>,
+    ended: Arc<tokio::sync::Notify>,
+    readers: Vec<JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct Route {
+    run: Option<RunPart>,
+    /// Each pipe reached its end: the interpreter is gone.
+    closed: [bool; 2],
+}
+
+/// One run's part of a live interpreter's output.
+struct RunPart {
+    marker: Vec<u8>,
+    buffers: [CappedBuffer; 2],
+    forward: Option<mpsc::UnboundedSender<OutputChunk>>,
+    /// Each stream's marker was read.
+    ended: [bool; 2],
+    code: Option<i32>,
+}
+
+impl RunPart {
+    fn push(&mut self, stream: usize, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        self.buffers[stream].push(bytes);
+        if let Some(tx) = &self.forward {
+            let text = String::from_utf8_lossy(bytes).into_owned();
+            let _ = tx.send(match stream {
+                0 => OutputChunk::Stdout(text),
+                _ => OutputChunk::Stderr(text),
+            });
+        }
+    }
+}
+
+impl LiveOutput {
+    pub fn start<R: AsyncRead + Send + Unpin + 'static>(stdout: R, stderr: R) -> LiveOutput {
+        let route = Arc::new(Mutex::new(Route::default()));
+        let ended = Arc::new(tokio::sync::Notify::new());
+        let readers = [(stdout, 0), (stderr, 1)]
+            .into_iter()
+            .map(|(pipe, stream)| {
+                tokio::spawn(route_pipe(pipe, stream, route.clone(), ended.clone()))
+            })
+            .collect();
+        LiveOutput {
+            route,
+            ended,
+            readers,
+        }
+    }
+
+    /// Starts taking a run's output, up to the markers with `nonce`; each stream kept to `cap`.
+    pub fn begin(
+        &self,
+        nonce: &str,
+        cap: usize,
+        forward: Option<mpsc::UnboundedSender<OutputChunk>>,
+    ) {
+        let mut marker = END_MARKER.to_vec();
+        marker.extend_from_slice(nonce.as_bytes());
+        marker.push(b' ');
+        lock(&self.route).run = Some(RunPart {
+            marker,
+            buffers: [CappedBuffer::new(cap), CappedBuffer::new(cap)],
+            forward,
+            ended: [false; 2],
+            code: None,
+        });
+    }
+
+    /// The run's exit code once both its markers were read, or `None` once the interpreter's
+    /// pipes closed before that (it died).
+    pub async fn ended(&self) -> Option<i32> {
+        loop {
+            let notified = self.ended.notified();
+            {
+                let route = lock(&self.route);
+                if let Some(run) = &route.run
+                    && run.ended == [true; 2]
+                {
+                    return run.code;
+                }
+                if route.closed == [true; 2] {
+                    return None;
+                }
+            }
+            notified.await;
+        }
+    }
+
+    /// Adds a line of the sidecar's own to the run's stderr.
+    pub fn note(&self, note: &str) {
+        if let Some(run) = &mut lock(&self.route).run {
+            let b = &mut run.buffers[1];
+            let sep = if b.total() > 0 { "\n" } else { "" };
+            b.push(format!("{sep}{note}\n").as_bytes());
+        }
+    }
+
+    /// The run's output; after an interpreter died, once its pipes closed or [`DRAIN_GRACE`]
+    /// passed. The next output belongs to no run until [`begin`](Self::begin).
+    pub async fn finish(&self, died: bool) -> Captured {
+        if died {
+            let closed = async {
+                while lock(&self.route).closed != [true; 2] {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            };
+            let _ = tokio::time::timeout(DRAIN_GRACE, closed).await;
+        }
+        let run = lock(&self.route).run.take();
+        match run {
+            Some(run) => Captured {
+                truncated: run.buffers.iter().any(CappedBuffer::truncated),
+                stdout: run.buffers[0].text(),
+                stderr: run.buffers[1].text(),
+            },
+            None => Captured {
+                stdout: String::new(),
+                stderr: String::new(),
+                truncated: false,
+            },
+        }
+    }
+}
+
+impl Drop for LiveOutput {
+    fn drop(&mut self) {
+        for reader in &self.readers {
+            reader.abort();
+        }
+    }
+}
+
+/// Reads one pipe of a live interpreter for as long as it is open, handing each run its part.
+async fn route_pipe(
+    mut pipe: impl AsyncRead + Unpin,
+    stream: usize,
+    route: Arc<Mutex<Route>>,
+    ended: Arc<tokio::sync::Notify>,
+) {
+    let mut chunk = vec![0u8; PIPE_CHUNK];
+    // Read but not yet handed on: at most the start of a marker, kept until it is told apart.
+    let mut held: Vec<u8> = Vec::new();
+    loop {
+        let n = match pipe.read(&mut chunk).await {
+            Ok(0) | Err(_) => 0,
+            Ok(n) => n,
+        };
+        let mut r = lock(&route);
+        if n == 0 {
+            if let Some(run) = &mut r.run
+                && !run.ended[stream]
+            {
+                run.push(stream, &held);
+            }
+            r.closed[stream] = true;
+            drop(r);
+            ended.notify_waiters();
+            return;
+        }
+        held.extend_from_slice(&chunk[..n]);
+        let Some(run) = r.run.as_mut().filter(|run| !run.ended[stream]) else {
+            held.clear(); // between runs, or after this run's marker: nobody's output
+            continue;
+        };
+        if take(run, stream, &mut held) {
+            drop(r);
+            ended.notify_waiters();
+        }
+    }
+}
+
+/// Hands `run` what `held` holds of its output, up to its marker; true when the marker was read.
+fn take(run: &mut RunPart, stream: usize, held: &mut Vec<u8>) -> bool {
+    let mut from = 0;
+    while let Some(at) = find(&held[from..], &run.marker).map(|at| at + from) {
+        let rest = &held[at + run.marker.len()..];
+        let Some(newline) = rest
+            .iter()
+            .take(MAX_CODE_DIGITS + 1)
+            .position(|&b| b == b'\n')
+        else {
+            if rest.len() <= MAX_CODE_DIGITS {
+                // The marker's line is not all here yet.
+                let before = held[..at].to_vec();
+                run.push(stream, &before);
+                held.drain(..at);
+                return false;
+            }
+            from = at + 1; // not a marker after all
+            continue;
+        };
+        let Some(code) = std::str::from_utf8(&rest[..newline])
+            .ok()
+            .and_then(|c| c.parse::<i32>().ok())
+        else {
+            from = at + 1;
+            continue;
+        };
+        let before = held[..at].to_vec();
+        run.push(stream, &before);
+        held.clear();
+        run.ended[stream] = true;
+        if stream == 0 {
+            run.code = Some(code);
+        }
+        return true;
+    }
+    // Keep back a tail that may be the start of a marker; the rest is output.
+    let keep = partial_marker(held, &run.marker);
+    let out: Vec<u8> = held.drain(..held.len() - keep).collect();
+    run.push(stream, &out);
+    false
+}
+
+/// Where `needle` first occurs in `haystack` (looking only where its first byte does).
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    let mut from = 0;
+    while let Some(at) = haystack[from..].iter().position(|&b| b == needle[0]) {
+        let at = from + at;
+        if haystack[at..].starts_with(needle) {
+            return Some(at);
+        }
+        from = at + 1;
+    }
+    None
+}
+
+/// The length of the longest tail of `bytes` that begins `marker`.
+fn partial_marker(bytes: &[u8], marker: &[u8]) -> usize {
+    let longest = bytes.len().min(marker.len() - 1);
+    (1..=longest)
+        .rev()
+        .find(|&n| bytes[bytes.len() - n..] == marker[..n])
+        .unwrap_or(0)
+}
+
 /// What a capped stream shows where bytes were cut.
 fn cut_marker(cut: u64) -> String {
     format!("\n[... {cut} bytes cut ...]\n")

@@ -98,6 +98,17 @@ impl Pool {
         Ok(c)
     }
 
+    /// A session's live interpreter: a fresh child (never a warm one: its ruleset must name the
+    /// workspace) with its stdin left open for one job per run.
+    pub async fn start_live(
+        &self,
+        prepared: &Prepared,
+        id: &str,
+        workspace: &Path,
+    ) -> std::io::Result<Child> {
+        self.fresh(prepared, id, Some(workspace)).await
+    }
+
     /// A child for one run that becomes `program` once confined (a bash run), its stdin closed.
     /// Any fork server will do, since the program does not load the SDK: the one of
     /// `prepared` (pass the current catalog's, so as not to replace it) when there is a warm

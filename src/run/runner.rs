@@ -7,15 +7,16 @@
 //! read (`output`).
 
 use super::bash;
+use super::calls::new_token;
 use super::calls::{CallLimits, CallRecord, Calls, RunCtx};
 use super::child::{Limits, SpawnSpec};
 use super::confine::{self, SandboxSettings};
 use super::dispatch::{Backends, PendingCall};
 use super::ipc;
-use super::output::Capture;
-use super::output::OutputChunk;
+use super::live::{Interpreters, Live, Lost};
+use super::output::{Capture, Captured, OutputChunk};
 use super::pool::{self, Pool};
-use super::prepare::Preparations;
+use super::prepare::{Preparations, Prepared};
 use super::scratch::{self, ScratchQuota};
 use crate::events::{Event, Events};
 use crate::render::Snapshot;
@@ -24,7 +25,7 @@ use crate::util::ms;
 use serde::Serialize;
 use serde_json::json;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -61,6 +62,11 @@ pub struct RunnerConfig {
     pub sandbox: SandboxSettings,
     /// What a run may keep in its scratch directory; a run past it is stopped.
     pub scratch_quota: ScratchQuota,
+    /// Live session interpreters at once (`PTC_MAX_SESSIONS`); one more stops the least
+    /// recently used.
+    pub max_sessions: usize,
+    /// A live session interpreter idle this long is stopped (`PTC_SESSION_IDLE_TTL`).
+    pub session_idle_ttl: Duration,
 }
 
 /// The language of a run's code.
@@ -94,6 +100,11 @@ pub struct ExecRequest {
     /// The run's data directory, when it belongs to a session: its cwd, writable, and
     /// `LIBRECHAT_CODE_DATA_DIR`; `/mnt/data` in the code names it ([`MODEL_DATA_DIR`]).
     pub workspace: Option<Workspace>,
+    /// The session the run belongs to (its events name it).
+    pub session: Option<String>,
+    /// Run Python code on the session's live interpreter (with a `session` and a
+    /// `workspace`): the globals of its earlier runs are there ([`live`](super::live)).
+    pub live: bool,
     /// Capped by `PTC_TIMEOUT`.
     pub timeout: Option<Duration>,
     /// Run against this catalog instead of the sidecar's current one (a protocol that sends its
@@ -123,6 +134,50 @@ pub struct ExecResult {
     pub duration_ms: f64,
     pub tool_calls: Vec<CallRecord>,
     pub truncated: bool,
+    /// A session run: what became of the state of the session's earlier runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionState>,
+    /// Files the run made: in its session's workspace, saved with `save_file`, and the full
+    /// output of a stream that was cut.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<RunFile>,
+}
+
+/// A file a run made, and where the API serves it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunFile {
+    /// Its name in the session's workspace, or among the run's artifacts.
+    pub name: String,
+    pub size: u64,
+    pub mime: String,
+    /// The control API's path that serves it (same auth as the rest of the API).
+    pub url: String,
+}
+
+/// What a session run says about the session's state (its globals).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionState {
+    pub id: String,
+    pub state: StateChange,
+    /// Why the state is gone (`reset`: before this run; `ended`: with this run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<Lost>,
+    /// Runs of the current interpreter, this one included (1: a new interpreter).
+    pub run: u64,
+}
+
+/// What became of a session's state with a run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StateChange {
+    /// The session's first run: a new interpreter.
+    New,
+    /// The globals of the earlier runs were there.
+    Kept,
+    /// The earlier runs' state was gone before this run (`reason`); a new interpreter ran it.
+    Reset,
+    /// The run ended the interpreter (`reason`); the next run starts a new one.
+    Ended,
 }
 
 /// A cloneable handle to the runner.
@@ -142,6 +197,8 @@ struct Inner {
     sandbox: Arc<Sandbox>,
     /// Numbers the runs (`r0`, `r1`, ...).
     counter: AtomicU64,
+    /// The sessions' live interpreters.
+    live: Interpreters,
 }
 
 impl Runner {
@@ -195,6 +252,8 @@ impl Runner {
                 shutdown.clone(),
             ));
         }
+        let live = Interpreters::new(cfg.max_sessions, cfg.session_idle_ttl);
+        tokio::spawn(live.clone().sweep(shutdown.clone()));
         let stopping = pool.clone();
         tokio::spawn(async move {
             shutdown.cancelled().await;
@@ -210,6 +269,7 @@ impl Runner {
                 ipc_addr,
                 sandbox,
                 counter: AtomicU64::new(0),
+                live,
             }),
         })
     }
@@ -238,6 +298,11 @@ impl Runner {
         self.inner.calls.live_runs()
     }
 
+    /// The sessions' live interpreters.
+    pub fn sessions(&self) -> &Interpreters {
+        &self.inner.live
+    }
+
     /// Runs code to completion, timeout or error. Never panics on the code's behalf and leaves
     /// no process behind, even if this future is dropped. Reports `exec.started` and
     /// `exec.finished` (also when the future is dropped: `cancelled`).
@@ -246,11 +311,14 @@ impl Runner {
         let events = self.inner.calls.events();
         let mut started = Event::new("exec.started");
         started.exec_id = Some(id.clone());
+        started.session_id = req.session.clone();
         started.code_bytes = Some(req.code.len());
         events.emit(started);
+        let session = req.session.clone();
         let mut guard = FinishGuard {
             events,
             exec_id: &id,
+            session: session.as_deref(),
             started: Instant::now(),
             done: false,
         };
@@ -272,6 +340,8 @@ impl Runner {
             duration_ms: ms(started.elapsed()),
             tool_calls: Vec::new(),
             truncated: false,
+            session: None,
+            files: Vec::new(),
         };
 
         if req.lang == Lang::Bash && req.code.len() > bash::MAX_CODE_BYTES {
@@ -341,23 +411,60 @@ impl Runner {
             max_calls: cfg.max_calls_per_run,
             max_in_flight: cfg.max_in_flight_per_run,
         };
-        let run = Arc::new(RunCtx::new(
-            id.to_string(),
-            snapshot,
-            prepared.clone(),
-            req.host,
-            limits,
-        ));
+        let mut run = RunCtx::new(id.to_string(), snapshot, prepared.clone(), req.host, limits);
+        run.session = req.session.clone();
+        let run = Arc::new(run);
         let registration = self.inner.calls.register(run.clone());
 
-        let job = json!({
+        let mut job = json!({
             "code": code,
             "ipc": self.ipc_addr().to_string(),
             "token": registration.token(),
             "call_timeout": (cfg.tool_timeout + CALL_TIMEOUT_MARGIN).as_secs_f64(),
             "allow_subprocess": cfg.allow_subprocess,
-        })
-        .to_string();
+        });
+        let run_end = |status, output: Captured, exit_code, session| {
+            // What the code printed names its data directory as the code did.
+            let (stdout, stderr) = match &data_path {
+                Some(path) => (
+                    replace_path(&output.stdout, path, MODEL_DATA_DIR),
+                    replace_path(&output.stderr, path, MODEL_DATA_DIR),
+                ),
+                None => (output.stdout, output.stderr),
+            };
+            ExecResult {
+                status,
+                truncated: output.truncated,
+                stdout,
+                stderr,
+                exit_code,
+                duration_ms: ms(started.elapsed()),
+                tool_calls: run.calls(),
+                session,
+                files: Vec::new(),
+            }
+        };
+        if let (Lang::Python, true, Some(session), Some(workspace)) =
+            (req.lang, req.live, req.session.as_deref(), workspace)
+        {
+            let nonce = new_token()[..32].to_string();
+            job["session"] = json!(true);
+            job["nonce"] = json!(nonce);
+            let live = LiveRun {
+                session,
+                id,
+                job: job.to_string(),
+                nonce: &nonce,
+                deadline,
+                timeout,
+                workspace,
+                output: req.output,
+            };
+            let (status, output, exit_code, state) = self.run_live(&prepared, live).await;
+            drop(registration);
+            return run_end(status, output, exit_code, Some(state));
+        }
+        let job = job.to_string();
         let pool = &self.inner.pool;
         let started_child = match functions {
             None => {
@@ -402,16 +509,7 @@ impl Runner {
             cfg.max_output_bytes,
             req.output,
         );
-        let scratch_quota = scratch::watch(child.scratch().to_path_buf(), cfg.scratch_quota);
-        let quota = async {
-            match workspace {
-                None => scratch_quota.await,
-                Some(w) => tokio::select! {
-                    why = scratch_quota => why,
-                    why = scratch::watch_as(w.dir.clone(), w.quota, &scratch::SESSION) => why,
-                },
-            }
-        };
+        let quota = self.quota(child.scratch(), workspace);
         // How the run ended, and why the sidecar stopped it if it did.
         let (status, exit_code, stopped) = tokio::select! {
             waited = tokio::time::timeout_at(deadline, child.wait()) => match waited {
@@ -446,25 +544,195 @@ impl Runner {
         let output = capture.finish().await;
         drop(child);
         drop(registration);
+        run_end(status, output, exit_code, None)
+    }
 
-        // What the code printed names its data directory as the code did.
-        let (stdout, stderr) = match &data_path {
-            Some(path) => (
-                replace_path(&output.stdout, path, MODEL_DATA_DIR),
-                replace_path(&output.stderr, path, MODEL_DATA_DIR),
-            ),
-            None => (output.stdout, output.stderr),
-        };
-        ExecResult {
-            status,
-            truncated: output.truncated,
-            stdout,
-            stderr,
-            exit_code,
-            duration_ms: ms(started.elapsed()),
-            tool_calls: run.calls(),
+    /// Resolves when the run's scratch directory, or its workspace, goes past its quota; with
+    /// the reason.
+    fn quota(
+        &self,
+        scratch: &Path,
+        workspace: Option<&Workspace>,
+    ) -> impl std::future::Future<Output = String> + use<> {
+        let scratch_quota = scratch::watch(scratch.to_path_buf(), self.inner.cfg.scratch_quota);
+        let workspace = workspace.map(|w| (w.dir.clone(), w.quota));
+        async move {
+            match workspace {
+                None => scratch_quota.await,
+                Some((dir, quota)) => tokio::select! {
+                    why = scratch_quota => why,
+                    why = scratch::watch_as(dir, quota, &scratch::SESSION) => why,
+                },
+            }
         }
     }
+
+    /// One run on a session's live interpreter: the one it has, else a new one (and then why
+    /// the state of the earlier runs is gone). The interpreter is kept, stopped, when the run
+    /// ends by itself, and ends with the run otherwise.
+    async fn run_live(
+        &self,
+        prepared: &Arc<Prepared>,
+        run: LiveRun<'_>,
+    ) -> (ExecStatus, Captured, Option<i32>, SessionState) {
+        let cfg = &self.inner.cfg;
+        let interpreters = &self.inner.live;
+        let no_output = || Captured {
+            stdout: String::new(),
+            stderr: String::new(),
+            truncated: false,
+        };
+        let state = |change, reason, runs| SessionState {
+            id: run.session.to_string(),
+            state: change,
+            reason,
+            run: runs,
+        };
+        let slot = interpreters.slot(run.session);
+        let Ok(mut held) = tokio::time::timeout_at(run.deadline, slot.live.lock()).await else {
+            let mut out = no_output();
+            out.stderr = format!(
+                "the run waited {:.1} s for session {}'s previous run to end and timed out \
+                 before starting; run one at a time per session",
+                run.timeout.as_secs_f64(),
+                run.session
+            );
+            return (
+                ExecStatus::Timeout,
+                out,
+                None,
+                state(StateChange::Kept, None, 0),
+            );
+        };
+        slot.begin();
+        // The state of earlier runs: kept, or gone and why.
+        let mut lost = slot.take_lost();
+        if let Some(live) = held.as_mut() {
+            if live.key != prepared.key {
+                lost = Some(Lost::CatalogChanged);
+            } else if live.child.has_exited() {
+                lost = Some(Lost::Crashed);
+            }
+            if lost.is_some() {
+                *held = None;
+            }
+        }
+        let change = match (&*held, lost) {
+            (Some(_), _) => StateChange::Kept,
+            (None, Some(_)) => StateChange::Reset,
+            (None, None) => StateChange::New,
+        };
+        if held.is_none() {
+            interpreters.make_room(run.session);
+            let started = async {
+                let child = self
+                    .inner
+                    .pool
+                    .start_live(prepared, run.id, &run.workspace.dir)
+                    .await?;
+                Live::new(child, prepared.key)
+            };
+            match started.await {
+                Ok(live) => {
+                    slot.started(live.child.pid());
+                    *held = Some(live);
+                }
+                Err(e) => {
+                    slot.end(lost);
+                    let mut out = no_output();
+                    out.stderr =
+                        format!("ptc-sidecar could not start {}: {e}", cfg.python.display());
+                    return (ExecStatus::Error, out, None, state(change, lost, 0));
+                }
+            }
+        }
+        let Some(live) = held.as_mut() else {
+            unreachable!("an interpreter was found or started above");
+        };
+        let runs = slot.runs() + 1;
+        live.child.resume();
+        if let Err(e) = live.child.extend_cpu(cfg.limits.cpu_secs) {
+            tracing::debug!(session = run.session, "cannot extend the CPU limit: {e}");
+        }
+        live.output
+            .begin(run.nonce, cfg.max_output_bytes, run.output);
+        if let (StateChange::Reset, Some(why)) = (change, lost) {
+            live.output.note(&format!(
+                "ptc-sidecar: state was reset: {}; the session's files are kept",
+                why.explain(interpreters.max, interpreters.idle_ttl)
+            ));
+        }
+        let sent = live.send(&run.job).await;
+        let quota = self.quota(live.child.scratch(), Some(run.workspace));
+        let Live { child, output, .. } = live;
+        // How the run ended: by itself (its exit code), or the interpreter with it, and why.
+        let ended: Result<i32, (Lost, Option<i32>, String)> = if let Err(e) = sent {
+            Err((
+                Lost::Crashed,
+                None,
+                format!("the interpreter is gone ({e})"),
+            ))
+        } else {
+            tokio::select! {
+                code = output.ended() => match code {
+                    Some(code) => Ok(code),
+                    None => Err((Lost::Crashed, child.wait().await.ok(), "the interpreter exited".into())),
+                },
+                waited = child.wait() => Err((Lost::Crashed, waited.ok(), "the interpreter exited".into())),
+                _ = tokio::time::sleep_until(run.deadline) => Err((
+                    Lost::Timeout,
+                    None,
+                    format!("stopped after {:.1} s (timeout)", run.timeout.as_secs_f64()),
+                )),
+                why = quota => Err((Lost::Quota, None, format!("stopped: {why}"))),
+            }
+        };
+        match ended {
+            Ok(code) => {
+                let captured = output.finish(false).await;
+                child.pause();
+                slot.end(None);
+                let status = if code == 0 {
+                    ExecStatus::Ok
+                } else {
+                    ExecStatus::Error
+                };
+                (status, captured, Some(code), state(change, lost, runs))
+            }
+            Err((why, exit_code, what)) => {
+                child.kill_group();
+                output.note(&format!(
+                    "ptc-sidecar: {what}; the session's state ended with it (the next run \
+                     starts a new interpreter); its files are kept"
+                ));
+                let captured = output.finish(true).await;
+                *held = None;
+                slot.end(Some(why));
+                let status = match why {
+                    Lost::Timeout => ExecStatus::Timeout,
+                    _ => ExecStatus::Error,
+                };
+                (
+                    status,
+                    captured,
+                    exit_code,
+                    state(StateChange::Ended, Some(why), runs),
+                )
+            }
+        }
+    }
+}
+
+/// What [`Runner::run_live`] needs of a run.
+struct LiveRun<'a> {
+    session: &'a str,
+    id: &'a str,
+    job: String,
+    nonce: &'a str,
+    deadline: tokio::time::Instant,
+    timeout: Duration,
+    workspace: &'a Workspace,
+    output: Option<mpsc::UnboundedSender<OutputChunk>>,
 }
 
 /// `text` with every `from` that is a whole path (not followed by a character a file name
@@ -491,6 +759,7 @@ fn replace_path(text: &str, from: &str, to: &str) -> String {
 struct FinishGuard<'a> {
     events: &'a Events,
     exec_id: &'a str,
+    session: Option<&'a str>,
     started: Instant,
     done: bool,
 }
@@ -500,6 +769,7 @@ impl FinishGuard<'_> {
         self.done = true;
         let mut e = Event::new("exec.finished");
         e.exec_id = Some(self.exec_id.to_string());
+        e.session_id = self.session.map(str::to_string);
         e.status = Some(match result.status {
             ExecStatus::Ok => "ok",
             ExecStatus::Error => "error",
@@ -520,6 +790,8 @@ impl Drop for FinishGuard<'_> {
         if !self.done {
             let mut e = Event::new("exec.finished");
             e.exec_id = Some(self.exec_id.to_string());
+            e.session_id = self.session.map(str::to_string);
+            e.session_id = self.session.map(str::to_string);
             e.status = Some("error");
             e.ok = Some(false);
             e.duration_ms = Some(ms(self.started.elapsed()));

@@ -19,4 +19,5 @@ mod procs;
 mod reload;
 mod runner;
 mod sandbox;
+mod sessions;
 mod startup;

@@ -94,6 +94,8 @@ fn config(python: PathBuf, runtime_dir: PathBuf) -> RunnerConfig {
             max_bytes: 1 << 20,
             max_files: 100,
         },
+        max_sessions: 32,
+        session_idle_ttl: Duration::from_secs(1800),
     }
 }
 

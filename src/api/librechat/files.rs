@@ -8,8 +8,8 @@
 //! runner's) nor walk a session's directory itself (the store does it without following links).
 
 use crate::api::error::ApiError;
-use crate::run::{ScratchQuota, Workspace};
-use crate::session::{FileInfo, Session, SessionError, Sessions, Snapshot};
+use crate::api::workspace::{Held, blocking};
+use crate::session::{FileInfo, Session, SessionError, Sessions};
 use axum::Json;
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -58,80 +58,29 @@ impl From<SessionError> for ApiError {
     }
 }
 
-/// A session held for one run: no other run or upload touches it until this is dropped.
-pub struct Held {
-    pub session: Arc<Session>,
-    before: Snapshot,
-    _lock: OwnedMutexGuard<()>,
+/// Holds the session `id` names for one run (see [`Held::take`]), with the request's `files`
+/// placed in it. A file that is gone (its session expired) is not an error: the run goes on,
+/// and the notes say so for its stderr.
+pub async fn hold_for_run(
+    sessions: &Sessions,
+    id: Option<&str>,
+    files: &[FileRef],
+    wait: Duration,
+) -> Result<(Held, Vec<String>), ApiError> {
+    let files = files.to_vec();
+    Held::take(sessions, id, wait, move |store, session| {
+        place(store, session, &files)
+    })
+    .await
 }
 
-impl Held {
-    /// The session `id` names (made when it does not exist yet, or when there is no `id`),
-    /// locked within `wait`, with the request's `files` placed in it. A file that is gone (its
-    /// session expired) is not an error: the run goes on, and `notes` says so for its stderr.
-    pub async fn take(
-        sessions: &Sessions,
-        id: Option<&str>,
-        files: &[FileRef],
-        wait: Duration,
-    ) -> Result<(Held, Vec<String>), ApiError> {
-        let session = match id.filter(|s| !s.is_empty()) {
-            Some(id) => sessions.open(id)?,
-            None => sessions.open(&Sessions::new_id())?,
-        };
-        let lock = tokio::time::timeout(wait, session.clone().lock())
-            .await
-            .map_err(|_| {
-                ApiError::Busy(format!(
-                    "session {} is busy with another run for longer than this run's timeout \
-                     ({:.0} s); run one at a time per session",
-                    session.id,
-                    wait.as_secs_f64()
-                ))
-            })?;
-        // Copying files and walking the directory block: off the async workers.
-        let (store, held, files) = (sessions.clone(), session.clone(), files.to_vec());
-        let (notes, before) = blocking(move || {
-            let notes = place(&store, &held, &files)?;
-            Ok::<_, ApiError>((notes, held.snapshot()?))
-        })
-        .await?;
-        Ok((
-            Held {
-                session,
-                before,
-                _lock: lock,
-            },
-            notes,
-        ))
-    }
-
-    /// The run's data directory.
-    pub fn workspace(&self, sessions: &Sessions) -> Workspace {
-        let cfg = sessions.config();
-        Workspace {
-            dir: self.session.dir.clone(),
-            quota: ScratchQuota {
-                max_bytes: cfg.max_bytes,
-                max_files: cfg.max_files,
-            },
-        }
-    }
-
-    /// The files the run made or changed, as the client reads them.
-    pub async fn changed(&self) -> Vec<Value> {
-        let (session, before) = (self.session.clone(), self.before.clone());
-        match blocking(move || session.changed_since(&before)).await {
-            Ok(files) => files
-                .iter()
-                .map(|f| run_file(&self.session.id, f))
-                .collect(),
-            Err(e) => {
-                tracing::warn!(session = %self.session.id, "cannot list the run's files: {e}");
-                Vec::new()
-            }
-        }
-    }
+/// The files a held run made or changed, as the client reads them.
+pub async fn changed(held: &Held) -> Vec<Value> {
+    held.changed()
+        .await
+        .iter()
+        .map(|f| run_file(&held.session.id, f))
+        .collect()
 }
 
 /// Copies each of `files` into `session` under its `name`, from the session it names. Only a
@@ -390,7 +339,7 @@ async fn download(
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static(mime_of(&base)),
+        HeaderValue::from_static(crate::util::mime_of(&base)),
     );
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(info.size));
     headers.insert(
@@ -463,39 +412,4 @@ async fn find(
     blocking(move || session.open(&id))
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("session {session_id} has no file {file_id}")))
-}
-
-/// A store call that walks or copies files, on a blocking thread.
-async fn blocking<T: Send + 'static, E: Send + 'static>(
-    call: impl FnOnce() -> Result<T, E> + Send + 'static,
-) -> Result<T, ApiError>
-where
-    ApiError: From<E>,
-{
-    tokio::task::spawn_blocking(call)
-        .await
-        .map_err(|e| ApiError::Internal(format!("a session store call failed: {e}")))?
-        .map_err(ApiError::from)
-}
-
-/// The content type of a file name, for the few kinds a browser should show as such. Never
-/// one a browser would run (HTML, SVG): LibreChat passes these headers on to the user's
-/// browser, and what code wrote must not become a page of LibreChat's origin.
-fn mime_of(name: &str) -> &'static str {
-    let ext = name
-        .rsplit_once('.')
-        .map(|(_, e)| e.to_ascii_lowercase())
-        .unwrap_or_default();
-    match ext.as_str() {
-        "png" => "image/png",
-        "jpg" | "jpeg" => "image/jpeg",
-        "gif" => "image/gif",
-        "webp" => "image/webp",
-        "pdf" => "application/pdf",
-        "json" => "application/json",
-        "csv" => "text/csv; charset=utf-8",
-        "txt" | "md" | "log" => "text/plain; charset=utf-8",
-        "zip" => "application/zip",
-        _ => "application/octet-stream",
-    }
 }

@@ -7,12 +7,13 @@
 //! [`ApiError`]s, runs that ended as `200` with `status: "completed"` or `"error"`. It must not
 //! time rounds or hold runs (that is [`super::rounds`]) nor sign tokens ([`super::tokens`]).
 
-use super::files::{self, FileRef, Held};
+use super::files::{self, FileRef};
 use super::rounds::{
     self, MAX_ROUNDS, Outcome, Run, Runs, Start, ToolResult, check_results, deliver, next_outcome,
 };
 use super::tokens::{Claims, TokenError, Tokens};
 use crate::api::error::{ApiError, json_body};
+use crate::api::workspace::Held;
 use crate::catalog::source::parse_tool_list;
 use crate::catalog::{Catalog, CatalogInput, Policy};
 use crate::render::Snapshot;
@@ -121,7 +122,7 @@ impl Lc {
     ) -> Result<(Held, Vec<String>, Duration), ApiError> {
         let sessions = self.0.sessions.as_ref().ok_or(PTC_DISABLED)?;
         let started = std::time::Instant::now();
-        let (held, notes) = Held::take(sessions, session_id, files, timeout).await?;
+        let (held, notes) = files::hold_for_run(sessions, session_id, files, timeout).await?;
         Ok((held, notes, timeout.saturating_sub(started.elapsed())))
     }
 
@@ -296,7 +297,7 @@ async fn advance(lc: &Lc, run: &Run, driver: &mut rounds::Driver) -> Response {
             // Held until its files are listed: no other run of the session changes them first.
             let held = lock(&run.held).take();
             let files = match &held {
-                Some(held) => held.changed().await,
+                Some(held) => files::changed(held).await,
                 None => Vec::new(),
             };
             lc.0.runs.finish(run);
@@ -467,7 +468,7 @@ async fn plain(State(lc): State<Lc>, request: Request) -> Result<Response, ApiEr
     Ok(answer(
         with_notes(result, &notes),
         &held.session.id,
-        held.changed().await,
+        files::changed(&held).await,
     ))
 }
 

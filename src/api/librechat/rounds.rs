@@ -7,8 +7,8 @@
 //! wire (the handlers turn an [`Outcome`] into an answer and mint its token) nor decide what a
 //! call does (`run::dispatch`; a call waits here as a [`PendingCall`]).
 
-use super::files::Held;
 use crate::api::error::ResultsError;
+use crate::api::workspace::Held;
 use crate::render::Snapshot;
 use crate::run::new_token;
 use crate::run::{CallError, ExecRequest, ExecResult, Lang, PendingCall, Runner, Workspace};
@@ -173,6 +173,8 @@ impl Runs {
             snapshot: Some(s.snapshot),
             host: Some(host),
             output: None,
+            session: Some(run.session_id.clone()),
+            live: false,
         };
         let (runner, stop) = (runner.clone(), run.stop.clone());
         tokio::spawn(async move {

@@ -1,0 +1,97 @@
+//! The sidecar's own sessions: `GET /v1/sessions` (every session: its files, and its live
+//! interpreter when it has one) and `DELETE /v1/sessions/{id}` (the interpreter stopped, the
+//! files removed). The files of a session have their own routes (`session_files`).
+//!
+//! Owns how a session looks to an operator; the store (`crate::session`) owns the files and the
+//! runner (`run::live`) the interpreters. It must not run code.
+
+use super::error::ApiError;
+use super::workspace::blocking;
+use crate::run::{LiveInfo, Runner};
+use crate::session::Sessions;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get};
+use axum::{Json, Router};
+use serde_json::{Value, json};
+use std::collections::HashMap;
+
+#[derive(Clone)]
+struct SessionsApi {
+    runner: Runner,
+    sessions: Sessions,
+}
+
+/// `GET /v1/sessions` and `DELETE /v1/sessions/{id}`; the caller puts `PTC_API_KEY` in front.
+pub fn router<S>(runner: Runner, sessions: Sessions) -> Router<S> {
+    Router::new()
+        .route("/v1/sessions", get(list))
+        .route("/v1/sessions/{id}", delete(remove))
+        .with_state(SessionsApi { runner, sessions })
+}
+
+async fn list(State(api): State<SessionsApi>) -> Result<Response, ApiError> {
+    let mut live: HashMap<String, LiveInfo> = api
+        .runner
+        .sessions()
+        .list()
+        .into_iter()
+        .map(|l| (l.id.clone(), l))
+        .collect();
+    let stored = api.sessions.list();
+    // Counting files walks each folder: off the async workers.
+    let counted = blocking(move || {
+        Ok::<_, ApiError>(
+            stored
+                .into_iter()
+                .map(|s| (s.id.clone(), s.idle(), s.usage().ok()))
+                .collect::<Vec<_>>(),
+        )
+    })
+    .await?;
+    let mut out: Vec<Value> = Vec::with_capacity(counted.len());
+    for (id, idle, usage) in counted {
+        let (bytes, files) = usage.unwrap_or_default();
+        let mut entry = json!({
+            "id": id,
+            "files": files,
+            "bytes": bytes,
+            "idle_s": idle.as_secs_f64(),
+            "live": false,
+        });
+        if let Some(l) = live.remove(&id) {
+            entry["live"] = json!(true);
+            entry["idle_s"] = json!(l.idle_s);
+            entry["age_s"] = json!(l.age_s);
+            entry["runs"] = json!(l.runs);
+            entry["running"] = json!(l.running);
+            entry["memory_bytes"] = json!(l.memory_bytes);
+            entry["pid"] = json!(l.pid);
+        }
+        out.push(entry);
+    }
+    Ok(Json(json!({
+        "sessions": out,
+        "live": api.runner.sessions().live(),
+        "max_live": api.runner.sessions().max,
+    }))
+    .into_response())
+}
+
+async fn remove(
+    State(api): State<SessionsApi>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    Sessions::check_id(&id)?;
+    let had_live = api.runner.sessions().remove(&id);
+    let sessions = api.sessions.clone();
+    let had_files = blocking(move || Ok::<_, ApiError>(sessions.remove(&id))).await?;
+    if had_live || had_files {
+        Ok(StatusCode::NO_CONTENT.into_response())
+    } else {
+        Err(ApiError::NotFound(
+            "no such session (it may have expired: PTC_SESSION_TTL)".into(),
+        ))
+    }
+}

@@ -1,0 +1,401 @@
+//! Live sessions over `POST /v1/exec_code` with `session_id`: real python3 interpreters that
+//! keep their globals between runs, real HTTP, a real host tool server. State persists, two
+//! sessions are apart, runs of one session take turns, the least recently used interpreter and
+//! an idle one are stopped (files kept, the next run told), a run that kills or outlasts its
+//! interpreter ends the state and keeps the files, and bad ids get clear errors.
+
+use crate::common::{HostServer, TEST_TIMEOUT, TempDir, TestSidecar, processes_with, tool};
+use pretty_assertions::assert_eq;
+use serde_json::{Value, json};
+use std::time::Duration;
+
+struct Fixture {
+    s: TestSidecar,
+    _host: HostServer,
+    _dir: TempDir,
+}
+
+async fn fixture(extra: &[(&str, &str)]) -> Fixture {
+    let host = HostServer::start(vec![(
+        "get-weather",
+        tool(|input| json!({"result": {"city": input["city"], "temp_c": 21}})),
+    )])
+    .await;
+    let dir = TempDir::new("sessions");
+    let manifest = json!({
+        "callback": {"url": host.url()},
+        "tools": [{"name": "get-weather", "description": "Weather for a city.",
+                   "input_schema": {"type": "object", "properties": {"city": {"type": "string"}},
+                                    "required": ["city"]}}]
+    });
+    let m = dir.write("tools.json", &manifest.to_string());
+    let sessions = dir.0.join("sessions");
+    let (m, sessions) = (
+        m.to_str().unwrap().to_string(),
+        sessions.to_str().unwrap().to_string(),
+    );
+    let mut vars = vec![
+        ("PTC_ENABLED", "true"),
+        ("PTC_TOOLS_FILE", m.as_str()),
+        ("PTC_SESSION_DIR", sessions.as_str()),
+    ];
+    vars.extend_from_slice(extra);
+    Fixture {
+        s: TestSidecar::start(&vars).await,
+        _host: host,
+        _dir: dir,
+    }
+}
+
+/// One run in session `id`: the JSON result.
+async fn run(s: &TestSidecar, id: &str, code: &str) -> Value {
+    s.exec_body(json!({"code": code, "session_id": id})).await
+}
+
+fn state(r: &Value) -> (&str, u64) {
+    (
+        r["session"]["state"].as_str().unwrap_or("?"),
+        r["session"]["run"].as_u64().unwrap_or(0),
+    )
+}
+
+#[tokio::test]
+async fn globals_imports_functions_and_tool_results_persist() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let f = fixture(&[]).await;
+        let r = run(
+            &f.s,
+            "conv-1",
+            "import statistics\nx = 41\ndef twice(v):\n    return 2 * v\nw = await get_weather(city='Oslo')",
+        )
+        .await;
+        assert_eq!((r["status"].as_str(), r["stderr"].as_str()), (Some("ok"), Some("")));
+        assert_eq!(state(&r), ("new", 1));
+        let r = run(
+            &f.s,
+            "conv-1",
+            "print(x + 1, twice(x), statistics.mean([1, 3]), w['city'], w['temp_c'])",
+        )
+        .await;
+        assert_eq!(r["stdout"], "42 82 2 Oslo 21\n", "{r}");
+        assert_eq!(state(&r), ("kept", 2));
+        // A failure does not lose the state: the traceback names the run's own code.
+        let r = run(&f.s, "conv-1", "x += 1\ntwice(undefined_name)").await;
+        assert_eq!(r["status"], "error");
+        assert!(
+            r["stderr"].as_str().unwrap().contains("File \"<code #3>\", line 2"),
+            "{r}"
+        );
+        let r = run(&f.s, "conv-1", "print(x)").await;
+        assert_eq!((r["stdout"].as_str(), state(&r)), (Some("42\n"), ("kept", 4)));
+        // sys.exit ends the run, not the interpreter.
+        let r = run(&f.s, "conv-1", "import sys\nsys.exit(3)").await;
+        assert_eq!((r["status"].as_str(), r["exit_code"].as_i64()), (Some("error"), Some(3)));
+        let r = run(&f.s, "conv-1", "print(x)").await;
+        assert_eq!((r["stdout"].as_str(), state(&r)), (Some("42\n"), ("kept", 6)));
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn two_sessions_see_neither_globals_nor_files_of_the_other() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let f = fixture(&[]).await;
+        let a = run(
+            &f.s,
+            "sess-a",
+            "import os\nsecret = 'alpha'\nopen('mine.txt', 'w').write('a only')\nprint(os.getcwd().replace('/', '|'))",
+        )
+        .await;
+        assert_eq!(a["status"], "ok", "{a}");
+        // Printed with '|' for '/': the output would name the data directory /mnt/data.
+        let a_dir = a["stdout"].as_str().unwrap().trim().to_string();
+        assert!(a_dir.ends_with("|sess-a"), "{a}");
+        let b = run(
+            &f.s,
+            "sess-b",
+            &format!(
+                "import os\na_dir = {a_dir:?}.replace('|', '/')\nprint('secret' in globals())\n\
+                 try:\n    print(open(a_dir + '/mine.txt').read())\nexcept OSError as e:\n    print('refused', e.errno)\n\
+                 try:\n    print(os.listdir(a_dir))\nexcept OSError as e:\n    print('refused', e.errno)"
+            ),
+        )
+        .await;
+        assert_eq!(b["status"], "ok", "{b}");
+        let lines: Vec<&str> = b["stdout"].as_str().unwrap().lines().collect();
+        assert_eq!(lines[0], "False");
+        // EACCES (13) from Landlock: the path is there, the run may not go in.
+        assert_eq!(&lines[1..], ["refused 13", "refused 13"], "{b}");
+        let a = run(&f.s, "sess-a", "print(secret, open('mine.txt').read())").await;
+        assert_eq!(a["stdout"], "alpha a only\n");
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn runs_of_one_session_take_turns() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let f = fixture(&[]).await;
+        run(&f.s, "turns", "log = []").await;
+        // Each run appends, sleeps and appends again: interleaved runs would mix the pairs.
+        let code = |n: u32| {
+            format!("import time\nlog.append('start {n}')\ntime.sleep(0.2)\nlog.append('end {n}')")
+        };
+        let codes = [code(1), code(2), code(3)];
+        let (a, b, c) = tokio::join!(
+            run(&f.s, "turns", &codes[0]),
+            run(&f.s, "turns", &codes[1]),
+            run(&f.s, "turns", &codes[2]),
+        );
+        for r in [&a, &b, &c] {
+            assert_eq!(r["status"], "ok", "{r}");
+        }
+        let r = run(&f.s, "turns", "print(log)").await;
+        let log: Vec<String> =
+            serde_json::from_str(&r["stdout"].as_str().unwrap().replace('\'', "\"")).unwrap();
+        assert_eq!(log.len(), 6);
+        for pair in log.chunks(2) {
+            assert_eq!(pair[0].replace("start", "end"), pair[1], "{log:?}");
+        }
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn the_least_recently_used_session_is_stopped_and_its_next_run_is_told() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let f = fixture(&[("PTC_MAX_SESSIONS", "2"), ("PTC_MAX_RUNS", "2")]).await;
+        for id in ["lru-1", "lru-2"] {
+            let r = run(
+                &f.s,
+                id,
+                "v = 'kept'\nopen('f.txt', 'w').write('file kept')",
+            )
+            .await;
+            assert_eq!(r["status"], "ok", "{r}");
+        }
+        run(&f.s, "lru-2", "print(v)").await; // lru-1 is now the least recently used
+        let r = run(&f.s, "lru-3", "v = 3").await;
+        assert_eq!(state(&r), ("new", 1));
+        let listed = f.s.get_json("/v1/sessions").await;
+        let mut live: Vec<&str> = listed["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|s| s["live"] == true)
+            .map(|s| s["id"].as_str().unwrap())
+            .collect();
+        live.sort();
+        assert_eq!(live, ["lru-2", "lru-3"], "{listed}");
+        let r = run(
+            &f.s,
+            "lru-1",
+            "print('v' in globals(), open('f.txt').read())",
+        )
+        .await;
+        assert_eq!(r["stdout"], "False file kept\n", "{r}");
+        assert_eq!(state(&r), ("reset", 1));
+        assert_eq!(r["session"]["reason"], "evicted");
+        assert!(
+            r["stderr"]
+                .as_str()
+                .unwrap()
+                .contains("state was reset: more than PTC_MAX_SESSIONS (2) sessions were live"),
+            "{r}"
+        );
+        // lru-1 took the place of lru-2, now the least recently used; lru-3 is kept.
+        let r = run(&f.s, "lru-3", "print(v)").await;
+        assert_eq!(
+            (r["stdout"].as_str(), state(&r)),
+            (Some("3\n"), ("kept", 2)),
+            "{r}"
+        );
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn an_idle_session_is_stopped_and_keeps_its_files() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let f = fixture(&[("PTC_SESSION_IDLE_TTL", "1")]).await;
+        let r = run(
+            &f.s,
+            "idle",
+            "import os\nv = 1\nopen('f.txt', 'w').write('x')\nprint(os.getpid())",
+        )
+        .await;
+        let pid: i32 = r["stdout"].as_str().unwrap().trim().parse().unwrap();
+        assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
+        let gone = async {
+            while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), gone)
+            .await
+            .expect("the idle interpreter is stopped");
+        let r = run(
+            &f.s,
+            "idle",
+            "print('v' in globals(), open('f.txt').read())",
+        )
+        .await;
+        assert_eq!(r["stdout"], "False x\n", "{r}");
+        assert_eq!(
+            (state(&r), &r["session"]["reason"]),
+            (("reset", 1), &json!("expired"))
+        );
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_run_that_kills_or_outlasts_its_interpreter_ends_the_state_and_keeps_the_files() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let f = fixture(&[]).await;
+        run(&f.s, "crash", "v = 1\nopen('before.txt', 'w').write('b')").await;
+        let r = run(&f.s, "crash", "import os\nprint('bye', flush=True)\nos._exit(1)").await;
+        assert_eq!(r["status"], "error", "{r}");
+        assert_eq!(r["exit_code"], 1);
+        assert_eq!(r["stdout"], "bye\n");
+        assert_eq!((state(&r), &r["session"]["reason"]), (("ended", 2), &json!("crashed")));
+        assert!(
+            r["stderr"].as_str().unwrap().contains("the session's state ended with it"),
+            "{r}"
+        );
+        let r = run(&f.s, "crash", "print('v' in globals(), open('before.txt').read())").await;
+        assert_eq!(r["stdout"], "False b\n", "{r}");
+        assert_eq!(state(&r), ("reset", 1));
+
+        let r = f
+            .s
+            .exec_body(json!({"code": "w = 2\nimport time\ntime.sleep(30)", "session_id": "crash", "timeout_ms": 500}))
+            .await;
+        assert_eq!(r["status"], "timeout", "{r}");
+        assert_eq!(r["session"]["state"], "ended");
+        assert_eq!(r["session"]["reason"], "timeout");
+        let r = run(&f.s, "crash", "print('w' in globals(), open('before.txt').read())").await;
+        assert_eq!(r["stdout"], "False b\n", "{r}");
+        assert_eq!((state(&r), &r["session"]["reason"]), (("reset", 1), &json!("timeout")));
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn deleting_a_session_stops_its_interpreter_and_removes_its_files() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let f = fixture(&[]).await;
+        let r = run(
+            &f.s,
+            "del-me",
+            "import os\nopen('f.txt', 'w').write('x')\nprint(os.getpid())",
+        )
+        .await;
+        let pid: i32 = r["stdout"].as_str().unwrap().trim().parse().unwrap();
+        let listed = f.s.get_json("/v1/sessions").await;
+        let entry = listed["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["id"] == "del-me")
+            .cloned()
+            .unwrap();
+        assert_eq!(
+            (
+                entry["live"].as_bool(),
+                entry["runs"].as_u64(),
+                entry["files"].as_u64()
+            ),
+            (Some(true), Some(1), Some(1)),
+            "{entry}"
+        );
+        assert!(entry["memory_bytes"].as_u64().unwrap() > 1 << 20, "{entry}");
+        let health = f.s.health().await;
+        assert_eq!(health["sessions"]["live"], 1, "{health}");
+        let r =
+            f.s.http
+                .delete(f.s.url("/v1/sessions/del-me"))
+                .send()
+                .await
+                .unwrap();
+        assert_eq!(r.status(), 204);
+        let r =
+            f.s.http
+                .delete(f.s.url("/v1/sessions/del-me"))
+                .send()
+                .await
+                .unwrap();
+        assert_eq!(r.status(), 404);
+        let gone = async {
+            while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(5), gone)
+            .await
+            .expect("interpreter stopped");
+        let r = run(&f.s, "del-me", "import os\nprint(os.listdir('.'))").await;
+        assert_eq!(
+            (r["stdout"].as_str(), state(&r)),
+            (Some("[]\n"), ("new", 1)),
+            "{r}"
+        );
+        let r =
+            f.s.http
+                .delete(f.s.url("/v1/sessions/del-me"))
+                .send()
+                .await
+                .unwrap();
+        assert_eq!(r.status(), 204);
+        assert!(
+            processes_with(f.s.runtime.0.to_str().unwrap())
+                .iter()
+                .all(|p| !p.contains("del-me"))
+        );
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn bad_session_ids_are_refused_with_what_is_wrong() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let f = fixture(&[]).await;
+        for (id, says) in [
+            ("../etc", "session id"),
+            ("", "session id"),
+            ("a/b", "session id"),
+            (&"x".repeat(65) as &str, "session id"),
+        ] {
+            let r =
+                f.s.http
+                    .post(f.s.url("/v1/exec_code"))
+                    .json(&json!({"code": "print(1)", "session_id": id}))
+                    .send()
+                    .await
+                    .unwrap();
+            assert_eq!(r.status(), 400, "{id:?}");
+            let body: Value = r.json().await.unwrap();
+            assert_eq!(body["error"]["type"], "bad_request");
+            assert!(
+                body["error"]["message"].as_str().unwrap().contains(says),
+                "{id:?}: {body}"
+            );
+        }
+        let r =
+            f.s.http
+                .delete(f.s.url("/v1/sessions/bad.id"))
+                .send()
+                .await
+                .unwrap();
+        assert_eq!(r.status(), 400);
+    })
+    .await
+    .unwrap();
+}
