@@ -140,6 +140,8 @@ class _Client:
     def __init__(self):
         self.host = None
         self.port = 0
+        self.ipc = ""
+        self.token = ""
         self.timeout = None
         self._prefix = b""
         self._pool = None
@@ -152,6 +154,8 @@ class _Client:
 
     def configure(self, ipc, token, call_timeout):
         ipc = str(ipc or "")
+        self.ipc = ipc
+        self.token = str(token or "")
         host, _, port = ipc.rpartition(":")
         self.host = host[1:-1] if host.startswith("[") else host
         try:
@@ -899,6 +903,53 @@ def describe(name=None):
     return None
 
 
+# Longest answer to a `save_file` request read: a file entry, not a file.
+_MAX_SAVE_ANSWER = 64 * 1024
+
+
+def save_file(name, data, /):
+    """Saves `data` (bytes, or str as UTF-8) as the file `name` among the run's files (in a
+    session, its working directory) and returns `{name, size, mime, url}`. The run's result
+    lists the file; an image also comes back as an image the model can see."""
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    elif isinstance(data, (bytearray, memoryview)):
+        data = bytes(data)
+    elif not isinstance(data, bytes):
+        raise TypeError("save_file(name, data): data must be bytes or str, not %s"
+                        % type(data).__name__)
+    if not isinstance(name, str) or not name:
+        raise TypeError("save_file(name, data): name must be a non-empty str")
+    from urllib.parse import quote
+
+    c = _client
+    head = (
+        "POST /file?name=%s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"
+        "Content-Type: application/octet-stream\r\nContent-Length: %d\r\n"
+        "Connection: close\r\n\r\n" % (quote(name, safe=""), c.ipc, c.token, len(data))
+    ).encode("latin-1")
+    try:
+        with socket.create_connection((c.host, c.port), timeout=c.timeout) as sock:
+            sock.sendall(head)
+            sock.sendall(data)
+            answer = b""
+            while len(answer) <= _MAX_SAVE_ANSWER:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                answer += chunk
+    except OSError as e:
+        raise ToolError("save_file could not reach the sidecar: %s" % (e,), "ipc") from None
+    _, _, body = answer.partition(_HEAD_END)
+    try:
+        reply = json.loads(body)
+    except ValueError:
+        raise ToolError("malformed answer from the sidecar to save_file", "ipc") from None
+    if not isinstance(reply, dict) or not reply.get("ok"):
+        raise _error_from(reply.get("error") if isinstance(reply, dict) else reply)
+    return reply.get("file")
+
+
 def code_globals(stubs, module):
     """The globals of the user's code, exactly as the runner protocol lists them."""
     import builtins
@@ -910,6 +961,7 @@ def code_globals(stubs, module):
         tools=module,
         call_tool=call_tool,
         describe=describe,
+        save_file=save_file,
         ToolError=ToolError,
         ToolInputError=ToolInputError,
         asyncio=asyncio,

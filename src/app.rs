@@ -158,6 +158,7 @@ impl Sidecar {
         )?;
         let mut runtime_dir = None;
         let mut sessions = None;
+        let mut artifacts = None;
         let runner = if config.enabled {
             let python = resolve_python(&config.python).await?;
             let dir = match &config.runtime_dir {
@@ -193,6 +194,17 @@ impl Sidecar {
             .map_err(StartError::Sessions)?;
             store.spawn_sweeper(shutdown.child_token());
             sessions = Some(store);
+            // The files of runs without a session: written by the sidecar only, never by a run.
+            let kept = Sessions::new(SessionConfig {
+                root: dir.join("artifacts"),
+                ttl: config.artifact_ttl,
+                max_bytes: config.session_max_mb << 20,
+                max_files: config.session_max_files,
+                owner: None,
+            })
+            .map_err(StartError::Sessions)?;
+            kept.spawn_sweeper(shutdown.child_token());
+            artifacts = Some(kept);
             Some(runner)
         } else {
             None
@@ -215,6 +227,7 @@ impl Sidecar {
                 snapshot: rx,
                 runner,
                 sessions,
+                artifacts,
                 mcp,
                 events,
                 reload,

@@ -243,6 +243,20 @@ pub fn private_dir(parent: &std::path::Path, prefix: &str) -> std::io::Result<st
     Err(last.unwrap_or_else(|| std::io::Error::other("no name left to try")))
 }
 
+/// A file name as a URL path: each `/`-separated component percent-encoded but for the
+/// characters a path segment may hold as they are.
+pub fn url_path(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// The content type of a file name, for the few kinds a browser should show as such. Never
 /// one a browser would run (HTML, SVG): LibreChat passes these headers on to the user's
 /// browser, and what code wrote must not become a page of LibreChat's origin.

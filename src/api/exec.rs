@@ -12,8 +12,9 @@
 
 use super::error::{ApiError, json_body};
 use super::sse;
-use super::workspace::Held;
-use crate::run::RunFile;
+use super::workspace::{Held, RunArtifacts, SessionFiles, image_blocks};
+use crate::run::{FileStore, Files, RunFile};
+use crate::util::{mime_of, url_path};
 use crate::run::{CallError, ExecRequest, ExecResult, Lang, PendingCall, Runner, host_error};
 use crate::run::{OutputChunk, new_token};
 use crate::session::Sessions;
@@ -64,17 +65,24 @@ struct Open {
 struct Exec {
     runner: Option<Runner>,
     sessions: Option<Sessions>,
+    /// The files of runs without a session.
+    artifacts: Option<Sessions>,
     attached: Attached,
 }
 
 /// `POST /v1/exec_code` and `POST /v1/exec/{exec_id}/results`.
-pub fn router<S>(runner: Option<Runner>, sessions: Option<Sessions>) -> Router<S> {
+pub fn router<S>(
+    runner: Option<Runner>,
+    sessions: Option<Sessions>,
+    artifacts: Option<Sessions>,
+) -> Router<S> {
     Router::new()
         .route("/v1/exec_code", post(exec_code))
         .route("/v1/exec/{exec_id}/results", post(results))
         .with_state(Exec {
             runner,
             sessions,
+            artifacts,
             attached: Attached::default(),
         })
 }
@@ -146,29 +154,48 @@ async fn exec_code(State(exec): State<Exec>, request: Request) -> Result<Respons
             Some(held)
         }
     };
+    request.files = match (&held, &exec.artifacts) {
+        (Some(held), _) => Some(Arc::new(SessionFiles(held.session.clone())) as Files),
+        (None, Some(store)) => Some(Arc::new(RunArtifacts::new(store.clone())) as Files),
+        (None, None) => None,
+    };
+    let files = request.files.clone();
     if stream {
         return Ok(exec.attached.stream(runner, request, held));
     }
     let result = runner.exec(request).await;
-    Ok(Json(with_files(result, held.as_ref()).await).into_response())
+    Ok(Json(finish(result, held.as_ref(), files.as_deref()).await).into_response())
 }
 
 /// The least time a session run gets after waiting for the session: the wait was within its
 /// timeout, and a run with nothing left could not even start.
 const MIN_RUN_TIME: Duration = Duration::from_millis(100);
 
-/// `result` with the files its run made or changed in its session (`held`).
-async fn with_files(mut result: ExecResult, held: Option<&Held>) -> ExecResult {
+/// `result` with the files its run made or changed in its session (`held`), and the images
+/// among its files as content blocks.
+async fn finish(
+    mut result: ExecResult,
+    held: Option<&Held>,
+    files: Option<&dyn FileStore>,
+) -> ExecResult {
     if let Some(held) = held {
         let id = &held.session.id;
         for f in held.changed().await {
+            if result.files.iter().any(|r| r.name == f.name) {
+                continue; // saved by the sidecar for the run, listed already
+            }
             result.files.push(RunFile {
-                url: format!("/v1/sessions/{id}/files/{}", f.name),
-                mime: crate::util::mime_of(&f.name).to_string(),
+                url: format!("/v1/sessions/{id}/files/{}", url_path(&f.name)),
+                mime: mime_of(&f.name).to_string(),
                 size: f.size,
                 name: f.name,
             });
         }
+    }
+    if let Some(store) = files
+        && !result.files.is_empty()
+    {
+        result.content = image_blocks(store, &result.files);
     }
     result
 }
@@ -203,6 +230,7 @@ impl Attached {
             chunks,
             events,
             cap,
+            files: request.files.clone(),
             held,
         };
         tokio::spawn(pump.run(runner, request));
@@ -222,6 +250,8 @@ struct Pump {
     cap: usize,
     /// The run's session, held until the run is over.
     held: Option<Held>,
+    /// Where the run's files went.
+    files: Option<Files>,
 }
 
 fn event(name: &str, data: &Value) -> Event {
@@ -270,7 +300,7 @@ impl Pump {
                             queue.push_back(e);
                         }
                     }
-                    let result = with_files(result, self.held.as_ref()).await;
+                    let result = finish(result, self.held.as_ref(), self.files.as_deref()).await;
                     self.held = None;
                     queue.push_back(done(&result));
                     finished = true;

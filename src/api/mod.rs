@@ -22,7 +22,7 @@ mod workspace;
 pub use error::{ApiError, ResultsError};
 pub use state::AppState;
 
-use crate::render::{Format, llm_tools};
+use crate::render::{Format, llm_tools, note_sessions};
 use crate::util::lock;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -39,14 +39,20 @@ pub const VERSION_HEADER: &str = "x-catalog-version";
 pub fn router(state: AppState) -> Router {
     let protected = Router::new()
         .route("/v1/tools", get(tools))
-        .merge(exec::router(state.runner.clone(), state.sessions.clone()))
+        .merge(exec::router(
+            state.runner.clone(),
+            state.sessions.clone(),
+            state.artifacts.clone(),
+        ))
         .merge(events::router())
         .merge(librechat::router(
             state.runner.clone(),
             state.sessions.clone(),
         ))
-        .merge(match (&state.runner, &state.sessions) {
-            (Some(runner), Some(sessions)) => sessions::router(runner.clone(), sessions.clone()),
+        .merge(match (&state.runner, &state.sessions, &state.artifacts) {
+            (Some(runner), Some(sessions), Some(artifacts)) => {
+                sessions::router(runner.clone(), sessions.clone(), artifacts.clone())
+            }
             _ => Router::new(),
         })
         .layer(middleware::from_fn_with_state(
@@ -98,6 +104,9 @@ async fn healthz(State(state): State<AppState>) -> Response {
 #[derive(Deserialize)]
 struct ToolsQuery {
     format: Option<String>,
+    /// The runtime sends `session_id`: the `exec_code` description says that state persists.
+    #[serde(default)]
+    sessions: bool,
 }
 
 async fn tools(
@@ -116,7 +125,10 @@ async fn tools(
     let mut response = if if_none_match(&headers, &etag) {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
-        let tools = llm_tools(&snap.catalog, &snap.rendered, format, state.config.timeout);
+        let mut tools = llm_tools(&snap.catalog, &snap.rendered, format, state.config.timeout);
+        if q.sessions {
+            note_sessions(&mut tools);
+        }
         Json(json!({
             "version": snap.catalog.version,
             "etag": etag,

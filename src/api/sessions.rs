@@ -1,12 +1,13 @@
 //! The sidecar's own sessions: `GET /v1/sessions` (every session: its files, and its live
 //! interpreter when it has one) and `DELETE /v1/sessions/{id}` (the interpreter stopped, the
-//! files removed). The files of a session have their own routes (`session_files`).
+//! files removed); and `GET /v1/artifacts/{id}/{name}`, the files of runs without a session.
+//! The files of a session have their own routes (`session_files`).
 //!
 //! Owns how a session looks to an operator; the store (`crate::session`) owns the files and the
 //! runner (`run::live`) the interpreters. It must not run code.
 
 use super::error::ApiError;
-use super::workspace::blocking;
+use super::workspace::{blocking, file_response};
 use crate::run::{LiveInfo, Runner};
 use crate::session::Sessions;
 use axum::extract::{Path, State};
@@ -21,14 +22,41 @@ use std::collections::HashMap;
 struct SessionsApi {
     runner: Runner,
     sessions: Sessions,
+    artifacts: Sessions,
 }
 
-/// `GET /v1/sessions` and `DELETE /v1/sessions/{id}`; the caller puts `PTC_API_KEY` in front.
-pub fn router<S>(runner: Runner, sessions: Sessions) -> Router<S> {
+/// `GET /v1/sessions`, `DELETE /v1/sessions/{id}` and `GET /v1/artifacts/{run}/{name}`; the
+/// caller puts `PTC_API_KEY` in front.
+pub fn router<S>(runner: Runner, sessions: Sessions, artifacts: Sessions) -> Router<S> {
     Router::new()
         .route("/v1/sessions", get(list))
         .route("/v1/sessions/{id}", delete(remove))
-        .with_state(SessionsApi { runner, sessions })
+        .route("/v1/artifacts/{id}/{*name}", get(artifact))
+        .with_state(SessionsApi {
+            runner,
+            sessions,
+            artifacts,
+        })
+}
+
+/// `GET /v1/artifacts/{id}/{name}`: a file of a run without a session (`save_file`, the whole
+/// output of a stream that was cut), for `PTC_ARTIFACT_TTL` after the run.
+async fn artifact(
+    State(api): State<SessionsApi>,
+    Path((id, name)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    Sessions::check_id(&id)?;
+    let gone = || {
+        ApiError::NotFound(format!(
+            "no artifact {name:?} of run files {id} (artifacts are kept for PTC_ARTIFACT_TTL)"
+        ))
+    };
+    let folder = api.artifacts.get(&id).ok_or_else(gone)?;
+    let wanted = name.clone();
+    let (info, file) = blocking(move || folder.open_name(&wanted))
+        .await?
+        .ok_or_else(gone)?;
+    Ok(file_response(&info, file))
 }
 
 async fn list(State(api): State<SessionsApi>) -> Result<Response, ApiError> {

@@ -22,6 +22,9 @@ pub struct AppState {
     pub runner: Option<Runner>,
     /// Where runs keep their files across requests; present with the runner.
     pub sessions: Option<Sessions>,
+    /// The files of runs without a session (`save_file`, a cut stream's whole output), one
+    /// folder per run, kept for `PTC_ARTIFACT_TTL`; present with the runner.
+    pub artifacts: Option<Sessions>,
     /// Present when `PTC_MCP_CONFIG` is set.
     pub mcp: Option<Hub>,
     /// Every run and call, to Redis (with `REDIS_URL`) and to `GET /v1/events`.

@@ -2,13 +2,22 @@
 //! time), what its folder held before the run, and what the run changed. Also [`blocking`], how
 //! handlers call the session store (which walks and copies files) off the async workers.
 //!
-//! Owns waiting for a session (within the run's own timeout, then a clear 409) and the
-//! before-and-after of its files. It must not know any protocol's wire shapes.
+//! Owns waiting for a session (within the run's own timeout, then a clear 409), the
+//! before-and-after of its files, and where a run's own files go ([`SessionFiles`] in a
+//! session, [`RunArtifacts`] otherwise) and how an image among them becomes a content block.
+//! It must not know any protocol's wire shapes.
 
 use crate::api::error::ApiError;
-use crate::run::{ScratchQuota, Workspace};
-use crate::session::{FileInfo, Session, Sessions, Snapshot};
-use std::sync::Arc;
+use crate::run::{FileStore, RunFile, ScratchQuota, Workspace};
+use crate::session::{FileInfo, Session, Sessions, Snapshot, check_name};
+use crate::util::{lock, mime_of, url_path};
+use axum::body::Body;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use serde_json::{Value, json};
+use std::io::Read;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::OwnedMutexGuard;
 
@@ -93,4 +102,151 @@ where
         .await
         .map_err(|e| ApiError::Internal(format!("a session store call failed: {e}")))?
         .map_err(ApiError::from)
+}
+
+/// A session's file as a download: streamed, its type from its name (never one a browser would
+/// run as a page), `nosniff`, and its base name as the attachment's file name.
+pub fn file_response(info: &FileInfo, file: std::fs::File) -> Response {
+    let base = info.name.rsplit('/').next().unwrap_or(&info.name);
+    let disposition = format!(
+        "attachment; filename=\"{}\"",
+        base.replace(['"', '\\', '\r', '\n'], "_")
+    );
+    let body = Body::from_stream(tokio_util::io::ReaderStream::new(
+        tokio::fs::File::from_std(file),
+    ));
+    let mut response = (StatusCode::OK, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(mime_of(base)));
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(info.size));
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    if let Ok(v) = HeaderValue::from_str(&disposition) {
+        headers.insert(header::CONTENT_DISPOSITION, v);
+    }
+    response
+}
+
+/// Images a result hands back as content blocks, at most: a run that draws a hundred charts
+/// does not put a hundred images in one answer.
+pub const MAX_IMAGE_BLOCKS: usize = 8;
+
+/// Largest image handed back as a content block (Anthropic's limit per image).
+pub const MAX_IMAGE_BYTES: u64 = 5 << 20;
+
+/// A session run's files: the session's workspace (its working directory).
+#[derive(Debug)]
+pub struct SessionFiles(pub Arc<Session>);
+
+impl FileStore for SessionFiles {
+    fn create(&self, name: &str) -> Result<(std::fs::File, RunFile), String> {
+        let name = check_name(name).map_err(|e| e.to_string())?;
+        let file = self.0.create(&name).map_err(|e| e.to_string())?;
+        let url = format!("/v1/sessions/{}/files/{}", self.0.id, url_path(&name));
+        Ok((file, run_file(name, url)))
+    }
+
+    fn locate(&self, file: &RunFile) -> String {
+        format!("{} in the session's working directory", file.name)
+    }
+
+    fn read(&self, name: &str, max: u64) -> Option<Vec<u8>> {
+        read_from(&self.0, name, max)
+    }
+}
+
+/// The files of a run without a session: a folder of its own in the artifacts store, made when
+/// the first file is, removed `PTC_ARTIFACT_TTL` after.
+#[derive(Debug)]
+pub struct RunArtifacts {
+    store: Sessions,
+    folder: Mutex<Option<Arc<Session>>>,
+}
+
+impl RunArtifacts {
+    pub fn new(store: Sessions) -> RunArtifacts {
+        RunArtifacts {
+            store,
+            folder: Mutex::new(None),
+        }
+    }
+
+    fn folder(&self) -> Result<Arc<Session>, String> {
+        let mut folder = lock(&self.folder);
+        if let Some(f) = &*folder {
+            return Ok(f.clone());
+        }
+        let made = self
+            .store
+            .open(&Sessions::new_id())
+            .map_err(|e| e.to_string())?;
+        *folder = Some(made.clone());
+        Ok(made)
+    }
+}
+
+impl FileStore for RunArtifacts {
+    fn create(&self, name: &str) -> Result<(std::fs::File, RunFile), String> {
+        let name = check_name(name).map_err(|e| e.to_string())?;
+        let folder = self.folder()?;
+        let file = folder.create(&name).map_err(|e| e.to_string())?;
+        let url = format!("/v1/artifacts/{}/{}", folder.id, url_path(&name));
+        Ok((file, run_file(name, url)))
+    }
+
+    fn locate(&self, file: &RunFile) -> String {
+        format!("GET {}", file.url)
+    }
+
+    fn read(&self, name: &str, max: u64) -> Option<Vec<u8>> {
+        let folder = lock(&self.folder).clone()?;
+        read_from(&folder, name, max)
+    }
+}
+
+fn run_file(name: String, url: String) -> RunFile {
+    RunFile {
+        mime: mime_of(&name).to_string(),
+        size: 0,
+        url,
+        name,
+    }
+}
+
+fn read_from(session: &Session, name: &str, max: u64) -> Option<Vec<u8>> {
+    let (info, file) = session.open_name(name).ok()??;
+    if info.size > max {
+        return None;
+    }
+    let mut bytes = Vec::with_capacity(info.size as usize);
+    file.take(max + 1).read_to_end(&mut bytes).ok()?;
+    (bytes.len() as u64 <= max).then_some(bytes)
+}
+
+/// The images among `files` as content blocks the Anthropic Messages API takes in a tool
+/// result (`{"type": "image", "source": {"type": "base64", ...}}`), read from `store`.
+pub fn image_blocks(store: &dyn FileStore, files: &[RunFile]) -> Vec<Value> {
+    files
+        .iter()
+        .filter(|f| {
+            matches!(
+                f.mime.as_str(),
+                "image/png" | "image/jpeg" | "image/gif" | "image/webp"
+            )
+        })
+        .filter_map(|f| {
+            let bytes = store.read(&f.name, MAX_IMAGE_BYTES)?;
+            Some(json!({
+                "type": "image",
+                "source": {
+                    "type": "base64",
+                    "media_type": f.mime,
+                    "data": base64::engine::general_purpose::STANDARD.encode(bytes),
+                },
+            }))
+        })
+        .take(MAX_IMAGE_BLOCKS)
+        .collect()
 }

@@ -22,6 +22,7 @@ pub const SDK_RESERVED: &[&str] = &[
     "tools",
     "call_tool",
     "describe",
+    "save_file",
     "ToolError",
     "ToolInputError",
     "asyncio",

@@ -17,7 +17,7 @@ pub const PREAMBLE: &str = "\
 Python with the tools below as async functions (top-level `await` works; run independent calls \
 together with `asyncio.gather`). Only printed output comes back: print just what is needed. \
 Failed calls raise ToolError (bad arguments: ToolInputError). `describe(\"name\")` prints a \
-tool's full schema and docs. Signatures: `?` optional, bare name = str, `{k: T}` a dict with \
+tool's full schema and docs; `save_file(name, data)` hands the user a file. Signatures: `?` optional, bare name = str, `{k: T}` a dict with \
 those keys, no `->`: returns what the tool gives, often a str. Under `## s__`, call `f` as \
 `s__f`. asyncio, json, re are imported.";
 

@@ -78,6 +78,28 @@ pub fn llm_tools(
     Value::Array(tools)
 }
 
+/// What the `exec_code` description adds for a runtime that runs code in sessions
+/// (`GET /v1/tools?sessions=true`).
+pub const SESSIONS_NOTE: &str = "\n\nState persists within this conversation: variables, \
+imports and functions of one exec_code call are there in the next, and so are the files in the \
+working directory. A note on stderr says when the state was reset.";
+
+/// `tools` (as [`llm_tools`] made them) with [`SESSIONS_NOTE`] after the `exec_code`
+/// description.
+pub fn note_sessions(tools: &mut Value) {
+    for tool in tools.as_array_mut().into_iter().flatten() {
+        let (name, description) = match tool.get_mut("function") {
+            Some(f) => (f["name"].clone(), f.get_mut("description")),
+            None => (tool["name"].clone(), tool.get_mut("description")),
+        };
+        if name == EXEC_CODE
+            && let Some(Value::String(d)) = description
+        {
+            d.push_str(SESSIONS_NOTE);
+        }
+    }
+}
+
 fn shape(format: Format, name: &str, description: &str, schema: &Value) -> Value {
     match format {
         Format::Anthropic => {

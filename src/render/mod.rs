@@ -15,7 +15,7 @@ pub mod signature;
 pub mod ty;
 
 pub use description::{Rendered, render};
-pub use llm::{EXEC_CODE, Format, llm_tools};
+pub use llm::{EXEC_CODE, Format, SESSIONS_NOTE, llm_tools, note_sessions};
 
 use crate::catalog::Catalog;
 

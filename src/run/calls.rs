@@ -5,6 +5,7 @@
 //! Owns the runs table: a token is valid exactly while its [`Registration`] lives. It must not
 //! start or stop processes, and must not know which protocol a call arrived by.
 
+use super::files::{Files, RunFile};
 use super::dispatch::{self, Backends, CallError, PendingCall};
 use super::prepare::Prepared;
 use crate::catalog::Origin;
@@ -42,6 +43,10 @@ pub struct RunCtx {
     pub id: String,
     /// The session the run belongs to, for its events.
     pub session: Option<String>,
+    /// Where `save_file` stores; `None`: it is not available to this run.
+    pub files: Option<Files>,
+    /// What `save_file` stored, in order.
+    saved: Mutex<Vec<RunFile>>,
     /// The catalog the run started with: calls are looked up and routed in it.
     snapshot: Arc<Snapshot>,
     prepared: Arc<Prepared>,
@@ -63,6 +68,8 @@ impl RunCtx {
         RunCtx {
             id,
             session: None,
+            files: None,
+            saved: Mutex::new(Vec::new()),
             snapshot,
             prepared,
             host,
@@ -71,6 +78,28 @@ impl RunCtx {
             in_flight: Semaphore::new(limits.max_in_flight.max(1)),
             max_calls: limits.max_calls,
         }
+    }
+
+    /// The files `save_file` stored so far; a name saved twice is listed once, as last saved.
+    pub fn saved(&self) -> Vec<RunFile> {
+        lock(&self.saved).clone()
+    }
+
+    /// Stores `data` as `name` in the run's files (blocking: call it off the async workers).
+    pub fn save(&self, name: &str, data: &[u8]) -> Result<RunFile, String> {
+        use std::io::Write;
+        let files = self.files.as_ref().ok_or_else(|| {
+            "save_file is not available in this run: only runs of POST /v1/exec_code keep files"
+                .to_string()
+        })?;
+        let (mut file, mut info) = files.create(name)?;
+        file.write_all(data)
+            .map_err(|e| format!("cannot write {name}: {e}"))?;
+        info.size = data.len() as u64;
+        let mut saved = lock(&self.saved);
+        saved.retain(|f| f.name != info.name);
+        saved.push(info.clone());
+        Ok(info)
     }
 
     /// The calls made so far, in the order they finished.

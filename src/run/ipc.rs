@@ -11,9 +11,10 @@
 use super::bash;
 use super::calls::{Calls, RunCtx};
 use super::dispatch::CallError;
+use super::files::MAX_SAVE_BYTES;
 use axum::Router;
 use axum::body::{Bytes, to_bytes};
-use axum::extract::{Path, Request, State};
+use axum::extract::{Path, Query, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -36,11 +37,13 @@ pub async fn serve(listener: tokio::net::TcpListener, calls: Calls, shutdown: Ca
             post(|State(calls), request| handle(Route::ToolCall, calls, request)),
         )
         .route("/bash/{tool}", post(bash))
+        .route("/file", post(save_file))
         .fallback(|| async {
             refuse(
                 StatusCode::NOT_FOUND,
                 "not_found",
-                "the IPC bridge answers POST /call, POST /tool_call and POST /bash/{tool} only",
+                "the IPC bridge answers POST /call, POST /tool_call, POST /bash/{tool} and \
+                 POST /file only",
             )
         })
         .with_state(calls);
@@ -199,8 +202,53 @@ impl Refusal {
     }
 }
 
+#[derive(Deserialize)]
+struct FileQuery {
+    name: Option<String>,
+}
+
+/// `POST /file?name=NAME` (the SDK's `save_file`), the body the file's bytes: `{ok, file}` with
+/// the file as a result lists it, or `{ok: false, error}`.
+async fn save_file(
+    State(calls): State<Calls>,
+    Query(query): Query<FileQuery>,
+    request: Request,
+) -> Response {
+    let name = query.name.unwrap_or_default();
+    let (run, body) = match authorized_within(&calls, request, MAX_SAVE_BYTES).await {
+        Ok(authorized) => authorized,
+        Err(refused) => return refused.json(),
+    };
+    if name.is_empty() {
+        return refuse(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            "save_file needs a file name: POST /file?name=NAME",
+        );
+    }
+    let saved = tokio::task::spawn_blocking(move || run.save(&name, &body)).await;
+    match saved {
+        Ok(Ok(file)) => reply(StatusCode::OK, json!({"ok": true, "file": file})),
+        Ok(Err(message)) => refuse(StatusCode::BAD_REQUEST, "file", &message),
+        Err(e) => refuse(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            &format!("saving the file failed: {e}"),
+        ),
+    }
+}
+
 /// The run a request's bearer token belongs to, and its body within [`MAX_CALL_BYTES`].
 async fn authorized(calls: &Calls, request: Request) -> Result<(Arc<RunCtx>, Bytes), Refusal> {
+    authorized_within(calls, request, MAX_CALL_BYTES).await
+}
+
+/// The run a request's bearer token belongs to, and its body within `limit` bytes.
+async fn authorized_within(
+    calls: &Calls,
+    request: Request,
+    limit: usize,
+) -> Result<(Arc<RunCtx>, Bytes), Refusal> {
     let token = request
         .headers()
         .get(header::AUTHORIZATION)
@@ -213,13 +261,13 @@ async fn authorized(calls: &Calls, request: Request) -> Result<(Arc<RunCtx>, Byt
             message: "missing or unknown run token (the run may be over)".into(),
         });
     };
-    to_bytes(request.into_body(), MAX_CALL_BYTES)
+    to_bytes(request.into_body(), limit)
         .await
         .map(|body| (run, body))
         .map_err(|_| Refusal {
             status: StatusCode::PAYLOAD_TOO_LARGE,
             kind: "too_large",
-            message: format!("a tool call's body is limited to {MAX_CALL_BYTES} bytes"),
+            message: format!("the body is limited to {limit} bytes"),
         })
 }
 

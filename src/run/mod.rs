@@ -10,6 +10,7 @@
 //! | `child` | how one python3 child starts (confined by the `sandbox` layer) and stops, [`Limits`], [`resolve_python`] | — |
 //! | `scratch` | the scratch quota: measuring a run's scratch directory while it runs | — |
 //! | `confine` | the runner's [`Sandbox`](crate::sandbox::Sandbox) built once at startup, [`SandboxSettings`] | — |
+//! | `files` | a run's files ([`RunFile`]) and where they go ([`FileStore`]) | — |
 //! | `dispatch` | what one call does on its backend, [`CallError`], [`Backends`] | — |
 //! | `zygote` | the fork server of one catalog, [`zygote::Program`] (what a forked child may become) | `child` |
 //! | `bash` | bash runs: tools as bash functions, what bash is started with, how a result prints | `zygote` |
@@ -29,6 +30,7 @@ pub mod calls;
 pub mod child;
 pub mod confine;
 pub mod dispatch;
+pub mod files;
 pub mod ipc;
 pub mod live;
 pub mod output;
@@ -43,10 +45,11 @@ pub use calls::{CallRecord, new_token};
 pub use child::{Limits, PythonError, resolve_python};
 pub use confine::SandboxSettings;
 pub use dispatch::{Backends, CallError, McpCaller, PendingCall, host_error};
+pub use files::{FileStore, Files, RunFile};
 pub use live::{LiveInfo, Lost};
 pub use output::OutputChunk;
 pub use runner::{
-    ExecRequest, ExecResult, ExecStatus, Lang, MODEL_DATA_DIR, RunFile, Runner, RunnerConfig,
+    ExecRequest, ExecResult, ExecStatus, Lang, MODEL_DATA_DIR, Runner, RunnerConfig,
     SessionState, StateChange, Workspace,
 };
 pub use scratch::ScratchQuota;

@@ -6,6 +6,7 @@
 //! Owns the pipes' reading side only: it must not decide when a child stops (that is the
 //! runner's) and must never wait on a pipe without bound (a grandchild may hold it open).
 
+use super::files::{Files, MAX_SPILL_BYTES, RunFile, human_bytes};
 use crate::util::lock;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -28,12 +29,35 @@ pub enum OutputChunk {
 }
 
 /// What a run printed, capped.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Captured {
     pub stdout: String,
     pub stderr: String,
     /// Either stream was cut.
     pub truncated: bool,
+    /// The whole of a stream that was cut, saved ([`Spill`]).
+    pub files: Vec<RunFile>,
+}
+
+impl Captured {
+    fn of(buffers: [&CappedBuffer; 2]) -> Captured {
+        Captured {
+            truncated: buffers.iter().any(|b| b.truncated()),
+            stdout: buffers[0].text(),
+            stderr: buffers[1].text(),
+            files: buffers
+                .iter()
+                .filter_map(|b| b.spilled().cloned())
+                .collect(),
+        }
+    }
+}
+
+/// Each stream's [`Spill`] for a run `id` whose files go to `files`: `out-ID.txt` and
+/// `err-ID.txt`.
+pub fn spills(files: Option<&Files>, id: &str) -> [Option<Spill>; 2] {
+    let spill = |name: String| files.map(|f| Spill::new(f.clone(), name));
+    [spill(format!("out-{id}.txt")), spill(format!("err-{id}.txt"))]
 }
 
 /// A run's two output streams being read.
@@ -50,10 +74,12 @@ impl Capture {
         stderr: Option<R>,
         cap: usize,
         forward: Option<mpsc::UnboundedSender<OutputChunk>>,
+        spills: [Option<Spill>; 2],
     ) -> Capture {
+        let [out, err] = spills;
         let buffers = (
-            Arc::new(Mutex::new(CappedBuffer::new(cap))),
-            Arc::new(Mutex::new(CappedBuffer::new(cap))),
+            Arc::new(Mutex::new(CappedBuffer::spilling(cap, out))),
+            Arc::new(Mutex::new(CappedBuffer::spilling(cap, err))),
         );
         let readers = [
             (
@@ -92,11 +118,7 @@ impl Capture {
             }
         }
         let (stdout, stderr) = (lock(&self.stdout), lock(&self.stderr));
-        Captured {
-            truncated: stdout.truncated() || stderr.truncated(),
-            stdout: stdout.text(),
-            stderr: stderr.text(),
-        }
+        Captured::of([&stdout, &stderr])
     }
 }
 
@@ -194,13 +216,18 @@ impl LiveOutput {
         nonce: &str,
         cap: usize,
         forward: Option<mpsc::UnboundedSender<OutputChunk>>,
+        spills: [Option<Spill>; 2],
     ) {
+        let [out, err] = spills;
         let mut marker = END_MARKER.to_vec();
         marker.extend_from_slice(nonce.as_bytes());
         marker.push(b' ');
         lock(&self.route).run = Some(RunPart {
             marker,
-            buffers: [CappedBuffer::new(cap), CappedBuffer::new(cap)],
+            buffers: [
+                CappedBuffer::spilling(cap, out),
+                CappedBuffer::spilling(cap, err),
+            ],
             forward,
             ended: [false; 2],
             code: None,
@@ -249,16 +276,8 @@ impl LiveOutput {
         }
         let run = lock(&self.route).run.take();
         match run {
-            Some(run) => Captured {
-                truncated: run.buffers.iter().any(CappedBuffer::truncated),
-                stdout: run.buffers[0].text(),
-                stderr: run.buffers[1].text(),
-            },
-            None => Captured {
-                stdout: String::new(),
-                stderr: String::new(),
-                truncated: false,
-            },
+            Some(run) => Captured::of([&run.buffers[0], &run.buffers[1]]),
+            None => Captured::default(),
         }
     }
 }
@@ -380,14 +399,101 @@ fn cut_marker(cut: u64) -> String {
     format!("\n[... {cut} bytes cut ...]\n")
 }
 
-/// A byte sink that keeps at most `cap` bytes: the first half and the last half.
-#[derive(Debug, Clone)]
+fn cut_marker_plain(cut: &str) -> String {
+    format!("\n[... {cut} cut ...]\n")
+}
+
+/// Where a stream's whole output is saved once it passes its cap, so that nothing is lost.
+pub struct Spill {
+    files: Files,
+    name: String,
+    state: SpillState,
+}
+
+enum SpillState {
+    /// The stream is within its cap.
+    Waiting,
+    Writing(std::fs::File, RunFile),
+    /// [`MAX_SPILL_BYTES`] were saved; the rest is not.
+    Full(RunFile),
+    Failed(String),
+}
+
+impl Spill {
+    /// Saves the stream as `name` in `files` if it passes its cap.
+    pub fn new(files: Files, name: String) -> Spill {
+        Spill {
+            files,
+            name,
+            state: SpillState::Waiting,
+        }
+    }
+
+    fn start(&mut self, so_far: &[u8]) {
+        self.state = match self.files.create(&self.name) {
+            Ok((file, info)) => SpillState::Writing(file, RunFile { size: 0, ..info }),
+            Err(e) => SpillState::Failed(e),
+        };
+        self.write(so_far);
+    }
+
+    fn write(&mut self, mut bytes: &[u8]) {
+        use std::io::Write;
+        let SpillState::Writing(file, info) = &mut self.state else {
+            return;
+        };
+        let room = MAX_SPILL_BYTES - info.size;
+        let full = bytes.len() as u64 > room;
+        if full {
+            bytes = &bytes[..room as usize];
+        }
+        if let Err(e) = file.write_all(bytes) {
+            self.state = SpillState::Failed(e.to_string());
+            return;
+        }
+        info.size += bytes.len() as u64;
+        if full {
+            self.state = SpillState::Full(info.clone());
+        }
+    }
+
+    /// The saved file, once there is one.
+    fn file(&self) -> Option<&RunFile> {
+        match &self.state {
+            SpillState::Writing(_, f) | SpillState::Full(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// What the cut marker says of where the whole stream is.
+    fn marker(&self, cut: u64) -> String {
+        let cut = human_bytes(cut);
+        match &self.state {
+            SpillState::Writing(_, f) => {
+                format!("\n[... {cut} cut; full output: {} ...]\n", self.files.locate(f))
+            }
+            SpillState::Full(f) => format!(
+                "\n[... {cut} cut; the first {} of the output: {} ...]\n",
+                human_bytes(MAX_SPILL_BYTES),
+                self.files.locate(f)
+            ),
+            SpillState::Failed(e) => {
+                format!("\n[... {cut} cut; the full output could not be saved: {e} ...]\n")
+            }
+            SpillState::Waiting => cut_marker_plain(&cut),
+        }
+    }
+}
+
+/// A byte sink that keeps at most `cap` bytes: the first half and the last half; with a
+/// [`Spill`], everything also goes to a file once it passes the cap.
 pub struct CappedBuffer {
     head: Vec<u8>,
     tail: std::collections::VecDeque<u8>,
     head_cap: usize,
     tail_cap: usize,
     total: u64,
+    spill: Option<Spill>,
 }
 
 impl CappedBuffer {
@@ -399,10 +505,35 @@ impl CappedBuffer {
             head_cap,
             tail_cap: cap - head_cap,
             total: 0,
+            spill: None,
         }
     }
 
+    /// A buffer of `cap` bytes whose whole stream is saved by `spill` once it passes `cap`.
+    pub fn spilling(cap: usize, spill: Option<Spill>) -> Self {
+        CappedBuffer {
+            spill,
+            ..CappedBuffer::new(cap)
+        }
+    }
+
+    /// The file the whole stream was saved to, if it was.
+    pub fn spilled(&self) -> Option<&RunFile> {
+        self.spill.as_ref().and_then(Spill::file)
+    }
+
     pub fn push(&mut self, mut bytes: &[u8]) {
+        if let Some(spill) = &mut self.spill {
+            let cap = (self.head_cap + self.tail_cap) as u64;
+            if matches!(spill.state, SpillState::Waiting) && self.total + bytes.len() as u64 > cap
+            {
+                // Nothing was cut yet: head and tail hold the whole stream so far.
+                let mut so_far = self.head.clone();
+                so_far.extend(self.tail.iter());
+                spill.start(&so_far);
+            }
+            spill.write(bytes);
+        }
         self.total += bytes.len() as u64;
         if self.head.len() < self.head_cap {
             let n = bytes.len().min(self.head_cap - self.head.len());
@@ -438,7 +569,10 @@ impl CappedBuffer {
             return String::from_utf8_lossy(&all).into_owned();
         }
         let mut out = String::from_utf8_lossy(&self.head).into_owned();
-        out.push_str(&cut_marker(self.total - kept));
+        match &self.spill {
+            Some(spill) => out.push_str(&spill.marker(self.total - kept)),
+            None => out.push_str(&cut_marker(self.total - kept)),
+        }
         out.push_str(&String::from_utf8_lossy(&tail));
         out
     }

@@ -12,9 +12,10 @@ use super::calls::{CallLimits, CallRecord, Calls, RunCtx};
 use super::child::{Limits, SpawnSpec};
 use super::confine::{self, SandboxSettings};
 use super::dispatch::{Backends, PendingCall};
+use super::files::{Files, RunFile};
 use super::ipc;
 use super::live::{Interpreters, Live, Lost};
-use super::output::{Capture, Captured, OutputChunk};
+use super::output::{self, Capture, Captured, OutputChunk};
 use super::pool::{self, Pool};
 use super::prepare::{Preparations, Prepared};
 use super::scratch::{self, ScratchQuota};
@@ -114,6 +115,9 @@ pub struct ExecRequest {
     pub host: Option<mpsc::Sender<PendingCall>>,
     /// Receives output chunks as they come (attached protocol).
     pub output: Option<mpsc::UnboundedSender<OutputChunk>>,
+    /// Where the run's files go (`save_file`, a cut stream's whole output); without it
+    /// `save_file` says it is not available and a cut stream is only cut.
+    pub files: Option<Files>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -141,18 +145,12 @@ pub struct ExecResult {
     /// output of a stream that was cut.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<RunFile>,
+    /// Content blocks for the model beside the text: the images among `files` (filled by the
+    /// API, which can read them back).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub content: Vec<serde_json::Value>,
 }
 
-/// A file a run made, and where the API serves it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct RunFile {
-    /// Its name in the session's workspace, or among the run's artifacts.
-    pub name: String,
-    pub size: u64,
-    pub mime: String,
-    /// The control API's path that serves it (same auth as the rest of the API).
-    pub url: String,
-}
 
 /// What a session run says about the session's state (its globals).
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -342,6 +340,7 @@ impl Runner {
             truncated: false,
             session: None,
             files: Vec::new(),
+            content: Vec::new(),
         };
 
         if req.lang == Lang::Bash && req.code.len() > bash::MAX_CODE_BYTES {
@@ -413,6 +412,7 @@ impl Runner {
         };
         let mut run = RunCtx::new(id.to_string(), snapshot, prepared.clone(), req.host, limits);
         run.session = req.session.clone();
+        run.files = req.files.clone();
         let run = Arc::new(run);
         let registration = self.inner.calls.register(run.clone());
 
@@ -432,6 +432,8 @@ impl Runner {
                 ),
                 None => (output.stdout, output.stderr),
             };
+            let mut files = run.saved();
+            files.extend(output.files);
             ExecResult {
                 status,
                 truncated: output.truncated,
@@ -441,7 +443,8 @@ impl Runner {
                 duration_ms: ms(started.elapsed()),
                 tool_calls: run.calls(),
                 session,
-                files: Vec::new(),
+                files,
+                content: Vec::new(),
             }
         };
         if let (Lang::Python, true, Some(session), Some(workspace)) =
@@ -459,6 +462,7 @@ impl Runner {
                 timeout,
                 workspace,
                 output: req.output,
+                files: req.files.clone(),
             };
             let (status, output, exit_code, state) = self.run_live(&prepared, live).await;
             drop(registration);
@@ -508,6 +512,7 @@ impl Runner {
             child.stderr.take(),
             cfg.max_output_bytes,
             req.output,
+            output::spills(req.files.as_ref(), id),
         );
         let quota = self.quota(child.scratch(), workspace);
         // How the run ended, and why the sidecar stopped it if it did.
@@ -577,11 +582,7 @@ impl Runner {
     ) -> (ExecStatus, Captured, Option<i32>, SessionState) {
         let cfg = &self.inner.cfg;
         let interpreters = &self.inner.live;
-        let no_output = || Captured {
-            stdout: String::new(),
-            stderr: String::new(),
-            truncated: false,
-        };
+        let no_output = Captured::default;
         let state = |change, reason, runs| SessionState {
             id: run.session.to_string(),
             state: change,
@@ -654,8 +655,9 @@ impl Runner {
         if let Err(e) = live.child.extend_cpu(cfg.limits.cpu_secs) {
             tracing::debug!(session = run.session, "cannot extend the CPU limit: {e}");
         }
+        let spills = output::spills(run.files.as_ref(), run.id);
         live.output
-            .begin(run.nonce, cfg.max_output_bytes, run.output);
+            .begin(run.nonce, cfg.max_output_bytes, run.output, spills);
         if let (StateChange::Reset, Some(why)) = (change, lost) {
             live.output.note(&format!(
                 "ptc-sidecar: state was reset: {}; the session's files are kept",
@@ -733,6 +735,7 @@ struct LiveRun<'a> {
     timeout: Duration,
     workspace: &'a Workspace,
     output: Option<mpsc::UnboundedSender<OutputChunk>>,
+    files: Option<Files>,
 }
 
 /// `text` with every `from` that is a whole path (not followed by a character a file name

@@ -399,3 +399,144 @@ async fn bad_session_ids_are_refused_with_what_is_wrong() {
     .await
     .unwrap();
 }
+
+/// Code printing `n` numbered lines to stdout (about 10 bytes each), and the same text.
+fn numbered(n: usize) -> (String, String) {
+    let code = format!("for i in range({n}):\n    print('line', i)");
+    let text: String = (0..n).map(|i| format!("line {i}\n")).collect();
+    (code, text)
+}
+
+fn sha(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    ptc_sidecar::util::hex(&Sha256::digest(bytes))
+}
+
+async fn download(s: &TestSidecar, url: &str) -> (u16, String, Vec<u8>) {
+    let r = s.http.get(s.url(url)).send().await.unwrap();
+    let status = r.status().as_u16();
+    let mime = r
+        .headers()
+        .get("content-type")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    (status, mime, r.bytes().await.unwrap().to_vec())
+}
+
+#[tokio::test]
+async fn output_past_the_cap_is_saved_whole_and_the_marker_names_it() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let f = fixture(&[("PTC_MAX_OUTPUT_BYTES", "4096")]).await;
+        let (code, text) = numbered(20_000);
+        // Without a session: an artifact of the run's own.
+        let r = f.s.exec(&code).await;
+        assert_eq!((r["status"].as_str(), r["truncated"].as_bool()), (Some("ok"), Some(true)), "{r}");
+        let files = r["files"].as_array().unwrap();
+        assert_eq!(files.len(), 1, "{r}");
+        let url = files[0]["url"].as_str().unwrap();
+        assert!(url.starts_with("/v1/artifacts/"), "{url}");
+        assert_eq!(files[0]["size"], text.len());
+        let stdout = r["stdout"].as_str().unwrap();
+        assert!(stdout.starts_with("line 0\nline 1\n"), "{stdout}");
+        assert!(stdout.ends_with("line 19999\n"), "{stdout}");
+        assert!(
+            stdout.contains(&format!("cut; full output: GET {url} ...]")),
+            "{stdout}"
+        );
+        let (status, mime, body) = download(&f.s, url).await;
+        assert_eq!((status, mime.as_str()), (200, "text/plain; charset=utf-8"));
+        assert_eq!(sha(&body), sha(text.as_bytes()));
+
+        // In a session: a file of the session, which the next run can read.
+        let r = run(&f.s, "big", &code).await;
+        let name = r["files"][0]["name"].as_str().unwrap().to_string();
+        assert!(name.starts_with("out-r") && name.ends_with(".txt"), "{r}");
+        assert!(
+            r["stdout"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("cut; full output: {name} in the session's working directory ...]")),
+            "{r}"
+        );
+        let r = run(
+            &f.s,
+            "big",
+            &format!("import hashlib\nprint(hashlib.sha256(open({name:?}, 'rb').read()).hexdigest())"),
+        )
+        .await;
+        assert_eq!(r["stdout"].as_str().unwrap().trim(), sha(text.as_bytes()), "{r}");
+        let r = f.s.get_json("/v1/artifacts/nosuchrun0000000000000/x.txt").await;
+        assert_eq!(r["error"]["type"], "not_found");
+    })
+    .await
+    .unwrap();
+}
+
+/// A valid 1x1 PNG, made by Python's zlib and struct (no imaging library needed).
+const PNG_CODE: &str = "import struct, zlib\n\
+def chunk(kind, data):\n    return struct.pack('>I', len(data)) + kind + data + struct.pack('>I', zlib.crc32(kind + data))\n\
+png = b'\\x89PNG\\r\\n\\x1a\\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', 1, 1, 8, 2, 0, 0, 0)) \
++ chunk(b'IDAT', zlib.compress(b'\\x00\\xff\\x00\\x00')) + chunk(b'IEND', b'')\n";
+
+#[tokio::test]
+async fn save_file_returns_a_png_with_its_type_and_as_an_image_block() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let f = fixture(&[]).await;
+        let code = format!(
+            "{PNG_CODE}info = save_file('charts/dot.png', png)\nprint(info['name'], info['size'], info['mime'])\n\
+             import base64\nprint(base64.b64encode(png).decode())\nsave_file('notes.txt', 'héllo')"
+        );
+        for session in [None, Some("pics")] {
+            let body = match session {
+                None => json!({"code": code}),
+                Some(id) => json!({"code": code, "session_id": id}),
+            };
+            let r = f.s.exec_body(body).await;
+            assert_eq!(r["status"], "ok", "{r}");
+            let lines: Vec<&str> = r["stdout"].as_str().unwrap().lines().collect();
+            let png_b64 = lines[1];
+            let png_len = base64_len(png_b64);
+            assert_eq!(lines[0], format!("charts/dot.png {png_len} image/png"));
+            let files: Vec<(&str, u64, &str)> = r["files"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|f| (f["name"].as_str().unwrap(), f["size"].as_u64().unwrap(), f["mime"].as_str().unwrap()))
+                .collect();
+            assert_eq!(
+                files,
+                [("charts/dot.png", png_len, "image/png"), ("notes.txt", 6, "text/plain; charset=utf-8")],
+                "{r}"
+            );
+            assert_eq!(
+                r["content"],
+                json!([{"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png_b64}}])
+            );
+            let (status, mime, body) = download(&f.s, r["files"][0]["url"].as_str().unwrap()).await;
+            assert_eq!((status, mime.as_str(), body.len() as u64), (200, "image/png", png_len));
+        }
+        // In the session, the files are in its working directory for the next run.
+        let r = run(&f.s, "pics", "import os\nprint(sorted(os.listdir('charts')), open('notes.txt').read())").await;
+        assert_eq!(r["stdout"], "['dot.png'] héllo\n", "{r}");
+        // Bad names and data are refused with what is wrong; the run goes on.
+        let r = run(
+            &f.s,
+            "pics",
+            "for name, data in [('../up.txt', 'x'), ('', 'x'), ('a.txt', 42)]:\n    try:\n        save_file(name, data)\n    except (ToolError, TypeError) as e:\n        print(type(e).__name__, e)",
+        )
+        .await;
+        let out = r["stdout"].as_str().unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 3, "{r}");
+        assert!(lines[0].starts_with("ToolError") && lines[0].contains(".."), "{out}");
+        assert!(lines[1].starts_with("TypeError") && lines[1].contains("name"), "{out}");
+        assert!(lines[2].starts_with("TypeError") && lines[2].contains("bytes or str"), "{out}");
+    })
+    .await
+    .unwrap();
+}
+
+fn base64_len(b64: &str) -> u64 {
+    let pad = b64.bytes().rev().take_while(|&b| b == b'=').count();
+    (b64.len() / 4 * 3 - pad) as u64
+}

@@ -208,7 +208,7 @@ class SdkTest(unittest.TestCase):
         self.assert_run(
             "print(sorted(globals()))\nprint(__name__)",
             stdout="%s\n__main__\n" % sorted(
-                ["__name__", "__builtins__", "tools", "call_tool", "describe", "ToolError",
+                ["__name__", "__builtins__", "tools", "call_tool", "describe", "save_file", "ToolError",
                  "ToolInputError", "asyncio", "json", "re"] + STUB_NAMES),
         )
 

@@ -8,13 +8,12 @@
 //! runner's) nor walk a session's directory itself (the store does it without following links).
 
 use crate::api::error::ApiError;
-use crate::api::workspace::{Held, blocking};
+use crate::api::workspace::{Held, blocking, file_response};
 use crate::session::{FileInfo, Session, SessionError, Sessions};
 use axum::Json;
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Multipart, Path, State};
-use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
@@ -322,34 +321,7 @@ async fn download(
     Path((session_id, file_id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
     let (info, file) = find(&sessions, &session_id, &file_id).await?;
-    let base = info
-        .name
-        .rsplit('/')
-        .next()
-        .unwrap_or(&info.name)
-        .to_string();
-    let disposition = format!(
-        "attachment; filename=\"{}\"",
-        base.replace(['"', '\\', '\r', '\n'], "_")
-    );
-    let body = Body::from_stream(tokio_util::io::ReaderStream::new(
-        tokio::fs::File::from_std(file),
-    ));
-    let mut response = (StatusCode::OK, body).into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(crate::util::mime_of(&base)),
-    );
-    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(info.size));
-    headers.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    if let Ok(v) = HeaderValue::from_str(&disposition) {
-        headers.insert(header::CONTENT_DISPOSITION, v);
-    }
-    Ok(response)
+    Ok(file_response(&info, file))
 }
 
 /// `GET /files/{session_id}?detail=summary|full`: the session's files (none for a session

@@ -175,6 +175,7 @@ impl Runs {
             output: None,
             session: Some(run.session_id.clone()),
             live: false,
+            files: None,
         };
         let (runner, stop) = (runner.clone(), run.stop.clone());
         tokio::spawn(async move {
