@@ -13,12 +13,12 @@
 use super::error::{ApiError, json_body};
 use super::sse;
 use super::workspace::{Held, RunArtifacts, SessionFiles, image_blocks};
-use crate::run::{FileStore, Files, RunFile};
-use crate::util::{mime_of, url_path};
 use crate::run::{CallError, ExecRequest, ExecResult, Lang, PendingCall, Runner, host_error};
+use crate::run::{FileStore, Files, RunFile};
 use crate::run::{OutputChunk, new_token};
 use crate::session::Sessions;
 use crate::util::lock;
+use crate::util::{mime_of, url_path};
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, header};
 use axum::response::sse::Event;

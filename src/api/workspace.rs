@@ -117,7 +117,10 @@ pub fn file_response(info: &FileInfo, file: std::fs::File) -> Response {
     ));
     let mut response = (StatusCode::OK, body).into_response();
     let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static(mime_of(base)));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(mime_of(base)),
+    );
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(info.size));
     headers.insert(
         header::X_CONTENT_TYPE_OPTIONS,

@@ -5,8 +5,8 @@
 //! Owns the runs table: a token is valid exactly while its [`Registration`] lives. It must not
 //! start or stop processes, and must not know which protocol a call arrived by.
 
-use super::files::{Files, RunFile};
 use super::dispatch::{self, Backends, CallError, PendingCall};
+use super::files::{Files, RunFile};
 use super::prepare::Prepared;
 use crate::catalog::Origin;
 use crate::events::{Event, Events};

@@ -70,6 +70,9 @@ mod tests {
             .into_iter()
             .map(human_bytes)
             .collect();
-        assert_eq!(shown, ["0 B", "812 B", "1.0 KB", "3.4 KB", "1.2 MB", "2.0 GB"]);
+        assert_eq!(
+            shown,
+            ["0 B", "812 B", "1.0 KB", "3.4 KB", "1.2 MB", "2.0 GB"]
+        );
     }
 }

@@ -49,7 +49,7 @@ pub use files::{FileStore, Files, RunFile};
 pub use live::{LiveInfo, Lost};
 pub use output::OutputChunk;
 pub use runner::{
-    ExecRequest, ExecResult, ExecStatus, Lang, MODEL_DATA_DIR, Runner, RunnerConfig,
-    SessionState, StateChange, Workspace,
+    ExecRequest, ExecResult, ExecStatus, Lang, MODEL_DATA_DIR, Runner, RunnerConfig, SessionState,
+    StateChange, Workspace,
 };
 pub use scratch::ScratchQuota;

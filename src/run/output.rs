@@ -57,7 +57,10 @@ impl Captured {
 /// `err-ID.txt`.
 pub fn spills(files: Option<&Files>, id: &str) -> [Option<Spill>; 2] {
     let spill = |name: String| files.map(|f| Spill::new(f.clone(), name));
-    [spill(format!("out-{id}.txt")), spill(format!("err-{id}.txt"))]
+    [
+        spill(format!("out-{id}.txt")),
+        spill(format!("err-{id}.txt")),
+    ]
 }
 
 /// A run's two output streams being read.
@@ -470,7 +473,10 @@ impl Spill {
         let cut = human_bytes(cut);
         match &self.state {
             SpillState::Writing(_, f) => {
-                format!("\n[... {cut} cut; full output: {} ...]\n", self.files.locate(f))
+                format!(
+                    "\n[... {cut} cut; full output: {} ...]\n",
+                    self.files.locate(f)
+                )
             }
             SpillState::Full(f) => format!(
                 "\n[... {cut} cut; the first {} of the output: {} ...]\n",
@@ -525,8 +531,7 @@ impl CappedBuffer {
     pub fn push(&mut self, mut bytes: &[u8]) {
         if let Some(spill) = &mut self.spill {
             let cap = (self.head_cap + self.tail_cap) as u64;
-            if matches!(spill.state, SpillState::Waiting) && self.total + bytes.len() as u64 > cap
-            {
+            if matches!(spill.state, SpillState::Waiting) && self.total + bytes.len() as u64 > cap {
                 // Nothing was cut yet: head and tail hold the whole stream so far.
                 let mut so_far = self.head.clone();
                 so_far.extend(self.tail.iter());

@@ -151,7 +151,6 @@ pub struct ExecResult {
     pub content: Vec<serde_json::Value>,
 }
 
-
 /// What a session run says about the session's state (its globals).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct SessionState {

@@ -678,11 +678,16 @@ impl StageInner {
 
     /// `POST /v1/exec_code`; an error when the sidecar does not answer.
     async fn exec(&self, code: &str) -> Result<Value, String> {
+        self.exec_body(json!({"code": code})).await
+    }
+
+    /// `POST /v1/exec_code` with this body.
+    async fn exec_body(&self, body: Value) -> Result<Value, String> {
         let r = self
             .http
             .post(self.url("/v1/exec_code"))
             .header("X-API-Key", &self.secrets.api_key)
-            .json(&json!({"code": code}))
+            .json(&body)
             .timeout(Duration::from_secs(45))
             .send()
             .await
@@ -1312,6 +1317,42 @@ async fn writing_a_warm_workers_stdin_is_refused() {
             return Err(broken(format!("no worker was attacked: {}", run.stdout)));
         }
         run.all_refused(run.attempts.len())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reaching_another_sessions_files_and_globals_is_refused() {
+    against_both("other_sessions", Opts::default(), |s| async move {
+        let session = |code: String| s.exec_body(json!({"code": code, "session_id": "victim-s"}));
+        let setup = format!(
+            "import os\nSECRET = {:?}\nopen('secret.txt', 'w').write(SECRET)\n\
+             print(os.getpid(), os.getcwd().replace('/', '|'))",
+            s.mark
+        );
+        let victim = session(setup)
+            .await
+            .map_err(|e| broken(format!("the session did not start: {e}")))?;
+        let out = victim["stdout"].as_str().unwrap_or_default().to_string();
+        let Some((pid, dir)) = out.trim().split_once(' ') else {
+            return Err(broken(format!("the session printed no pid: {victim}")));
+        };
+        let pid: i32 = pid.parse().map_err(|_| broken(out.clone()))?;
+        s.track(pid);
+        let run = s
+            .attack(
+                "other_sessions.py",
+                json!({"victim_pid": pid, "victim_dir": dir.replace('|', "/"), "mark": s.mark}),
+            )
+            .await;
+        let after = session("print(SECRET, open('secret.txt').read())".into())
+            .await
+            .map_err(|e| attack(format!("the session's next run failed: {e}")))?;
+        let both = format!("{} {}\n", s.mark, s.mark);
+        if after["stdout"] != both.as_str() || after["session"]["state"] != "kept" {
+            return Err(attack(format!("the session was changed: {after}")));
+        }
+        run?.all_refused(4)
     })
     .await;
 }

@@ -430,7 +430,11 @@ async fn output_past_the_cap_is_saved_whole_and_the_marker_names_it() {
         let (code, text) = numbered(20_000);
         // Without a session: an artifact of the run's own.
         let r = f.s.exec(&code).await;
-        assert_eq!((r["status"].as_str(), r["truncated"].as_bool()), (Some("ok"), Some(true)), "{r}");
+        assert_eq!(
+            (r["status"].as_str(), r["truncated"].as_bool()),
+            (Some("ok"), Some(true)),
+            "{r}"
+        );
         let files = r["files"].as_array().unwrap();
         assert_eq!(files.len(), 1, "{r}");
         let url = files[0]["url"].as_str().unwrap();
@@ -452,20 +456,27 @@ async fn output_past_the_cap_is_saved_whole_and_the_marker_names_it() {
         let name = r["files"][0]["name"].as_str().unwrap().to_string();
         assert!(name.starts_with("out-r") && name.ends_with(".txt"), "{r}");
         assert!(
-            r["stdout"]
-                .as_str()
-                .unwrap()
-                .contains(&format!("cut; full output: {name} in the session's working directory ...]")),
+            r["stdout"].as_str().unwrap().contains(&format!(
+                "cut; full output: {name} in the session's working directory ...]"
+            )),
             "{r}"
         );
         let r = run(
             &f.s,
             "big",
-            &format!("import hashlib\nprint(hashlib.sha256(open({name:?}, 'rb').read()).hexdigest())"),
+            &format!(
+                "import hashlib\nprint(hashlib.sha256(open({name:?}, 'rb').read()).hexdigest())"
+            ),
         )
         .await;
-        assert_eq!(r["stdout"].as_str().unwrap().trim(), sha(text.as_bytes()), "{r}");
-        let r = f.s.get_json("/v1/artifacts/nosuchrun0000000000000/x.txt").await;
+        assert_eq!(
+            r["stdout"].as_str().unwrap().trim(),
+            sha(text.as_bytes()),
+            "{r}"
+        );
+        let r =
+            f.s.get_json("/v1/artifacts/nosuchrun0000000000000/x.txt")
+                .await;
         assert_eq!(r["error"]["type"], "not_found");
     })
     .await
@@ -539,4 +550,101 @@ async fn save_file_returns_a_png_with_its_type_and_as_an_image_block() {
 fn base64_len(b64: &str) -> u64 {
     let pad = b64.bytes().rev().take_while(|&b| b == b'=').count();
     (b64.len() / 4 * 3 - pad) as u64
+}
+
+#[tokio::test]
+async fn between_runs_a_session_is_stopped_and_what_it_left_running_does_nothing() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let f = fixture(&[]).await;
+        // A thread that would keep calling a tool and ticking after the run ended.
+        let r = run(
+            &f.s,
+            "ticker",
+            "import threading, time\nticks = []\ncalls = []\n\
+             def tick():\n    while True:\n        ticks.append(time.monotonic())\n        time.sleep(0.01)\n\
+             threading.Thread(target=tick, daemon=True).start()\ntime.sleep(0.05)",
+        )
+        .await;
+        assert_eq!(r["status"], "ok", "{r}");
+        let idle = Duration::from_millis(600);
+        tokio::time::sleep(idle).await;
+        let r = run(
+            &f.s,
+            "ticker",
+            "import time\ntime.sleep(0.05)\ngaps = [b - a for a, b in zip(ticks, ticks[1:])]\nprint(round(max(gaps), 2))",
+        )
+        .await;
+        let gap: f64 = r["stdout"].as_str().unwrap().trim().parse().unwrap();
+        // The thread ticks every 10 ms while a run is on; between runs it did not tick at all.
+        assert!(gap >= idle.as_secs_f64() * 0.8, "largest gap {gap} s: {r}");
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn events_carry_the_session_id() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let f = fixture(&[]).await;
+        let mut events = f.s.sidecar.state.events.subscribe();
+        let r = run(&f.s, "evented", "await get_weather(city='Rome')").await;
+        assert_eq!(r["status"], "ok", "{r}");
+        let mut seen = Vec::new();
+        while seen.len() < 4 {
+            let e: Value = serde_json::from_str(&events.recv().await.unwrap()).unwrap();
+            seen.push((
+                e["type"].as_str().unwrap().to_string(),
+                e["session_id"].clone(),
+            ));
+        }
+        let kinds: Vec<&str> = seen.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "exec.started",
+                "tool_call.started",
+                "tool_call.finished",
+                "exec.finished"
+            ]
+        );
+        assert!(seen.iter().all(|(_, s)| s == "evented"), "{seen:?}");
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn an_attached_stream_runs_in_the_session_too() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let f = fixture(&[]).await;
+        run(&f.s, "streamed", "greeting = 'hello from before'").await;
+        let body =
+            f.s.http
+                .post(f.s.url("/v1/exec_code"))
+                .header("accept", "text/event-stream")
+                .json(&json!({"code": "print(greeting)", "session_id": "streamed"}))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+        assert!(
+            body.contains("event: stdout\ndata: {\"text\":\"hello from before\\n\"}"),
+            "{body}"
+        );
+        let done = body
+            .split("event: done\ndata: ")
+            .nth(1)
+            .and_then(|rest| rest.lines().next())
+            .unwrap();
+        let done: Value = serde_json::from_str(done).unwrap();
+        assert_eq!(
+            (done["status"].as_str(), state(&done)),
+            (Some("ok"), ("kept", 2)),
+            "{done}"
+        );
+    })
+    .await
+    .unwrap();
 }
