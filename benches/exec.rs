@@ -19,6 +19,11 @@
 //! 7. Bash runs beside Python ones (`bash_vs_python`): one call end to end, sequential calls
 //!    and 100 calls started together, per call.
 //!
+//! 8. Sessions (`sessions`): a follow-up run in a live session (`print(x)`, no fork) beside a
+//!    fresh run (`print(1)`), p50 and p99; the memory of one idle session's interpreter (Pss,
+//!    from `GET /v1/sessions`: pages shared with the fork server counted in part), and its
+//!    peak RSS beside a fresh run's (`getrusage`, read in the run).
+//!
 //! Run: `cargo bench --bench exec` (`-- --no-peer` to skip progtc, `-- --quick` for a smoke run).
 //! The sidecars inherit this process's environment: `PTC_SANDBOX=off cargo bench --bench exec`
 //! measures workloads 1–5 without the sandbox.
@@ -262,10 +267,12 @@ async fn bench_sidecar(p: &Params) -> Value {
     let (mcp_seq_calls, mcp_gather_calls) =
         call_workloads(&http, &sidecar.url, empty_ms, "demo__noop", p).await;
     let bash = bash_vs_python(&http, &sidecar.url, p).await;
+    let sessions = sessions(&http, &sidecar.url, p).await;
     drop(sidecar);
     let events = events_on_off(&http, host, p).await;
     let sandbox = sandbox_on_off(&http, host, p).await;
     json!({
+        "sessions": sessions,
         "bash_vs_python": bash,
         "sandbox_on_off": sandbox,
         "events_on_off": events,
@@ -442,6 +449,63 @@ async fn bash_vs_python(http: &reqwest::Client, url: &str, p: &Params) -> Value 
     }
     out.insert("k".into(), json!(k));
     Value::Object(out)
+}
+
+/// Workload 8: runs in a live session against fresh runs, and what an idle session holds.
+async fn sessions(http: &reqwest::Client, url: &str, p: &Params) -> Value {
+    let post = |body: Value| async move {
+        let t = Instant::now();
+        let r: Value = http
+            .post(format!("{url}/v1/exec_code"))
+            .json(&body)
+            .send()
+            .await
+            .expect("exec_code request")
+            .json()
+            .await
+            .expect("exec_code answer");
+        assert_eq!(r["status"], "ok", "benchmark run failed: {r}");
+        (t.elapsed().as_secs_f64() * 1e3, r)
+    };
+    let in_session = |code: &str| json!({"code": code, "session_id": "bench-session"});
+    post(in_session("x = 41")).await;
+    let (mut follow, mut fresh) = (Vec::new(), Vec::new());
+    for i in 0..p.exec_n + 10 {
+        // Interleaved, so both see the same machine.
+        let (a, _) = post(in_session("print(x)")).await;
+        let (b, _) = post(json!({"code": "print(1)"})).await;
+        if i >= 10 {
+            follow.push(a);
+            fresh.push(b);
+        }
+    }
+    let sessions: Value = http
+        .get(format!("{url}/v1/sessions"))
+        .send()
+        .await
+        .expect("sessions")
+        .json()
+        .await
+        .expect("sessions json");
+    let idle_bytes = sessions["sessions"]
+        .as_array()
+        .and_then(|all| all.iter().find(|s| s["id"] == "bench-session"))
+        .and_then(|s| s["memory_bytes"].as_f64());
+    // Peak RSS as the process itself sees it (a run may not read /proc/self).
+    let rss = "import resource\nprint(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)";
+    let kb = |r: Value| r["stdout"].as_str().and_then(|s| s.trim().parse::<f64>().ok());
+    let fresh_kb = kb(post(json!({"code": rss})).await.1);
+    let session_kb = kb(post(in_session(rss)).await.1);
+    json!({
+        "follow_up_p50_ms": round(percentile(&mut follow.clone(), 50.0)),
+        "follow_up_p99_ms": round(percentile(&mut follow, 99.0)),
+        "fresh_p50_ms": round(percentile(&mut fresh.clone(), 50.0)),
+        "fresh_p99_ms": round(percentile(&mut fresh, 99.0)),
+        "idle_session_pss_mb": idle_bytes.map(|b| round(b / 1048576.0)),
+        "session_peak_rss_mb": session_kb.map(|kb| round(kb / 1024.0)),
+        "fresh_run_peak_rss_mb": fresh_kb.map(|kb| round(kb / 1024.0)),
+        "target_follow_up_p50_ms": 1.5,
+    })
 }
 
 /// Workloads 2 and 3 for one no-op tool (by its Python name): K sequential calls and G calls
