@@ -493,7 +493,11 @@ async fn sessions(http: &reqwest::Client, url: &str, p: &Params) -> Value {
         .and_then(|s| s["memory_bytes"].as_f64());
     // Peak RSS as the process itself sees it (a run may not read /proc/self).
     let rss = "import resource\nprint(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)";
-    let kb = |r: Value| r["stdout"].as_str().and_then(|s| s.trim().parse::<f64>().ok());
+    let kb = |r: Value| {
+        r["stdout"]
+            .as_str()
+            .and_then(|s| s.trim().parse::<f64>().ok())
+    };
     let fresh_kb = kb(post(json!({"code": rss})).await.1);
     let session_kb = kb(post(in_session(rss)).await.1);
     json!({

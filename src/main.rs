@@ -35,6 +35,13 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List the sessions of the sidecar running on PTC_LISTEN: files, and the live interpreter
+    /// (runs, idle time, memory) of each.
+    Sessions {
+        /// The JSON of GET /v1/sessions instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print what the agent runtime hands its LLM for the configured tools.
     Tools {
         /// anthropic, openai or mcp (a tool list as JSON), or description (the exec_code text).
@@ -117,12 +124,65 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 std::io::stdout(),
             ))?)
         }
+        Command::Sessions { json } => runtime()?.block_on(print_sessions(&config, json)),
         Command::Exec { file, mcp_catalog } => {
             let code = exec_code_of(&file)?;
             let exit = runtime()?.block_on(exec(config, code, mcp_catalog))?;
             std::process::exit(exit);
         }
     }
+}
+
+/// `ptc-sidecar sessions`: `GET /v1/sessions` of the running sidecar, as a table or JSON.
+async fn print_sessions(config: &Config, json: bool) -> anyhow::Result<()> {
+    let ptc_sidecar::config::Listen::Tcp(addr) = &config.listen else {
+        anyhow::bail!(
+            "PTC_LISTEN is a unix socket; use curl --unix-socket PATH http://x/v1/sessions"
+        );
+    };
+    let mut request = reqwest::Client::builder()
+        .no_proxy()
+        .build()?
+        .get(format!("http://{addr}/v1/sessions"))
+        .timeout(std::time::Duration::from_secs(10));
+    if let Some(key) = &config.api_key {
+        request = request.header("X-API-Key", key);
+    }
+    let response = request
+        .send()
+        .await
+        .with_context(|| format!("no sidecar answers on {addr} (PTC_LISTEN)"))?;
+    let status = response.status();
+    let body: serde_json::Value = response.json().await?;
+    if !status.is_success() {
+        anyhow::bail!("GET /v1/sessions: {status}: {body}");
+    }
+    if json {
+        println!("{}", serde_json::to_string_pretty(&body)?);
+        return Ok(());
+    }
+    println!("{} live of at most {}", body["live"], body["max_live"]);
+    println!(
+        "{:<24} {:>5} {:>6} {:>9} {:>10} {:>6} {:>10}",
+        "SESSION", "LIVE", "RUNS", "IDLE", "MEMORY", "FILES", "BYTES"
+    );
+    for s in body["sessions"].as_array().into_iter().flatten() {
+        let mb = |v: &serde_json::Value| {
+            v.as_f64()
+                .map_or("-".to_string(), |b| format!("{:.1} MB", b / 1048576.0))
+        };
+        println!(
+            "{:<24} {:>5} {:>6} {:>8.0}s {:>10} {:>6} {:>10}",
+            s["id"].as_str().unwrap_or("?"),
+            if s["live"] == true { "yes" } else { "no" },
+            s["runs"].as_u64().map_or("-".into(), |r| r.to_string()),
+            s["idle_s"].as_f64().unwrap_or(0.0),
+            mb(&s["memory_bytes"]),
+            s["files"].as_u64().unwrap_or(0),
+            s["bytes"].as_u64().unwrap_or(0),
+        );
+    }
+    Ok(())
 }
 
 /// The sidecar keeps its secrets from code (docs/SECURITY.md): once the configuration holds
