@@ -14,6 +14,7 @@ mod error;
 mod events;
 mod exec;
 mod librechat;
+mod session_files;
 mod sessions;
 mod sse;
 mod state;
@@ -52,6 +53,7 @@ pub fn router(state: AppState) -> Router {
         .merge(match (&state.runner, &state.sessions, &state.artifacts) {
             (Some(runner), Some(sessions), Some(artifacts)) => {
                 sessions::router(runner.clone(), sessions.clone(), artifacts.clone())
+                    .merge(session_files::router(sessions.clone()))
             }
             _ => Router::new(),
         })

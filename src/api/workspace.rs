@@ -11,7 +11,7 @@ use crate::api::error::ApiError;
 use crate::run::{FileStore, RunFile, ScratchQuota, Workspace};
 use crate::session::{FileInfo, Session, Sessions, Snapshot, check_name};
 use crate::util::{lock, mime_of, url_path};
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
@@ -20,6 +20,7 @@ use std::io::Read;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::OwnedMutexGuard;
+use tokio_stream::{Stream, StreamExt};
 
 /// A session held for one run: no other run or upload touches it until this is dropped.
 pub struct Held {
@@ -252,4 +253,73 @@ pub fn image_blocks(store: &dyn FileStore, files: &[RunFile]) -> Vec<Value> {
         })
         .take(MAX_IMAGE_BLOCKS)
         .collect()
+}
+
+/// Writes `body` into `session` as `name`: the store writes (and counts against the quota) on
+/// a blocking thread, fed chunk by chunk, so an upload is never held in memory whole. A body
+/// that breaks off leaves no file; `unreadable` says why it broke.
+pub async fn write_stream<E>(
+    session: &Arc<Session>,
+    name: &str,
+    mut body: impl Stream<Item = Result<Bytes, E>> + Unpin,
+    unreadable: fn(E) -> ApiError,
+) -> Result<FileInfo, ApiError> {
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let (store, file_name) = (session.clone(), name.to_string());
+    let writer = tokio::task::spawn_blocking(move || {
+        let mut chunks = ChunkReader {
+            rx,
+            chunk: Bytes::new(),
+        };
+        store.write(&file_name, &mut chunks)
+    });
+    let mut read_error = None;
+    let mut refused = false;
+    while let Some(chunk) = body.next().await {
+        match chunk {
+            // Once the store refused the file (its error says why), the rest of the body is
+            // read and dropped, so that the client, still sending, gets the answer instead of
+            // a reset connection (the body limit bounds it).
+            Ok(chunk) => {
+                if !refused && tx.send(chunk).await.is_err() {
+                    refused = true;
+                }
+            }
+            Err(e) => {
+                read_error = Some(e);
+                break;
+            }
+        }
+    }
+    drop(tx);
+    let written = writer
+        .await
+        .map_err(|e| ApiError::Internal(format!("the upload's writer failed: {e}")))?;
+    // The store's refusal says more than the broken body that may follow it.
+    let info = written?;
+    if let Some(e) = read_error {
+        let _ = session.remove_name(name);
+        return Err(unreadable(e));
+    }
+    Ok(info)
+}
+
+/// The chunks of a body as a blocking reader, for the store's writer thread.
+struct ChunkReader {
+    rx: tokio::sync::mpsc::Receiver<Bytes>,
+    chunk: Bytes,
+}
+
+impl Read for ChunkReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.chunk.is_empty() {
+            match self.rx.blocking_recv() {
+                Some(next) => self.chunk = next,
+                None => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.chunk.len());
+        buf[..n].copy_from_slice(&self.chunk.split_to(n));
+        Ok(n)
+    }
 }

@@ -648,3 +648,114 @@ async fn an_attached_stream_runs_in_the_session_too() {
     .await
     .unwrap();
 }
+
+async fn put(s: &TestSidecar, path: &str, body: Vec<u8>) -> (u16, Value) {
+    let r = s.http.put(s.url(path)).body(body).send().await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn session_files_go_in_and_out_byte_for_byte_and_bad_names_are_refused() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let f = fixture(&[("PTC_SESSION_MAX_MB", "1")]).await;
+        let bytes: Vec<u8> = (0..1024u32).map(|i| (i % 256) as u8).collect();
+        // A session that does not exist yet is made by its first file.
+        let (status, r) = put(&f.s, "/v1/sessions/seeded/files/data/all bytes.bin", bytes.clone()).await;
+        assert_eq!(status, 201, "{r}");
+        assert_eq!(
+            (&r["name"], &r["size"], &r["mime"], &r["url"]),
+            (
+                &json!("data/all bytes.bin"),
+                &json!(1024),
+                &json!("application/octet-stream"),
+                &json!("/v1/sessions/seeded/files/data/all%20bytes.bin")
+            )
+        );
+        let (status, _, body) = download(&f.s, r["url"].as_str().unwrap()).await;
+        assert_eq!((status, body == bytes), (200, true));
+        // The session's first run finds it, and what the run writes is listed and served.
+        let r = run(
+            &f.s,
+            "seeded",
+            "import os\nprint(len(open('data/all bytes.bin', 'rb').read()))\nopen('out.csv', 'w').write('a,b\\n1,2\\n')",
+        )
+        .await;
+        assert_eq!(r["stdout"], "1024\n", "{r}");
+        let listed = f.s.get_json("/v1/sessions/seeded/files").await;
+        let names: Vec<(&str, u64, &str)> = listed["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| (f["name"].as_str().unwrap(), f["size"].as_u64().unwrap(), f["mime"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            names,
+            [("data/all bytes.bin", 1024, "application/octet-stream"), ("out.csv", 8, "text/csv; charset=utf-8")]
+        );
+        let (status, mime, body) = download(&f.s, "/v1/sessions/seeded/files/out.csv").await;
+        assert_eq!((status, mime.as_str(), body.as_slice()), (200, "text/csv; charset=utf-8", &b"a,b\n1,2\n"[..]));
+
+        // Bad ids and names: 400 saying what is wrong; missing: 404.
+        for (path, says) in [
+            ("/v1/sessions/bad.id/files/x.txt", "session id"),
+            // (a literal `..` segment never leaves the client: URLs are normalized)
+            ("/v1/sessions/seeded/files/a%5C..%5Cb.txt", "backslash"),
+            ("/v1/sessions/seeded/files/%2Fetc%2Fpasswd", "absolute"),
+            ("/v1/sessions/seeded/files/x%01y.txt", "control character"),
+            ("/v1/sessions/seeded/files/dir/", "folder"),
+        ] {
+            let (status, r) = put(&f.s, path, b"x".to_vec()).await;
+            assert_eq!(status, 400, "{path}: {r}");
+            assert!(r["error"]["message"].as_str().unwrap().contains(says), "{path}: {r}");
+        }
+        for path in ["/v1/sessions/seeded/files/none.txt", "/v1/sessions/nosuch/files/x.txt", "/v1/sessions/nosuch/files"] {
+            let r = f.s.http.get(f.s.url(path)).send().await.unwrap();
+            assert_eq!(r.status(), 404, "{path}");
+        }
+        // Over the quota (1 MiB): 413, and nothing of it kept.
+        let (status, r) = put(&f.s, "/v1/sessions/seeded/files/big.bin", vec![7u8; 1 << 20]).await;
+        assert_eq!((status, r["error"]["type"].as_str()), (413, Some("quota")), "{r}");
+        let listed = f.s.get_json("/v1/sessions/seeded/files").await;
+        assert_eq!(listed["files"].as_array().unwrap().len(), 2, "{listed}");
+        // DELETE removes one file.
+        let r = f.s.http.delete(f.s.url("/v1/sessions/seeded/files/out.csv")).send().await.unwrap();
+        assert_eq!(r.status(), 204);
+        let r = f.s.http.delete(f.s.url("/v1/sessions/seeded/files/out.csv")).send().await.unwrap();
+        assert_eq!(r.status(), 404);
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn session_routes_need_the_api_key() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let f = fixture(&[("PTC_API_KEY", "k-sessions")]).await;
+        for (method, path) in [
+            ("GET", "/v1/sessions"),
+            ("DELETE", "/v1/sessions/a"),
+            ("GET", "/v1/sessions/a/files"),
+            ("PUT", "/v1/sessions/a/files/x.txt"),
+            ("GET", "/v1/artifacts/a/x.txt"),
+        ] {
+            let r =
+                f.s.http
+                    .request(method.parse().unwrap(), f.s.url(path))
+                    .send()
+                    .await
+                    .unwrap();
+            assert_eq!(r.status(), 401, "{method} {path}");
+        }
+        let r =
+            f.s.http
+                .get(f.s.url("/v1/sessions"))
+                .header("X-API-Key", "k-sessions")
+                .send()
+                .await
+                .unwrap();
+        assert_eq!(r.status(), 200);
+    })
+    .await
+    .unwrap();
+}

@@ -8,11 +8,10 @@
 //! runner's) nor walk a session's directory itself (the store does it without following links).
 
 use crate::api::error::ApiError;
-use crate::api::workspace::{Held, blocking, file_response};
+use crate::api::workspace::{Held, blocking, file_response, write_stream};
 use crate::session::{FileInfo, Session, SessionError, Sessions};
 use axum::Json;
 use axum::Router;
-use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Multipart, Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -266,53 +265,13 @@ async fn hold(
     Ok((session, lock))
 }
 
-/// One `file` part into `session`, under the part's file name. The store writes (and counts
-/// against the quota) on a blocking thread, fed chunk by chunk: an upload is never held in
-/// memory whole.
+/// One `file` part into `session`, under the part's file name ([`write_stream`]).
 async fn store_file(
     session: &Arc<Session>,
     field: &mut axum::extract::multipart::Field<'_>,
 ) -> Result<FileInfo, ApiError> {
     let name = crate::session::check_name(field.file_name().unwrap_or_default())?;
-    let (tx, rx) = tokio::sync::mpsc::channel(4);
-    let (store, file_name) = (session.clone(), name.clone());
-    let writer = tokio::task::spawn_blocking(move || {
-        let mut chunks = ChunkReader {
-            rx,
-            chunk: Bytes::new(),
-        };
-        store.write(&file_name, &mut chunks)
-    });
-    let mut read_error = None;
-    let mut refused = false;
-    loop {
-        match field.chunk().await {
-            // Once the store refused the file (its error says why), the rest of the body is
-            // read and dropped, so that the client, still sending, gets the answer instead of
-            // a reset connection (the body limit bounds it).
-            Ok(Some(chunk)) => {
-                if !refused && tx.send(chunk).await.is_err() {
-                    refused = true;
-                }
-            }
-            Ok(None) => break,
-            Err(e) => {
-                read_error = Some(e);
-                break;
-            }
-        }
-    }
-    drop(tx);
-    let written = writer
-        .await
-        .map_err(|e| ApiError::Internal(format!("the upload's writer failed: {e}")))?;
-    // The store's refusal says more than the broken body that may follow it.
-    let info = written?;
-    if let Some(e) = read_error {
-        let _ = session.remove_name(&name);
-        return Err(unreadable(e));
-    }
-    Ok(info)
+    write_stream(session, &name, field, unreadable).await
 }
 
 /// `GET /download/{session_id}/{file_id}`: the file's bytes (`?kind=&id=&version=` ignored).
@@ -346,26 +305,6 @@ async fn object(
 ) -> Result<Response, ApiError> {
     let (info, _) = find(&sessions, &session_id, &file_id).await?;
     Ok(Json(listed_file(&session_id, &info)).into_response())
-}
-
-/// The chunks of an upload as a blocking reader, for the store's `write`.
-struct ChunkReader {
-    rx: tokio::sync::mpsc::Receiver<Bytes>,
-    chunk: Bytes,
-}
-
-impl std::io::Read for ChunkReader {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        while self.chunk.is_empty() {
-            match self.rx.blocking_recv() {
-                Some(next) => self.chunk = next,
-                None => return Ok(0),
-            }
-        }
-        let n = buf.len().min(self.chunk.len());
-        buf[..n].copy_from_slice(&self.chunk.split_to(n));
-        Ok(n)
-    }
 }
 
 /// A session's file by id, opened (finding it walks the session: off the async workers).
