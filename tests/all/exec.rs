@@ -329,8 +329,12 @@ async fn huge_output_is_capped_with_a_marker() {
         assert!(out.len() < 65536 + 100, "{}", out.len());
         assert!(out.starts_with("xxxx"));
         assert!(out.trim_end().ends_with("THE END"));
-        let cut = 50 * 1024 * 1024 + "THE END\n".len() - 65536;
-        assert!(out.contains(&format!("[... {cut} bytes cut ...]")), "{}", &out[32700..32850]);
+        // The whole stream is kept as the run's artifact, and the marker says where.
+        let total = 50 * 1024 * 1024 + "THE END\n".len();
+        let file = &r["files"][0];
+        assert_eq!((&file["name"], &file["size"]), (&json!("out-r0.txt"), &json!(total)), "{r}");
+        let marker = format!("[... 49.9 MB cut; full output: GET {} ...]", file["url"].as_str().unwrap());
+        assert!(out.contains(&marker), "{}", &out[32700..32900]);
     })
     .await
     .unwrap();
