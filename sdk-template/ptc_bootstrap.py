@@ -90,6 +90,8 @@ def serve(prepared):
     main_module = _main_module(ptc_sdk, stubs, module)
     runs = 0
     while job is not None:
+        if "catalog" in job:
+            stubs, module = _new_catalog(job["catalog"], ptc_sdk, stubs, main_module)
         runs += 1
         code = run(job["code"], ptc_sdk, stubs, module, main_module, "<code #%d>" % runs)
         _end_run(job, code)
@@ -97,6 +99,23 @@ def serve(prepared):
         if job is not None:
             ptc_sdk.configure(job)
     _leave(0)
+
+
+def _new_catalog(data, sdk, old, main_module):
+    """Swaps in the tool functions of a new catalog (a reload since the session's last run):
+    each old tool function still bound under its own name goes, the new ones come; the rest of
+    the globals stay. Returns the new stubs and `tools` module."""
+    try:
+        stubs, module = sdk.build(sdk.catalog_tools(data))
+    except Exception as e:
+        _leave(EXIT_BAD_JOB, "ptc: cannot load the new tool catalog: %s\n" % (e,))
+    g = main_module.__dict__
+    for name, stub in old.items():
+        if g.get(name) is stub:
+            del g[name]
+    g.update(stubs)
+    g["tools"] = module
+    return stubs, module
 
 
 def _job_stream():

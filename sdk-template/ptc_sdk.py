@@ -786,7 +786,11 @@ _catalog = _Catalog([])
 def load_catalog(path):
     """The tools of catalog.json (`{"version", "tools": [...]}`), each with name and python_name."""
     with open(path, "rb") as f:
-        data = json.load(f)
+        return catalog_tools(json.load(f))
+
+
+def catalog_tools(data):
+    """The tools of a parsed catalog.json, each with name and python_name."""
     tools = data.get("tools") if isinstance(data, dict) else None
     if not isinstance(tools, list):
         raise ValueError("catalog.json has no tools list")

@@ -108,7 +108,8 @@ pub fn runner_config(config: &Config, python: PathBuf, runtime_dir: PathBuf) -> 
             max_files: config.scratch_max_files,
         },
         max_sessions: config.max_sessions,
-        session_idle_ttl: config.session_idle_ttl,
+        // An interpreter must not outlive its session's folder (removed after PTC_SESSION_TTL).
+        session_idle_ttl: config.session_idle_ttl.min(config.session_ttl),
     }
 }
 

@@ -455,7 +455,7 @@ impl Runner {
             let live = LiveRun {
                 session,
                 id,
-                job: job.to_string(),
+                job: job.clone(),
                 nonce: &nonce,
                 deadline,
                 timeout,
@@ -607,14 +607,25 @@ impl Runner {
         slot.begin();
         // The state of earlier runs: kept, or gone and why.
         let mut lost = slot.take_lost();
+        let mut job = run.job;
         if let Some(live) = held.as_mut() {
-            if live.key != prepared.key {
-                lost = Some(Lost::CatalogChanged);
-            } else if live.child.has_exited() {
+            if live.child.has_exited() {
                 lost = Some(Lost::Crashed);
-            }
-            if lost.is_some() {
                 *held = None;
+            } else if live.key != prepared.key {
+                // A reload since the session's last run: the interpreter gets the new tool
+                // functions with this job and keeps its state.
+                match catalog_of(prepared).await {
+                    Ok(catalog) => {
+                        job["catalog"] = catalog;
+                        live.key = prepared.key;
+                    }
+                    Err(e) => {
+                        tracing::warn!(session = run.session, "cannot read the new catalog: {e}");
+                        lost = Some(Lost::CatalogChanged);
+                        *held = None;
+                    }
+                }
             }
         }
         let change = match (&*held, lost) {
@@ -663,7 +674,7 @@ impl Runner {
                 why.explain(interpreters.max, interpreters.idle_ttl)
             ));
         }
-        let sent = live.send(&run.job).await;
+        let sent = live.send(&job.to_string()).await;
         let quota = self.quota(live.child.scratch(), Some(run.workspace));
         let Live { child, output, .. } = live;
         // How the run ended: by itself (its exit code), or the interpreter with it, and why.
@@ -724,11 +735,18 @@ impl Runner {
     }
 }
 
+/// The tools of a prepared catalog, as its `catalog.json` holds them (for a live interpreter
+/// that loaded an older one).
+async fn catalog_of(prepared: &Prepared) -> std::io::Result<serde_json::Value> {
+    let text = tokio::fs::read(prepared.sdk_dir.join("catalog.json")).await?;
+    serde_json::from_slice(&text).map_err(std::io::Error::other)
+}
+
 /// What [`Runner::run_live`] needs of a run.
 struct LiveRun<'a> {
     session: &'a str,
     id: &'a str,
-    job: String,
+    job: serde_json::Value,
     nonce: &'a str,
     deadline: tokio::time::Instant,
     timeout: Duration,

@@ -12,14 +12,17 @@ use std::time::Duration;
 struct Fixture {
     s: TestSidecar,
     _host: HostServer,
-    _dir: TempDir,
+    dir: TempDir,
 }
 
 async fn fixture(extra: &[(&str, &str)]) -> Fixture {
-    let host = HostServer::start(vec![(
-        "get-weather",
-        tool(|input| json!({"result": {"city": input["city"], "temp_c": 21}})),
-    )])
+    let host = HostServer::start(vec![
+        (
+            "get-weather",
+            tool(|input| json!({"result": {"city": input["city"], "temp_c": 21}})),
+        ),
+        ("get-time", tool(|_| json!({"result": "12:00"}))),
+    ])
     .await;
     let dir = TempDir::new("sessions");
     let manifest = json!({
@@ -43,7 +46,7 @@ async fn fixture(extra: &[(&str, &str)]) -> Fixture {
     Fixture {
         s: TestSidecar::start(&vars).await,
         _host: host,
-        _dir: dir,
+        dir,
     }
 }
 
@@ -755,6 +758,72 @@ async fn session_routes_need_the_api_key() {
                 .await
                 .unwrap();
         assert_eq!(r.status(), 200);
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_reload_gives_a_live_session_the_new_tools_and_keeps_its_state() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let f = fixture(&[]).await;
+        let r = run(
+            &f.s,
+            "reloaded",
+            "v = 'kept'\nw = await get_weather(city='Oslo')",
+        )
+        .await;
+        assert_eq!(r["status"], "ok", "{r}");
+        let manifest: Value =
+            serde_json::from_str(&std::fs::read_to_string(f.dir.0.join("tools.json")).unwrap())
+                .unwrap();
+        let mut changed = manifest.clone();
+        changed["tools"].as_array_mut().unwrap().push(
+            json!({"name": "get-time", "input_schema": {"type": "object", "properties": {}}}),
+        );
+        f.dir.write("tools.json", &changed.to_string());
+        let reloaded = async {
+            while f.s.health().await["reload"]["reloads"]
+                .as_u64()
+                .unwrap_or(0)
+                < 1
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), reloaded)
+            .await
+            .expect("reloaded");
+        let r = run(
+            &f.s,
+            "reloaded",
+            "print(v, w['city'], await get_time(), 'get_time' in dir(tools))",
+        )
+        .await;
+        assert_eq!(r["stdout"], "kept Oslo 12:00 True\n", "{r}");
+        assert_eq!(state(&r), ("kept", 2));
+        // A tool taken away is gone from the globals too.
+        f.dir.write("tools.json", &manifest.to_string());
+        let reloaded = async {
+            while f.s.health().await["reload"]["reloads"]
+                .as_u64()
+                .unwrap_or(0)
+                < 2
+            {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(10), reloaded)
+            .await
+            .expect("reloaded");
+        let r = run(
+            &f.s,
+            "reloaded",
+            "print(v, 'get_time' in globals(), 'get_weather' in globals())",
+        )
+        .await;
+        assert_eq!(r["stdout"], "kept False True\n", "{r}");
+        assert_eq!(state(&r), ("kept", 3));
     })
     .await
     .unwrap();
