@@ -378,3 +378,35 @@ async fn runs_of_one_session_take_turns() {
     .await
     .unwrap();
 }
+
+#[tokio::test]
+async fn save_file_and_a_cut_streams_whole_output_land_among_the_runs_files() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let s = sidecar(&[("PTC_MAX_OUTPUT_BYTES", "2048")]).await;
+        let code = "save_file('report.md', '# done')\nfor i in range(1000):\n    print('row', i)";
+        let r = exec(&s, json!({"lang": "py", "code": code})).await;
+        assert_eq!(r["status"], "completed", "{r}");
+        let mut names: Vec<(&str, &str)> = r["files"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| (f["name"].as_str().unwrap(), f["path"].as_str().unwrap()))
+            .collect();
+        names.sort();
+        let out = names
+            .iter()
+            .find(|(n, _)| n.starts_with("out-"))
+            .map(|(n, _)| n.to_string())
+            .unwrap();
+        assert_eq!(names.len(), 2, "{r}");
+        assert!(names.contains(&("report.md", "/mnt/data/report.md")), "{r}");
+        assert!(
+            r["stdout"].as_str().unwrap().contains(&format!(
+                "full output: {out} in the session's working directory"
+            )),
+            "{r}"
+        );
+    })
+    .await
+    .unwrap();
+}

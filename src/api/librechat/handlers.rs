@@ -13,7 +13,7 @@ use super::rounds::{
 };
 use super::tokens::{Claims, TokenError, Tokens};
 use crate::api::error::{ApiError, json_body};
-use crate::api::workspace::Held;
+use crate::api::workspace::{Held, SessionFiles};
 use crate::catalog::source::parse_tool_list;
 use crate::catalog::{Catalog, CatalogInput, Policy};
 use crate::render::Snapshot;
@@ -462,6 +462,8 @@ async fn plain(State(lc): State<Lc>, request: Request) -> Result<Response, ApiEr
             workspace: lc.workspace(&held),
             timeout: Some(timeout),
             snapshot: Some(lc.0.empty.clone()),
+            session: Some(held.session.id.clone()),
+            files: Some(Arc::new(SessionFiles(held.session.clone()))),
             ..ExecRequest::default()
         })
         .await;

@@ -8,8 +8,9 @@
 //! call does (`run::dispatch`; a call waits here as a [`PendingCall`]).
 
 use crate::api::error::ResultsError;
-use crate::api::workspace::Held;
+use crate::api::workspace::{Held, SessionFiles};
 use crate::render::Snapshot;
+use crate::run::Files;
 use crate::run::new_token;
 use crate::run::{CallError, ExecRequest, ExecResult, Lang, PendingCall, Runner, Workspace};
 use crate::util::{lock, now_ms};
@@ -161,6 +162,11 @@ impl Runs {
             deadline,
             now_ms() + s.timeout.as_millis() as u64,
         );
+        // save_file and a cut stream's whole output go into the session, as /mnt/data files.
+        let files = s
+            .held
+            .as_ref()
+            .map(|h| Arc::new(SessionFiles(h.session.clone())) as Files);
         *lock(&run.held) = s.held;
         run.notes = s.notes;
         let run = Arc::new(run);
@@ -175,7 +181,7 @@ impl Runs {
             output: None,
             session: Some(run.session_id.clone()),
             live: false,
-            files: None,
+            files,
         };
         let (runner, stop) = (runner.clone(), run.stop.clone());
         tokio::spawn(async move {
