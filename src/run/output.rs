@@ -623,4 +623,112 @@ mod tests {
         b.push(b"g");
         assert_eq!(b.text(), format!("abc{}efg", cut_marker(1)));
     }
+
+    fn part(nonce: &str) -> RunPart {
+        let mut marker = END_MARKER.to_vec();
+        marker.extend_from_slice(nonce.as_bytes());
+        marker.push(b' ');
+        RunPart {
+            marker,
+            buffers: [CappedBuffer::new(1000), CappedBuffer::new(1000)],
+            forward: None,
+            ended: [false; 2],
+            code: None,
+        }
+    }
+
+    /// Feeds `chunks` to one stream of `run` as the pipe reader would.
+    fn feed(run: &mut RunPart, stream: usize, chunks: &[&[u8]]) -> bool {
+        let mut held = Vec::new();
+        let mut ended = false;
+        for chunk in chunks {
+            held.extend_from_slice(chunk);
+            ended = take(run, stream, &mut held);
+        }
+        ended
+    }
+
+    #[test]
+    fn a_marker_split_across_chunks_ends_the_part_with_its_code() {
+        let mut run = part("n0");
+        let ended = feed(
+            &mut run,
+            0,
+            &[b"hello\n\0ptc", b"-end n0 ", b"3", b"\nlater"],
+        );
+        assert!(ended);
+        assert_eq!(
+            (run.buffers[0].text(), run.code),
+            ("hello\n".to_string(), Some(3))
+        );
+    }
+
+    #[test]
+    fn what_only_looks_like_a_marker_is_output() {
+        let mut run = part("n1");
+        // Another nonce, a marker cut short by other bytes, and a NUL at the very end.
+        let ended = feed(
+            &mut run,
+            1,
+            &[b"a\0ptc-end n9 0\nb", b"\0ptc-end n1 x\n", b"c\0", b"d"],
+        );
+        assert!(!ended);
+        assert_eq!(
+            run.buffers[1].text(),
+            "a\0ptc-end n9 0\nb\0ptc-end n1 x\nc\0d"
+        );
+    }
+
+    #[test]
+    fn only_the_tail_that_may_begin_a_marker_is_held_back() {
+        assert_eq!(partial_marker(b"abc\0pt", b"\0ptc-end n "), 3);
+        assert_eq!(partial_marker(b"abc", b"\0ptc-end n "), 0);
+        assert_eq!(partial_marker(b"\0", b"\0ptc-end n "), 1);
+    }
+
+    /// A store that writes into one directory, as the session store would.
+    #[derive(Debug)]
+    struct DirStore(std::path::PathBuf);
+
+    impl super::super::files::FileStore for DirStore {
+        fn create(&self, name: &str) -> Result<(std::fs::File, RunFile), String> {
+            let file = std::fs::File::create(self.0.join(name)).map_err(|e| e.to_string())?;
+            let info = RunFile {
+                name: name.into(),
+                size: 0,
+                mime: "text/plain".into(),
+                url: format!("/x/{name}"),
+            };
+            Ok((file, info))
+        }
+
+        fn locate(&self, file: &RunFile) -> String {
+            format!("files/{}", file.name)
+        }
+
+        fn read(&self, _: &str, _: u64) -> Option<Vec<u8>> {
+            None
+        }
+    }
+
+    #[test]
+    fn a_stream_past_its_cap_is_saved_whole_and_the_marker_names_the_file() {
+        let dir = std::env::temp_dir().join(format!("ptc-spill-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let store: Files = std::sync::Arc::new(DirStore(dir.clone()));
+        let mut b = CappedBuffer::spilling(10, Some(Spill::new(store, "out-r1.txt".into())));
+        b.push(b"0123");
+        assert_eq!(b.spilled(), None); // within the cap: nothing saved
+        for chunk in [&b"456789"[..], b"abcdefghij", b"XYZ"] {
+            b.push(chunk);
+        }
+        let saved = std::fs::read(dir.join("out-r1.txt")).unwrap();
+        assert_eq!(saved, b"0123456789abcdefghijXYZ");
+        assert_eq!(b.spilled().map(|f| f.size), Some(23));
+        assert_eq!(
+            b.text(),
+            "01234\n[... 13 B cut; full output: files/out-r1.txt ...]\nijXYZ"
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
