@@ -204,10 +204,15 @@ async fn exec(http: &reqwest::Client, url: &str, code: &str) -> (Duration, Value
 }
 
 async fn exec_lang(http: &reqwest::Client, url: &str, code: &str, lang: &str) -> (Duration, Value) {
+    exec_body(http, url, json!({"code": code, "lang": lang})).await
+}
+
+/// One `POST /v1/exec_code` with `body`, timed by the client; the run must succeed.
+async fn exec_body(http: &reqwest::Client, url: &str, body: Value) -> (Duration, Value) {
     let t = Instant::now();
     let r: Value = http
         .post(format!("{url}/v1/exec_code"))
-        .json(&json!({"code": code, "lang": lang}))
+        .json(&body)
         .send()
         .await
         .expect("exec_code request")
@@ -454,18 +459,8 @@ async fn bash_vs_python(http: &reqwest::Client, url: &str, p: &Params) -> Value 
 /// Workload 8: runs in a live session against fresh runs, and what an idle session holds.
 async fn sessions(http: &reqwest::Client, url: &str, p: &Params) -> Value {
     let post = |body: Value| async move {
-        let t = Instant::now();
-        let r: Value = http
-            .post(format!("{url}/v1/exec_code"))
-            .json(&body)
-            .send()
-            .await
-            .expect("exec_code request")
-            .json()
-            .await
-            .expect("exec_code answer");
-        assert_eq!(r["status"], "ok", "benchmark run failed: {r}");
-        (t.elapsed().as_secs_f64() * 1e3, r)
+        let (elapsed, r) = exec_body(http, url, body).await;
+        (elapsed.as_secs_f64() * 1e3, r)
     };
     let in_session = |code: &str| json!({"code": code, "session_id": "bench-session"});
     post(in_session("x = 41")).await;

@@ -782,18 +782,7 @@ async fn a_reload_gives_a_live_session_the_new_tools_and_keeps_its_state() {
             json!({"name": "get-time", "input_schema": {"type": "object", "properties": {}}}),
         );
         f.dir.write("tools.json", &changed.to_string());
-        let reloaded = async {
-            while f.s.health().await["reload"]["reloads"]
-                .as_u64()
-                .unwrap_or(0)
-                < 1
-            {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(10), reloaded)
-            .await
-            .expect("reloaded");
+        reloads(&f.s, 1).await;
         let r = run(
             &f.s,
             "reloaded",
@@ -804,18 +793,7 @@ async fn a_reload_gives_a_live_session_the_new_tools_and_keeps_its_state() {
         assert_eq!(state(&r), ("kept", 2));
         // A tool taken away is gone from the globals too.
         f.dir.write("tools.json", &manifest.to_string());
-        let reloaded = async {
-            while f.s.health().await["reload"]["reloads"]
-                .as_u64()
-                .unwrap_or(0)
-                < 2
-            {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-        };
-        tokio::time::timeout(Duration::from_secs(10), reloaded)
-            .await
-            .expect("reloaded");
+        reloads(&f.s, 2).await;
         let r = run(
             &f.s,
             "reloaded",
@@ -827,4 +805,16 @@ async fn a_reload_gives_a_live_session_the_new_tools_and_keeps_its_state() {
     })
     .await
     .unwrap();
+}
+
+/// Waits (at most 10 s) until the sidecar has swapped in `n` catalogs since it started.
+async fn reloads(s: &TestSidecar, n: u64) {
+    let reloaded = async {
+        while s.health().await["reload"]["reloads"].as_u64().unwrap_or(0) < n {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), reloaded)
+        .await
+        .expect("the catalog was reloaded");
 }

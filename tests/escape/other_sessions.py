@@ -20,20 +20,8 @@ def list_folder():
 
 def read_memory():
     needle = ARGS["mark"].encode()
-    with open("/proc/%d/maps" % victim) as maps, open("/proc/%d/mem" % victim, "rb", 0) as mem:
-        for line in maps:
-            fields = line.split()
-            if len(fields) < 2 or not fields[1].startswith("rw"):
-                continue
-            start, end = (int(x, 16) for x in fields[0].split("-"))
-            if end - start > 64 << 20:
-                continue
-            try:
-                mem.seek(start)
-                if needle in mem.read(end - start):
-                    return "found the session's secret in its memory"
-            except OSError:
-                continue
+    if any(needle in chunk for chunk in writable_memory(victim)):
+        return "found the session's secret in its memory"
     raise LookupError("the secret is not in the victim's memory")
 
 
