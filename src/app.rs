@@ -12,6 +12,7 @@ use crate::catalog::source::SourceError;
 use crate::config::{Config, Listen, SandboxMode, SandboxUser};
 use crate::events::{DEFAULT_HOLD, Events, EventsConfig, EventsError};
 use crate::mcp::{Hub, McpConfigError};
+use crate::metrics::Metrics;
 use crate::reload::{ReloadStatus, Reloader, WatchError};
 use crate::render::Snapshot;
 use crate::run::{
@@ -210,6 +211,22 @@ impl Sidecar {
         } else {
             None
         };
+        let sandbox: Vec<(&str, String)> = match &runner {
+            Some(r) => {
+                let s = r.sandbox_status();
+                vec![
+                    ("mode", s.mode.as_str().to_string()),
+                    ("landlock", s.landlock.clone()),
+                    ("seccomp", s.seccomp.to_string()),
+                    ("uid", s.uid.clone()),
+                    ("subprocess", s.subprocess.to_string()),
+                    ("missing", s.missing.len().to_string()),
+                ]
+            }
+            None => vec![("mode", "ptc-off".to_string())],
+        };
+        let metrics = Metrics::new(&sandbox);
+        events.observe_with(Arc::new(metrics.clone()));
         let config = Arc::new(config);
         let reload = Arc::new(std::sync::Mutex::new(ReloadStatus::default()));
         Reloader {
@@ -232,6 +249,7 @@ impl Sidecar {
                 mcp,
                 events,
                 reload,
+                metrics,
             },
             shutdown,
             snapshots: tx,

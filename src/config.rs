@@ -56,6 +56,7 @@ pub struct RawConfig {
     ptc_max_sessions: Option<String>,
     ptc_session_idle_ttl: Option<String>,
     ptc_artifact_ttl: Option<String>,
+    ptc_metrics_public: Option<String>,
     path: Option<String>,
     home: Option<String>,
     tmpdir: Option<String>,
@@ -159,6 +160,8 @@ pub struct Config {
     pub session_idle_ttl: Duration,
     /// How long the output files of a run without a session are kept.
     pub artifact_ttl: Duration,
+    /// `GET /metrics` without the API key (for a Prometheus that cannot send one).
+    pub metrics_public: bool,
     /// The sidecar's `PATH`: children (runs, stdio MCP servers) get it.
     pub path_env: String,
     /// The sidecar's `HOME`, passed on to stdio MCP servers.
@@ -372,6 +375,7 @@ impl RawConfig {
                 (1, 30 * 24 * 3600),
             )
             .map(Duration::from_secs)?,
+            metrics_public: parse_bool("PTC_METRICS_PUBLIC", self.ptc_metrics_public, false)?,
             path_env: non_empty(self.path).unwrap_or_else(|| DEFAULT_PATH.into()),
             home: non_empty(self.home).map(PathBuf::from),
             temp_dir: PathBuf::from(

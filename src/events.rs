@@ -162,6 +162,12 @@ pub struct Stats {
     pub last_error: Mutex<Option<String>>,
 }
 
+/// Something that learns of every event as it is emitted, synchronously and before it is
+/// queued (the metrics): it must be quick and must never wait.
+pub trait Observer: Send + Sync {
+    fn observe(&self, event: &Event);
+}
+
 /// A cloneable handle: emit events, subscribe to them.
 #[derive(Clone)]
 pub struct Events {
@@ -176,6 +182,7 @@ struct Inner {
     queue: Option<mpsc::Sender<Arc<str>>>,
     live: broadcast::Sender<Arc<str>>,
     stats: Arc<Stats>,
+    observer: std::sync::OnceLock<Arc<dyn Observer>>,
 }
 
 impl Events {
@@ -228,8 +235,14 @@ impl Events {
                 queue,
                 live,
                 stats,
+                observer: std::sync::OnceLock::new(),
             }),
         }
+    }
+
+    /// Hands every later event to `observer` too (once; a second observer is ignored).
+    pub fn observe_with(&self, observer: Arc<dyn Observer>) {
+        let _ = self.inner.observer.set(observer);
     }
 
     /// Whether events carry argument and result bodies.
@@ -244,6 +257,9 @@ impl Events {
         event.ts = now_ms();
         event.seq = inner.seq.fetch_add(1, Ordering::Relaxed);
         event.agent_id.clone_from(&inner.agent_id);
+        if let Some(observer) = inner.observer.get() {
+            observer.observe(&event);
+        }
         let json: Arc<str> = match serde_json::to_string(&event) {
             Ok(j) => j.into(),
             Err(_) => return,

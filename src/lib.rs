@@ -15,6 +15,9 @@ pub mod catalog;
 pub mod config;
 pub mod events;
 pub mod mcp;
+/// Prometheus metrics, observed from [`events`] and scraped at `/metrics` (imports `events`
+/// and [`util`]).
+pub mod metrics;
 pub mod reload;
 pub mod render;
 pub mod run;

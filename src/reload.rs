@@ -103,6 +103,8 @@ pub enum WatchError {
 #[derive(Debug, Default, Clone)]
 pub struct ReloadStatus {
     pub reloads: u64,
+    /// Reloads that kept the old catalog (every attempt, not only distinct errors).
+    pub failures: u64,
     pub last_error: Option<String>,
 }
 
@@ -228,6 +230,7 @@ impl Reloader {
         // A callback or server URL in the message may carry a token.
         let message = redact_urls(&format!("{error}; keeping catalog version {version}"));
         let mut status = lock(&self.status);
+        status.failures += 1;
         if status.last_error.as_deref() != Some(message.as_str()) {
             tracing::warn!("reload failed: {message}");
             let mut event = Event::new("catalog.reloaded");

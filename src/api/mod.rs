@@ -23,6 +23,7 @@ mod workspace;
 pub use error::{ApiError, ResultsError};
 pub use state::AppState;
 
+use crate::metrics::Gauges;
 use crate::render::{Format, llm_tools, note_sessions};
 use crate::util::lock;
 use axum::extract::{Query, State};
@@ -38,8 +39,15 @@ use serde_json::json;
 pub const VERSION_HEADER: &str = "x-catalog-version";
 
 pub fn router(state: AppState) -> Router {
+    // Prometheus may scrape without the key when the operator says so.
+    let metrics_route = Router::new().route("/metrics", get(metrics));
+    let (open, guarded) = match state.config.metrics_public {
+        true => (metrics_route, Router::new()),
+        false => (Router::new(), metrics_route),
+    };
     let protected = Router::new()
         .route("/v1/tools", get(tools))
+        .merge(guarded)
         .merge(exec::router(
             state.runner.clone(),
             state.sessions.clone(),
@@ -63,6 +71,7 @@ pub fn router(state: AppState) -> Router {
         ));
     Router::new()
         .route("/healthz", get(healthz))
+        .merge(open)
         .merge(protected)
         .fallback(not_found)
         .with_state(state)
@@ -101,6 +110,44 @@ async fn healthz(State(state): State<AppState>) -> Response {
         })),
     }))
     .into_response()
+}
+
+/// `GET /metrics`: the Prometheus text format (README, "Metrics").
+async fn metrics(State(state): State<AppState>) -> Response {
+    let reload = lock(&state.reload).clone();
+    let stats = state.events.stats();
+    let load = |a: &std::sync::atomic::AtomicU64| a.load(std::sync::atomic::Ordering::Relaxed);
+    let mut now = Gauges {
+        events_published: load(&stats.published),
+        events_held: load(&stats.held),
+        events_dropped: load(&stats.dropped),
+        catalog_version: state.current().catalog.version as i64,
+        reloads_ok: reload.reloads,
+        reloads_failed: reload.failures,
+        ..Gauges::default()
+    };
+    if let Some(r) = &state.runner {
+        now.runs_in_flight = r.live_runs() as i64;
+        now.runs_queued = r.queued_runs() as i64;
+        now.warm_workers = r.warm_workers() as i64;
+        now.sessions_live = r.sessions().live() as i64;
+        now.sessions_max = r.sessions().max as i64;
+    }
+    if let Some(hub) = &state.mcp {
+        now.mcp_servers = hub
+            .status()
+            .into_iter()
+            .map(|(name, s)| (name, s.state.name(), u64::from(s.restarts)))
+            .collect();
+    }
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        state.metrics.render(&now),
+    )
+        .into_response()
 }
 
 #[derive(Deserialize)]

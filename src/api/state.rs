@@ -6,6 +6,7 @@
 use crate::config::Config;
 use crate::events::Events;
 use crate::mcp::Hub;
+use crate::metrics::Metrics;
 use crate::reload::ReloadStatus;
 use crate::render::Snapshot;
 use crate::run::Runner;
@@ -31,6 +32,8 @@ pub struct AppState {
     pub events: Events,
     /// The last hot reload's outcome.
     pub reload: Arc<std::sync::Mutex<ReloadStatus>>,
+    /// What `GET /metrics` shows.
+    pub metrics: Metrics,
 }
 
 impl AppState {

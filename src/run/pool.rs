@@ -246,6 +246,11 @@ impl Pool {
         warm.len()
     }
 
+    /// Warm children ready now.
+    pub fn ready(&self) -> usize {
+        lock(&self.warm).len()
+    }
+
     /// Kills every warm child and the fork server (shutdown).
     pub fn clear(&self) {
         lock(&self.warm).clear();

@@ -196,6 +196,8 @@ struct Inner {
     counter: AtomicU64,
     /// The sessions' live interpreters.
     live: Interpreters,
+    /// Runs waiting for a slot now.
+    queued: std::sync::atomic::AtomicUsize,
 }
 
 impl Runner {
@@ -267,6 +269,7 @@ impl Runner {
                 sandbox,
                 counter: AtomicU64::new(0),
                 live,
+                queued: std::sync::atomic::AtomicUsize::new(0),
             }),
         })
     }
@@ -293,6 +296,16 @@ impl Runner {
     /// Number of live runs.
     pub fn live_runs(&self) -> usize {
         self.inner.calls.live_runs()
+    }
+
+    /// Runs waiting for one of the `max_runs` slots.
+    pub fn queued_runs(&self) -> usize {
+        self.inner.queued.load(Ordering::Relaxed)
+    }
+
+    /// Pre-started interpreters ready for a run.
+    pub fn warm_workers(&self) -> usize {
+        self.inner.pool.ready()
     }
 
     /// The sessions' live interpreters.
@@ -353,8 +366,10 @@ impl Runner {
                 ),
             );
         }
-        let Ok(Ok(_slot)) = tokio::time::timeout_at(deadline, self.inner.slots.acquire()).await
-        else {
+        let waiting = Waiting::on(&self.inner.queued);
+        let slot = tokio::time::timeout_at(deadline, self.inner.slots.acquire()).await;
+        drop(waiting);
+        let Ok(Ok(_slot)) = slot else {
             return fail(
                 ExecStatus::Timeout,
                 format!(
@@ -740,6 +755,23 @@ impl Runner {
 async fn catalog_of(prepared: &Prepared) -> std::io::Result<serde_json::Value> {
     let text = tokio::fs::read(prepared.sdk_dir.join("catalog.json")).await?;
     serde_json::from_slice(&text).map_err(std::io::Error::other)
+}
+
+/// Counts a run waiting for a slot for as long as it lives (also when the run's future is
+/// dropped while it waits).
+struct Waiting<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn on(queued: &'a std::sync::atomic::AtomicUsize) -> Waiting<'a> {
+        queued.fetch_add(1, Ordering::Relaxed);
+        Waiting(queued)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// What [`Runner::run_live`] needs of a run.

@@ -15,6 +15,7 @@ mod files;
 mod host;
 mod librechat;
 mod mcp;
+mod metrics;
 mod procs;
 mod reload;
 mod runner;

@@ -1,0 +1,316 @@
+//! Prometheus metrics: counters and histograms observed from the sidecar's own events (every
+//! run and call already is one), and gauges read from the sidecar's state when `/metrics` is
+//! scraped ([`Gauges`]), encoded in the Prometheus text format by `prometheus-client`.
+//!
+//! Owns the metric names, their labels and their buckets. Label values are bounded: a tool
+//! label is a catalog tool's name (a call the catalog refused as unknown counts under
+//! `(unknown)`), and at most [`MAX_TOOL_LABELS`] tools are told apart. It must not reach into
+//! the parts it measures: `events` calls [`Metrics::observe`] for each event, and the API hands
+//! in the gauges.
+
+use crate::events::{Event, Observer};
+use crate::util::lock;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::metrics::info::Info;
+use prometheus_client::registry::{Registry, Unit};
+use std::collections::HashSet;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex};
+
+/// Tools told apart by the `tool` label; calls of tools past it count under `(other)`. A
+/// catalog larger than this still cannot grow the series without bound.
+pub const MAX_TOOL_LABELS: usize = 2000;
+
+/// Run durations, in seconds: from a warm run's few milliseconds to a long run's minutes.
+const RUN_BUCKETS: [f64; 12] = [
+    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0,
+];
+
+/// Tool call latencies, in seconds: a local call's tenth of a millisecond to a slow API.
+const CALL_BUCKETS: [f64; 12] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1, 0.5, 2.0, 10.0,
+];
+
+type Labels = Vec<(String, String)>;
+
+/// What the sidecar's state says at a scrape.
+#[derive(Debug, Clone, Default)]
+pub struct Gauges {
+    pub runs_in_flight: i64,
+    pub runs_queued: i64,
+    pub warm_workers: i64,
+    /// Each MCP server: its name, its state's name, its restarts.
+    pub mcp_servers: Vec<(String, &'static str, u64)>,
+    pub events_published: u64,
+    pub events_held: u64,
+    pub events_dropped: u64,
+    pub catalog_version: i64,
+    pub reloads_ok: u64,
+    pub reloads_failed: u64,
+    pub sessions_live: i64,
+    pub sessions_max: i64,
+}
+
+/// The registry and every metric in it; cloneable handle.
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    registry: Registry,
+    runs: Family<Labels, Counter>,
+    run_duration: Histogram,
+    calls: Family<Labels, Counter>,
+    call_duration: Family<Labels, Histogram>,
+    tools_seen: Mutex<HashSet<String>>,
+    in_flight: Gauge,
+    queued: Gauge,
+    warm: Gauge,
+    mcp_servers: Family<Labels, Gauge>,
+    mcp_restarts: Family<Labels, Counter>,
+    events: Family<Labels, Counter<u64, AtomicU64>>,
+    events_held: Gauge,
+    catalog_version: Gauge,
+    reloads: Family<Labels, Counter>,
+    sessions_live: Gauge,
+    sessions_max: Gauge,
+}
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+impl Metrics {
+    /// Every metric, registered; `sandbox` becomes the `ptc_sandbox_info` labels.
+    pub fn new(sandbox: &[(&str, String)]) -> Metrics {
+        let mut registry = Registry::with_prefix("ptc");
+        let runs = Family::<Labels, Counter>::default();
+        registry.register("runs", "exec_code runs by how they ended", runs.clone());
+        let run_duration = Histogram::new(RUN_BUCKETS);
+        registry.register_with_unit(
+            "run_duration",
+            "exec_code run duration, start to result",
+            Unit::Seconds,
+            run_duration.clone(),
+        );
+        let calls = Family::<Labels, Counter>::default();
+        registry.register(
+            "tool_calls",
+            "tool calls by tool, backend (mcp, host) and outcome (ok or the error type)",
+            calls.clone(),
+        );
+        let call_duration =
+            Family::<Labels, Histogram>::new_with_constructor(|| Histogram::new(CALL_BUCKETS));
+        registry.register_with_unit(
+            "tool_call_duration",
+            "tool call latency by backend",
+            Unit::Seconds,
+            call_duration.clone(),
+        );
+        let in_flight = Gauge::default();
+        registry.register("runs_in_flight", "runs going on now", in_flight.clone());
+        let queued = Gauge::default();
+        registry.register(
+            "runs_queued",
+            "runs waiting for one of the PTC_MAX_RUNS slots",
+            queued.clone(),
+        );
+        let warm = Gauge::default();
+        registry.register(
+            "warm_workers",
+            "pre-started interpreters ready for a run",
+            warm.clone(),
+        );
+        let mcp_servers = Family::<Labels, Gauge>::default();
+        registry.register(
+            "mcp_servers",
+            "MCP servers by state (1 for the state each server is in)",
+            mcp_servers.clone(),
+        );
+        let mcp_restarts = Family::<Labels, Counter>::default();
+        registry.register(
+            "mcp_server_restarts",
+            "restarts of each MCP server",
+            mcp_restarts.clone(),
+        );
+        let events = Family::<Labels, Counter<u64, AtomicU64>>::default();
+        registry.register(
+            "events",
+            "events by what became of them (published to Redis, dropped)",
+            events.clone(),
+        );
+        let events_held = Gauge::default();
+        registry.register(
+            "events_held",
+            "events held while Redis is away",
+            events_held.clone(),
+        );
+        let catalog_version = Gauge::default();
+        registry.register(
+            "catalog_version",
+            "the tool catalog's version",
+            catalog_version.clone(),
+        );
+        let reloads = Family::<Labels, Counter>::default();
+        registry.register(
+            "catalog_reloads",
+            "hot reloads by result (ok: a new catalog; failed: the old one kept)",
+            reloads.clone(),
+        );
+        let sessions_live = Gauge::default();
+        registry.register(
+            "sessions_live",
+            "sessions with a live interpreter",
+            sessions_live.clone(),
+        );
+        let sessions_max = Gauge::default();
+        registry.register(
+            "sessions_max",
+            "live interpreters allowed at once (PTC_MAX_SESSIONS)",
+            sessions_max.clone(),
+        );
+        let info: Labels = sandbox
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        registry.register(
+            "sandbox",
+            "how runs are confined (docs/SECURITY.md)",
+            Info::new(info),
+        );
+        Metrics {
+            inner: Arc::new(Inner {
+                registry,
+                runs,
+                run_duration,
+                calls,
+                call_duration,
+                tools_seen: Mutex::new(HashSet::new()),
+                in_flight,
+                queued,
+                warm,
+                mcp_servers,
+                mcp_restarts,
+                events,
+                events_held,
+                catalog_version,
+                reloads,
+                sessions_live,
+                sessions_max,
+            }),
+        }
+    }
+
+    /// The Prometheus text of every metric, the gauges set from `now` first.
+    pub fn render(&self, now: &Gauges) -> String {
+        let m = &self.inner;
+        m.in_flight.set(now.runs_in_flight);
+        m.queued.set(now.runs_queued);
+        m.warm.set(now.warm_workers);
+        // A server removed by a reload must not stay at its last state.
+        m.mcp_servers.clear();
+        for (server, state, restarts) in &now.mcp_servers {
+            m.mcp_servers
+                .get_or_create(&labels(&[("server", server), ("state", state)]))
+                .set(1);
+            let counter = m.mcp_restarts.get_or_create(&labels(&[("server", server)]));
+            let seen = counter.get();
+            if *restarts > seen {
+                counter.inc_by(restarts - seen);
+            }
+        }
+        set_total(&m.events, "published", now.events_published);
+        set_total(&m.events, "dropped", now.events_dropped);
+        m.events_held.set(now.events_held as i64);
+        m.catalog_version.set(now.catalog_version);
+        set_total(&m.reloads, "ok", now.reloads_ok);
+        set_total(&m.reloads, "failed", now.reloads_failed);
+        m.sessions_live.set(now.sessions_live);
+        m.sessions_max.set(now.sessions_max);
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = encode(&mut out, &m.registry);
+        out
+    }
+
+    /// The `tool` label of a call of `tool`.
+    fn tool_label(&self, tool: &str, unknown: bool) -> String {
+        if unknown {
+            return "(unknown)".into();
+        }
+        let mut seen = lock(&self.inner.tools_seen);
+        if seen.contains(tool) {
+            return tool.to_string();
+        }
+        if seen.len() >= MAX_TOOL_LABELS {
+            return "(other)".into();
+        }
+        seen.insert(tool.to_string());
+        tool.to_string()
+    }
+}
+
+/// Moves a counter that mirrors a total kept elsewhere up to `total` (counters only go up).
+fn set_total<A>(family: &Family<Labels, Counter<u64, A>>, label: &str, total: u64)
+where
+    A: prometheus_client::metrics::counter::Atomic<u64> + Default,
+    Counter<u64, A>: Clone,
+{
+    let counter = family.get_or_create(&labels(&[("result", label)]));
+    let seen = counter.get();
+    if total > seen {
+        counter.inc_by(total - seen);
+    }
+}
+
+impl Observer for Metrics {
+    fn observe(&self, e: &Event) {
+        let m = &self.inner;
+        match e.kind {
+            "exec.finished" => {
+                let status = match e.error.as_ref().and_then(|v| v["type"].as_str()) {
+                    Some("cancelled") => "cancelled",
+                    _ => e.status.unwrap_or("error"),
+                };
+                m.runs.get_or_create(&labels(&[("status", status)])).inc();
+                if let Some(ms) = e.duration_ms {
+                    m.run_duration.observe(ms / 1e3);
+                }
+            }
+            "tool_call.finished" => {
+                let error = e.error.as_ref().and_then(|v| v["type"].as_str());
+                let outcome = match (e.ok, error) {
+                    (Some(true), _) => "ok",
+                    (_, Some(kind)) => kind,
+                    _ => "error",
+                };
+                let backend = e.source.unwrap_or("none");
+                let tool = self.tool_label(
+                    e.tool.as_deref().unwrap_or(""),
+                    error == Some("unknown_tool"),
+                );
+                m.calls
+                    .get_or_create(&labels(&[
+                        ("tool", &tool),
+                        ("backend", backend),
+                        ("outcome", outcome),
+                    ]))
+                    .inc();
+                if let Some(ms) = e.duration_ms {
+                    m.call_duration
+                        .get_or_create(&labels(&[("backend", backend)]))
+                        .observe(ms / 1e3);
+                }
+            }
+            _ => {}
+        }
+    }
+}

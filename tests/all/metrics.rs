@@ -1,0 +1,130 @@
+//! `GET /metrics`: after a known workload through real HTTP, real python3 and a real host tool
+//! server, the counters and histograms hold exactly its counts; the gauges show the state; the
+//! route needs the API key unless `PTC_METRICS_PUBLIC=true`.
+
+use crate::common::{HostServer, TEST_TIMEOUT, TempDir, TestSidecar, tool};
+use pretty_assertions::assert_eq;
+use serde_json::json;
+
+async fn sidecar(extra: &[(&str, &str)]) -> (TestSidecar, HostServer, TempDir) {
+    let host = HostServer::start(vec![
+        (
+            "get-weather",
+            tool(|input| json!({"result": {"city": input["city"]}})),
+        ),
+        (
+            "explode",
+            tool(|_| json!({"error": "the weather service is down"})),
+        ),
+    ])
+    .await;
+    let dir = TempDir::new("metrics");
+    let manifest = json!({
+        "callback": {"url": host.url()},
+        "tools": [
+            {"name": "get-weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
+            {"name": "explode", "input_schema": {"type": "object", "properties": {}}}
+        ]
+    });
+    let m = dir.write("tools.json", &manifest.to_string());
+    let m = m.to_str().unwrap().to_string();
+    let mut vars = vec![("PTC_ENABLED", "true"), ("PTC_TOOLS_FILE", m.as_str())];
+    vars.extend_from_slice(extra);
+    (TestSidecar::start(&vars).await, host, dir)
+}
+
+/// The lines of the exposition that start with `prefix`, sorted.
+fn lines<'a>(text: &'a str, prefix: &str) -> Vec<&'a str> {
+    let mut v: Vec<&str> = text.lines().filter(|l| l.starts_with(prefix)).collect();
+    v.sort();
+    v
+}
+
+async fn scrape(s: &TestSidecar, key: Option<&str>) -> (u16, String) {
+    let mut r = s.http.get(s.url("/metrics"));
+    if let Some(key) = key {
+        r = r.header("X-API-Key", key);
+    }
+    let r = r.send().await.unwrap();
+    (r.status().as_u16(), r.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn after_a_known_workload_the_counters_hold_its_exact_counts() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let (s, _host, _dir) = sidecar(&[]).await;
+        // 3 ok runs with 2 calls each; 1 run with a failing call and a refused unknown tool and
+        // a bad argument (exit 0: each is caught); 1 error run; 1 timeout.
+        for city in ["Oslo", "Rome", "Lima"] {
+            let r = s
+                .exec(&format!("await get_weather(city='{city}')\nawait get_weather(city='x')"))
+                .await;
+            assert_eq!(r["status"], "ok", "{r}");
+        }
+        let r = s
+            .exec(
+                "for f in (lambda: explode(), lambda: call_tool('no-such-tool'), lambda: get_weather(city=3)):\n    try:\n        await f()\n    except ToolError:\n        pass",
+            )
+            .await;
+        assert_eq!(r["status"], "ok", "{r}");
+        assert_eq!(s.exec("raise ValueError('x')").await["status"], "error");
+        let r = s
+            .exec_body(json!({"code": "import time\ntime.sleep(10)", "timeout_ms": 300}))
+            .await;
+        assert_eq!(r["status"], "timeout");
+
+        let (status, text) = scrape(&s, None).await;
+        assert_eq!(status, 200);
+        assert_eq!(
+            lines(&text, "ptc_runs_total"),
+            [
+                "ptc_runs_total{status=\"error\"} 1",
+                "ptc_runs_total{status=\"ok\"} 4",
+                "ptc_runs_total{status=\"timeout\"} 1",
+            ]
+        );
+        assert_eq!(lines(&text, "ptc_run_duration_seconds_count"), ["ptc_run_duration_seconds_count 6"]);
+        assert_eq!(
+            lines(&text, "ptc_tool_calls_total"),
+            [
+                "ptc_tool_calls_total{tool=\"(unknown)\",backend=\"none\",outcome=\"unknown_tool\"} 1",
+                "ptc_tool_calls_total{tool=\"explode\",backend=\"host\",outcome=\"tool\"} 1",
+                "ptc_tool_calls_total{tool=\"get-weather\",backend=\"host\",outcome=\"ok\"} 6",
+                "ptc_tool_calls_total{tool=\"get-weather\",backend=\"none\",outcome=\"input\"} 1",
+            ]
+        );
+        // Refusals never reach a backend, so they have no latency.
+        assert_eq!(
+            lines(&text, "ptc_tool_call_duration_seconds_count"),
+            ["ptc_tool_call_duration_seconds_count{backend=\"host\"} 7"]
+        );
+        // The slowest bucket holds every run; the +Inf bucket equals the count.
+        assert!(text.contains("ptc_run_duration_seconds_bucket{le=\"+Inf\"} 6"), "{text}");
+        assert!(text.contains("ptc_runs_in_flight 0\n"), "{text}");
+        assert!(text.contains("ptc_runs_queued 0\n"), "{text}");
+        assert!(text.contains("ptc_catalog_version 1\n"), "{text}");
+        assert!(text.contains("ptc_sandbox_info{mode=\"best-effort\""), "{text}");
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn metrics_need_the_key_unless_made_public() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let (s, _host, _dir) = sidecar(&[("PTC_API_KEY", "k-metrics")]).await;
+        assert_eq!(scrape(&s, None).await.0, 401);
+        let (status, text) = scrape(&s, Some("k-metrics")).await;
+        assert_eq!((status, text.contains("ptc_runs_in_flight")), (200, true));
+        let (s, _host, _dir) =
+            sidecar(&[("PTC_API_KEY", "k-metrics"), ("PTC_METRICS_PUBLIC", "true")]).await;
+        let (status, text) = scrape(&s, None).await;
+        assert_eq!((status, text.contains("ptc_runs_in_flight")), (200, true));
+        // Only /metrics: the rest still needs the key.
+        let r = s.http.get(s.url("/v1/tools")).send().await.unwrap();
+        assert_eq!(r.status(), 401);
+    })
+    .await
+    .unwrap();
+}
