@@ -92,6 +92,14 @@ pub struct Event {
     pub agent_id: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exec_id: Option<String>,
+    /// W3C trace context: the trace, this run's or call's span, and the span it is a child of
+    /// (the caller's `traceparent` for a run, the run's span for a call).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub span_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parent_span_id: Option<String>,
     /// The session a run belongs to (`session_id` of `exec_code`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
@@ -143,6 +151,13 @@ pub struct Event {
 }
 
 impl Event {
+    /// Puts `span`'s ids on the event.
+    pub fn in_span(&mut self, span: &crate::trace::SpanContext) {
+        self.trace_id = Some(span.trace_id.clone());
+        self.span_id = Some(span.span_id.clone());
+        self.parent_span_id.clone_from(&span.parent_span_id);
+    }
+
     pub fn new(kind: &'static str) -> Event {
         Event {
             kind,

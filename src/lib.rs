@@ -25,4 +25,6 @@ pub mod sandbox;
 /// Session folders kept across runs, never following a link inside them (imports only [`util`]).
 pub mod session;
 pub mod sources;
+/// W3C trace context: a run is a span of its caller's trace, each tool call a child span.
+pub mod trace;
 pub mod util;

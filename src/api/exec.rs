@@ -104,6 +104,7 @@ struct ExecBody {
 /// JSON, or with `Accept: text/event-stream` the attached protocol's event stream.
 async fn exec_code(State(exec): State<Exec>, request: Request) -> Result<Response, ApiError> {
     let stream = wants_stream(request.headers());
+    let traceparent = crate::trace::from_headers(request.headers());
     let runner = exec.runner.ok_or(ApiError::PtcDisabled(
         "PTC_ENABLED is false on this sidecar: every tool is direct and there is no exec_code",
     ))?;
@@ -134,6 +135,7 @@ async fn exec_code(State(exec): State<Exec>, request: Request) -> Result<Respons
         code: body.code,
         lang,
         timeout,
+        traceparent,
         ..ExecRequest::default()
     };
     let held = match body.session_id {

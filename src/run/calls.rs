@@ -11,6 +11,7 @@ use super::prepare::Prepared;
 use crate::catalog::Origin;
 use crate::events::{Event, Events};
 use crate::render::Snapshot;
+use crate::trace::SpanContext;
 use crate::util::{hex, lock, ms};
 use serde::Serialize;
 use serde_json::Value;
@@ -47,6 +48,8 @@ pub struct RunCtx {
     pub files: Option<Files>,
     /// What `save_file` stored, in order.
     saved: Mutex<Vec<RunFile>>,
+    /// The run's span: each call is a child of it.
+    pub span: SpanContext,
     /// The catalog the run started with: calls are looked up and routed in it.
     snapshot: Arc<Snapshot>,
     prepared: Arc<Prepared>,
@@ -70,6 +73,7 @@ impl RunCtx {
             session: None,
             files: None,
             saved: Mutex::new(Vec::new()),
+            span: SpanContext::for_run(None),
             snapshot,
             prepared,
             host,
@@ -164,6 +168,7 @@ impl Calls {
             )));
         }
         let id = format!("{}-{n}", run.id);
+        let span = run.span.child();
         let events = self.events();
         let catalog = &run.snapshot.catalog;
         let found = match dispatch::lookup(catalog, tool)
@@ -175,6 +180,7 @@ impl Calls {
                 let mut refused = Event::new("tool_call.finished");
                 refused.exec_id = Some(run.id.clone());
                 refused.session_id = run.session.clone();
+                refused.in_span(&span);
                 refused.call_id = Some(id);
                 refused.tool = Some(tool.to_string());
                 refused.ok = Some(false);
@@ -190,6 +196,7 @@ impl Calls {
         let mut started_event = Event::new("tool_call.started");
         started_event.exec_id = Some(run.id.clone());
         started_event.session_id = run.session.clone();
+        started_event.in_span(&span);
         started_event.call_id = Some(id.clone());
         started_event.tool = Some(found.name.clone());
         started_event.source = Some(source);
@@ -212,6 +219,7 @@ impl Calls {
             &id,
             found,
             args,
+            &span.traceparent(),
         )
         .await;
         let duration_ms = ms(started.elapsed());
@@ -219,6 +227,7 @@ impl Calls {
         let mut finished = Event::new("tool_call.finished");
         finished.exec_id = Some(run.id.clone());
         finished.session_id = run.session.clone();
+        finished.in_span(&span);
         finished.call_id = Some(id.clone());
         finished.tool = Some(found.name.clone());
         finished.source = Some(source);

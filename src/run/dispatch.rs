@@ -236,6 +236,7 @@ pub async fn route(
     call_id: &str,
     tool: &Tool,
     args: Value,
+    traceparent: &str,
 ) -> Result<Value, CallError> {
     let timeout = backends.tool_timeout;
     let call = async {
@@ -247,7 +248,17 @@ pub async fn route(
                 ))),
             },
             Origin::Host => match (&catalog.callback, host) {
-                (Some(cb), _) => callback(&backends.http, cb, call_id, &tool.name, args).await,
+                (Some(cb), _) => {
+                    callback(
+                        &backends.http,
+                        cb,
+                        call_id,
+                        &tool.name,
+                        args,
+                        Some(traceparent),
+                    )
+                    .await
+                }
                 (None, Some(host)) => attached(host, call_id, &tool.name, args).await,
                 (None, None) => Err(CallError::Unavailable(format!(
                     "host tool {:?} has no way to run: PTC_TOOLS_FILE names no callback URL \
@@ -297,6 +308,7 @@ pub async fn callback(
     id: &str,
     tool: &str,
     input: Value,
+    traceparent: Option<&str>,
 ) -> Result<Value, CallError> {
     // No timeout of reqwest's own: the caller's PTC_TOOL_TIMEOUT covers the whole call and
     // says so; a second timer of the same length would race it with a vaguer message.
@@ -305,6 +317,10 @@ pub async fn callback(
         .json(&json!({"id": id, "tool": tool, "input": input}));
     for (k, v) in &cb.headers {
         request = request.header(k, v);
+    }
+    // The call's span, so the host's own tracing joins the run's trace.
+    if let Some(tp) = traceparent {
+        request = request.header(crate::trace::TRACEPARENT, tp);
     }
     let mut response = request.send().await.map_err(|e| {
         // The code sees this message: a URL's query string or userinfo may be a secret.

@@ -22,6 +22,7 @@ use super::scratch::{self, ScratchQuota};
 use crate::events::{Event, Events};
 use crate::render::Snapshot;
 use crate::sandbox::{Mode, Sandbox, Status};
+use crate::trace::SpanContext;
 use crate::util::ms;
 use serde::Serialize;
 use serde_json::json;
@@ -118,6 +119,8 @@ pub struct ExecRequest {
     /// Where the run's files go (`save_file`, a cut stream's whole output); without it
     /// `save_file` says it is not available and a cut stream is only cut.
     pub files: Option<Files>,
+    /// The caller's W3C `traceparent`: the run is a span of that trace (else of a new one).
+    pub traceparent: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -319,7 +322,9 @@ impl Runner {
     pub async fn exec(&self, req: ExecRequest) -> ExecResult {
         let id = format!("r{}", self.inner.counter.fetch_add(1, Ordering::Relaxed));
         let events = self.inner.calls.events();
+        let span = SpanContext::for_run(req.traceparent.as_deref());
         let mut started = Event::new("exec.started");
+        started.in_span(&span);
         started.exec_id = Some(id.clone());
         started.session_id = req.session.clone();
         started.code_bytes = Some(req.code.len());
@@ -328,16 +333,17 @@ impl Runner {
         let mut guard = FinishGuard {
             events,
             exec_id: &id,
+            span: &span,
             session: session.as_deref(),
             started: Instant::now(),
             done: false,
         };
-        let result = self.exec_inner(req, &id).await;
+        let result = self.exec_inner(req, &id, &span).await;
         guard.finish(&result);
         result
     }
 
-    async fn exec_inner(&self, req: ExecRequest, id: &str) -> ExecResult {
+    async fn exec_inner(&self, req: ExecRequest, id: &str, span: &SpanContext) -> ExecResult {
         let started = Instant::now();
         let cfg = &self.inner.cfg;
         let timeout = req.timeout.map_or(cfg.timeout, |t| t.min(cfg.timeout));
@@ -427,6 +433,7 @@ impl Runner {
         let mut run = RunCtx::new(id.to_string(), snapshot, prepared.clone(), req.host, limits);
         run.session = req.session.clone();
         run.files = req.files.clone();
+        run.span = span.clone();
         let run = Arc::new(run);
         let registration = self.inner.calls.register(run.clone());
 
@@ -811,6 +818,7 @@ fn replace_path(text: &str, from: &str, to: &str) -> String {
 struct FinishGuard<'a> {
     events: &'a Events,
     exec_id: &'a str,
+    span: &'a SpanContext,
     session: Option<&'a str>,
     started: Instant,
     done: bool,
@@ -821,6 +829,7 @@ impl FinishGuard<'_> {
         self.done = true;
         let mut e = Event::new("exec.finished");
         e.exec_id = Some(self.exec_id.to_string());
+        e.in_span(self.span);
         e.session_id = self.session.map(str::to_string);
         e.status = Some(match result.status {
             ExecStatus::Ok => "ok",
@@ -842,6 +851,7 @@ impl Drop for FinishGuard<'_> {
         if !self.done {
             let mut e = Event::new("exec.finished");
             e.exec_id = Some(self.exec_id.to_string());
+            e.in_span(self.span);
             e.session_id = self.session.map(str::to_string);
             e.session_id = self.session.map(str::to_string);
             e.status = Some("error");

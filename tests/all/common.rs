@@ -157,12 +157,15 @@ impl TestSidecar {
 pub struct HostServer {
     pub addr: SocketAddr,
     pub calls: Arc<AtomicUsize>,
+    /// The `traceparent` header of each call, in order.
+    pub traceparents: Arc<std::sync::Mutex<Vec<Option<String>>>>,
     shutdown: tokio_util::sync::CancellationToken,
 }
 
 type HostState = (
     Arc<std::collections::HashMap<&'static str, HostTool>>,
     Arc<AtomicUsize>,
+    Arc<std::sync::Mutex<Vec<Option<String>>>>,
 );
 
 pub type HostTool = Arc<
@@ -178,13 +181,18 @@ impl HostServer {
         let tools: Arc<std::collections::HashMap<&'static str, HostTool>> =
             Arc::new(tools.into_iter().collect());
         let calls = Arc::new(AtomicUsize::new(0));
-        let state = (tools, calls.clone());
+        let traceparents = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let state = (tools, calls.clone(), traceparents.clone());
         let router = Router::new()
             .route(
                 "/tools",
                 post(
-                    |State((tools, calls)): State<HostState>, Json(body): Json<Value>| async move {
+                    |State((tools, calls, traced)): State<HostState>,
+                     headers: axum::http::HeaderMap,
+                     Json(body): Json<Value>| async move {
                         calls.fetch_add(1, Ordering::Relaxed);
+                        let tp = headers.get("traceparent").and_then(|v| v.to_str().ok());
+                        traced.lock().unwrap().push(tp.map(str::to_string));
                         let name = body["tool"].as_str().unwrap_or_default();
                         match tools.get(name) {
                             Some(f) => Json(f(body["input"].clone()).await),
@@ -207,6 +215,7 @@ impl HostServer {
         HostServer {
             addr,
             calls,
+            traceparents,
             shutdown,
         }
     }

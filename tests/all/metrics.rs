@@ -1,10 +1,11 @@
-//! `GET /metrics`: after a known workload through real HTTP, real python3 and a real host tool
-//! server, the counters and histograms hold exactly its counts; the gauges show the state; the
-//! route needs the API key unless `PTC_METRICS_PUBLIC=true`.
+//! Observability: `GET /metrics` after a known workload through real HTTP, real python3 and a
+//! real host tool server (the counters and histograms hold exactly its counts; the gauges show
+//! the state; the route needs the API key unless `PTC_METRICS_PUBLIC=true`), and W3C trace
+//! context from the caller's `traceparent` into the events and on to the host callback.
 
 use crate::common::{HostServer, TEST_TIMEOUT, TempDir, TestSidecar, tool};
 use pretty_assertions::assert_eq;
-use serde_json::json;
+use serde_json::{Value, json};
 
 async fn sidecar(extra: &[(&str, &str)]) -> (TestSidecar, HostServer, TempDir) {
     let host = HostServer::start(vec![
@@ -124,6 +125,72 @@ async fn metrics_need_the_key_unless_made_public() {
         // Only /metrics: the rest still needs the key.
         let r = s.http.get(s.url("/v1/tools")).send().await.unwrap();
         assert_eq!(r.status(), 401);
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_traceparent_in_is_the_runs_trace_in_the_events_and_at_the_host_callback() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let (s, host, _dir) = sidecar(&[]).await;
+        let mut events = s.sidecar.state.events.subscribe();
+        let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+        let parent = "00f067aa0ba902b7";
+        let r = s
+            .http
+            .post(s.url("/v1/exec_code"))
+            .header("traceparent", format!("00-{trace}-{parent}-01"))
+            .json(&json!({"code": "await asyncio.gather(get_weather(city='a'), get_weather(city='b'))"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let mut seen: Vec<Value> = Vec::new();
+        while seen.len() < 6 {
+            seen.push(serde_json::from_str(&events.recv().await.unwrap()).unwrap());
+        }
+        let of = |kind: &str| -> Vec<&Value> { seen.iter().filter(|e| e["type"] == kind).collect() };
+        assert!(seen.iter().all(|e| e["trace_id"] == trace), "{seen:#?}");
+        // The run is a child of the caller's span; each call a child of the run.
+        let run_span = of("exec.started")[0]["span_id"].as_str().unwrap().to_string();
+        assert_eq!(of("exec.started")[0]["parent_span_id"], parent);
+        assert_eq!(of("exec.finished")[0]["span_id"], run_span.as_str());
+        let calls = of("tool_call.finished");
+        assert_eq!(calls.len(), 2);
+        let mut call_spans: Vec<&str> = calls.iter().map(|e| e["span_id"].as_str().unwrap()).collect();
+        for e in &calls {
+            assert_eq!(e["parent_span_id"], run_span.as_str(), "{e}");
+        }
+        for e in of("tool_call.started") {
+            assert!(call_spans.contains(&e["span_id"].as_str().unwrap()), "{e}");
+        }
+        // The host got each call's own span as its traceparent.
+        let mut at_host: Vec<String> = host.traceparents.lock().unwrap().iter().flatten().cloned().collect();
+        at_host.sort();
+        call_spans.sort();
+        let expected: Vec<String> = call_spans.iter().map(|s| format!("00-{trace}-{s}-01")).collect();
+        assert_eq!(at_host, expected);
+
+        // Without a traceparent (or with a broken one) the run starts a trace of its own.
+        let r = s
+            .http
+            .post(s.url("/v1/exec_code"))
+            .header("traceparent", "not-a-trace")
+            .json(&json!({"code": "pass"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let started: Value = loop {
+            let e: Value = serde_json::from_str(&events.recv().await.unwrap()).unwrap();
+            if e["type"] == "exec.started" {
+                break e;
+            }
+        };
+        assert_eq!(started["trace_id"].as_str().unwrap().len(), 32);
+        assert_ne!(started["trace_id"], trace);
+        assert_eq!(started.get("parent_span_id"), None);
     })
     .await
     .unwrap();

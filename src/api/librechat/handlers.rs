@@ -248,6 +248,7 @@ async fn first(
             session_id: held.session.id.clone(),
             held: Some(held),
             notes,
+            traceparent: crate::trace::from_headers(headers),
         },
     );
     lc.remember_request(&run, headers);
@@ -440,6 +441,7 @@ struct PlainBody {
 /// (top-level await is already on), so the wrapper is taken off again.
 async fn plain(State(lc): State<Lc>, request: Request) -> Result<Response, ApiError> {
     let runner = lc.runner()?;
+    let traceparent = crate::trace::from_headers(request.headers());
     let body: PlainBody = json_body(
         request,
         MAX_BODY_BYTES,
@@ -464,6 +466,7 @@ async fn plain(State(lc): State<Lc>, request: Request) -> Result<Response, ApiEr
             snapshot: Some(lc.0.empty.clone()),
             session: Some(held.session.id.clone()),
             files: Some(Arc::new(SessionFiles(held.session.clone()))),
+            traceparent,
             ..ExecRequest::default()
         })
         .await;

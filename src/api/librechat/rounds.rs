@@ -182,6 +182,7 @@ impl Runs {
             session: Some(run.session_id.clone()),
             live: false,
             files,
+            traceparent: s.traceparent,
         };
         let (runner, stop) = (runner.clone(), run.stop.clone());
         tokio::spawn(async move {
@@ -216,6 +217,8 @@ pub struct Start {
     pub held: Option<Held>,
     /// What the sidecar tells the model before the run's stderr (input files that are gone).
     pub notes: Vec<String>,
+    /// The request's W3C `traceparent`.
+    pub traceparent: Option<String>,
 }
 
 pub enum Outcome {
