@@ -57,6 +57,7 @@ pub struct RawConfig {
     ptc_session_idle_ttl: Option<String>,
     ptc_artifact_ttl: Option<String>,
     ptc_metrics_public: Option<String>,
+    ptc_log_format: Option<String>,
     path: Option<String>,
     home: Option<String>,
     tmpdir: Option<String>,
@@ -70,6 +71,14 @@ const OTHER_VARIABLES: [&str; 4] = ["REDIS_URL", "PATH", "HOME", "TMPDIR"];
 pub enum Listen {
     Tcp(SocketAddr),
     Unix(PathBuf),
+}
+
+/// How the log is written (`PTC_LOG_FORMAT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    Json,
 }
 
 /// How strictly runs are confined (`PTC_SANDBOX`; the sandbox itself is issue #9).
@@ -162,6 +171,8 @@ pub struct Config {
     pub artifact_ttl: Duration,
     /// `GET /metrics` without the API key (for a Prometheus that cannot send one).
     pub metrics_public: bool,
+    /// How the log is written (`PTC_LOG_FORMAT`).
+    pub log_format: LogFormat,
     /// The sidecar's `PATH`: children (runs, stdio MCP servers) get it.
     pub path_env: String,
     /// The sidecar's `HOME`, passed on to stdio MCP servers.
@@ -376,6 +387,19 @@ impl RawConfig {
             )
             .map(Duration::from_secs)?,
             metrics_public: parse_bool("PTC_METRICS_PUBLIC", self.ptc_metrics_public, false)?,
+            log_format: match non_empty(self.ptc_log_format).as_deref() {
+                None | Some("text") => LogFormat::Text,
+                Some("json") => LogFormat::Json,
+                Some(other) => {
+                    return Err(ConfigError {
+                        variable: "PTC_LOG_FORMAT",
+                        value: other.into(),
+                        expected: "text (the default: lines for a person) or json (one object \
+                                   per line, for a log collector)"
+                            .into(),
+                    });
+                }
+            },
             path_env: non_empty(self.path).unwrap_or_else(|| DEFAULT_PATH.into()),
             home: non_empty(self.home).map(PathBuf::from),
             temp_dir: PathBuf::from(

@@ -4,7 +4,7 @@
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use ptc_sidecar::app::{self, Listener};
-use ptc_sidecar::config::Config;
+use ptc_sidecar::config::{Config, LogFormat};
 use ptc_sidecar::render::llm::UnknownFormat;
 use ptc_sidecar::render::{Format, llm_tools};
 use ptc_sidecar::run::{ExecRequest, ExecStatus};
@@ -64,22 +64,33 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let config = match Config::from_env() {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("ptc-sidecar: {e}");
+            return ExitCode::from(2);
+        }
+    };
     // The server logs what it does; a one-shot command's output is the script's or the
     // catalog's, so it shows only warnings unless RUST_LOG asks for more.
     let default = match cli.command {
         Command::Serve => "info,rmcp=warn",
         _ => "warn,rmcp=error",
     };
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
-        )
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let log = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(ptc_sidecar::util::RedactedStderr);
+    match config.log_format {
+        // One JSON object per line, for a log collector.
+        LogFormat::Json => log.json().init(),
         // Colour for a person at a terminal only: a log collector gets plain lines.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(ptc_sidecar::util::RedactedStderr)
-        .init();
-    match run(cli) {
+        LogFormat::Text => log
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+    }
+    match run(cli, config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("ptc-sidecar: {}", describe(&e));
@@ -102,8 +113,7 @@ fn describe(e: &anyhow::Error) -> String {
     text
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
-    let config = Config::from_env()?;
+fn run(cli: Cli, config: Config) -> anyhow::Result<()> {
     keep_secrets()?;
     match cli.command {
         Command::Tools {

@@ -195,3 +195,46 @@ async fn a_traceparent_in_is_the_runs_trace_in_the_events_and_at_the_host_callba
     .await
     .unwrap();
 }
+
+#[tokio::test]
+async fn ptc_log_format_json_writes_one_object_per_line_and_a_bad_value_is_refused() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let dir = TempDir::new("logjson");
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ptc-sidecar"))
+            .arg("serve")
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("PTC_LOG_FORMAT", "json")
+            .env("PTC_LISTEN", "127.0.0.1:0")
+            .env("PTC_RUNTIME_DIR", dir.0.join("rt"))
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stderr));
+        let first = lines.next_line().await.unwrap().unwrap();
+        let line: Value = serde_json::from_str(&first).unwrap_or_else(|e| panic!("{e}: {first}"));
+        assert_eq!(
+            (line["level"].as_str(), line["fields"]["message"].as_str()),
+            (Some("INFO"), Some("ptc-sidecar serving")),
+            "{line}"
+        );
+        child.kill().await.unwrap();
+
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ptc-sidecar"))
+            .arg("tools")
+            .env_clear()
+            .env("PTC_LOG_FORMAT", "xml")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.starts_with("ptc-sidecar: PTC_LOG_FORMAT=\"xml\" is not valid: text"),
+            "{err}"
+        );
+    })
+    .await
+    .unwrap();
+}
