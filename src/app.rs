@@ -10,9 +10,10 @@
 use crate::api::{self, AppState};
 use crate::catalog::source::SourceError;
 use crate::config::{Config, Listen, SandboxMode, SandboxUser};
-use crate::events::{DEFAULT_HOLD, Events, EventsConfig, EventsError};
+use crate::events::{DEFAULT_HOLD, Events, EventsConfig, EventsError, Observer};
 use crate::mcp::{Hub, McpConfigError};
 use crate::metrics::Metrics;
+use crate::otel::{Otel, OtelError};
 use crate::reload::{ReloadStatus, Reloader, WatchError};
 use crate::render::Snapshot;
 use crate::run::{
@@ -22,7 +23,7 @@ use crate::run::{
 use crate::sandbox;
 use crate::session::{SessionConfig, Sessions};
 use crate::sources::{self, SavedCatalog};
-use crate::util::private_dir;
+use crate::util::{private_dir, redact_urls};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -67,6 +68,8 @@ pub enum StartError {
     Sessions(#[source] std::io::Error),
     #[error(transparent)]
     Reload(#[from] WatchError),
+    #[error(transparent)]
+    Otel(#[from] OtelError),
 }
 
 /// The runner's settings from the configuration, with the resolved interpreter and the
@@ -129,6 +132,8 @@ pub struct Sidecar {
     pub shutdown: CancellationToken,
     /// Sends a new snapshot (reload).
     pub snapshots: watch::Sender<Arc<Snapshot>>,
+    /// The OTLP span exporter, with `OTEL_EXPORTER_OTLP_ENDPOINT`.
+    pub otel: Option<Arc<Otel>>,
     /// The runtime directory when we made it (no `PTC_RUNTIME_DIR`); dropped after the
     /// shutdown token is cancelled.
     _runtime_dir: Option<OwnedDir>,
@@ -226,7 +231,17 @@ impl Sidecar {
             None => vec![("mode", "ptc-off".to_string())],
         };
         let metrics = Metrics::new(&sandbox);
-        events.observe_with(Arc::new(metrics.clone()));
+        let mut observers: Vec<Arc<dyn Observer>> = vec![Arc::new(metrics.clone())];
+        let otel = match &config.otel_endpoint {
+            Some(endpoint) => {
+                let otel = Arc::new(Otel::start(endpoint, &config.otel_service)?);
+                observers.push(otel.clone());
+                tracing::info!(endpoint = %redact_urls(endpoint), "exporting spans over OTLP");
+                Some(otel)
+            }
+            None => None,
+        };
+        events.observe_with(Arc::new(observers));
         let config = Arc::new(config);
         let reload = Arc::new(std::sync::Mutex::new(ReloadStatus::default()));
         Reloader {
@@ -253,8 +268,19 @@ impl Sidecar {
             },
             shutdown,
             snapshots: tx,
+            otel,
             _runtime_dir: runtime_dir,
         })
+    }
+}
+
+impl Sidecar {
+    /// Sends the spans still queued for OTLP (bounded by the exporter's own timeout), off the
+    /// async workers: call it once serving has stopped.
+    pub async fn flush(&self) {
+        if let Some(otel) = self.otel.clone() {
+            let _ = tokio::task::spawn_blocking(move || otel.shutdown()).await;
+        }
     }
 }
 

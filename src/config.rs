@@ -59,12 +59,21 @@ pub struct RawConfig {
     ptc_metrics_public: Option<String>,
     ptc_log_format: Option<String>,
     path: Option<String>,
+    otel_exporter_otlp_endpoint: Option<String>,
+    otel_service_name: Option<String>,
     home: Option<String>,
     tmpdir: Option<String>,
 }
 
 /// The variables [`Config::from_vars`] reads besides those starting with `PTC_`.
-const OTHER_VARIABLES: [&str; 4] = ["REDIS_URL", "PATH", "HOME", "TMPDIR"];
+const OTHER_VARIABLES: [&str; 6] = [
+    "REDIS_URL",
+    "PATH",
+    "HOME",
+    "TMPDIR",
+    "OTEL_EXPORTER_OTLP_ENDPOINT",
+    "OTEL_SERVICE_NAME",
+];
 
 /// Where the control API listens.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,6 +182,11 @@ pub struct Config {
     pub metrics_public: bool,
     /// How the log is written (`PTC_LOG_FORMAT`).
     pub log_format: LogFormat,
+    /// Where spans go over OTLP/HTTP (`OTEL_EXPORTER_OTLP_ENDPOINT`, the base URL); none: no
+    /// export.
+    pub otel_endpoint: Option<String>,
+    /// The `service.name` of the exported spans (`OTEL_SERVICE_NAME`).
+    pub otel_service: String,
     /// The sidecar's `PATH`: children (runs, stdio MCP servers) get it.
     pub path_env: String,
     /// The sidecar's `HOME`, passed on to stdio MCP servers.
@@ -400,6 +414,19 @@ impl RawConfig {
                     });
                 }
             },
+            otel_endpoint: match non_empty(self.otel_exporter_otlp_endpoint) {
+                Some(url) if !(url.starts_with("http://") || url.starts_with("https://")) => {
+                    return Err(ConfigError {
+                        variable: "OTEL_EXPORTER_OTLP_ENDPOINT",
+                        value: url,
+                        expected: "an http:// or https:// base URL of an OTLP/HTTP collector \
+                                   (spans go to its /v1/traces), e.g. http://127.0.0.1:4318"
+                            .into(),
+                    });
+                }
+                url => url,
+            },
+            otel_service: non_empty(self.otel_service_name).unwrap_or_else(|| "ptc-sidecar".into()),
             path_env: non_empty(self.path).unwrap_or_else(|| DEFAULT_PATH.into()),
             home: non_empty(self.home).map(PathBuf::from),
             temp_dir: PathBuf::from(

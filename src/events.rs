@@ -183,6 +183,15 @@ pub trait Observer: Send + Sync {
     fn observe(&self, event: &Event);
 }
 
+/// Several observers, each told of every event in turn.
+impl Observer for Vec<Arc<dyn Observer>> {
+    fn observe(&self, event: &Event) {
+        for observer in self {
+            observer.observe(event);
+        }
+    }
+}
+
 /// A cloneable handle: emit events, subscribe to them.
 #[derive(Clone)]
 pub struct Events {

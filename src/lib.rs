@@ -18,6 +18,8 @@ pub mod mcp;
 /// Prometheus metrics, observed from [`events`] and scraped at `/metrics` (imports `events`
 /// and [`util`]).
 pub mod metrics;
+/// OTLP export of the runs' and calls' spans, observed from [`events`].
+pub mod otel;
 pub mod reload;
 pub mod render;
 pub mod run;

@@ -306,6 +306,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         signal.cancel();
     });
     app::run(listener, state, shutdown).await?;
+    sidecar.flush().await;
     drop(sidecar);
     Ok(())
 }

@@ -238,3 +238,96 @@ async fn ptc_log_format_json_writes_one_object_per_line_and_a_bad_value_is_refus
     .await
     .unwrap();
 }
+
+/// A small OTLP/HTTP receiver: every span of every `POST /v1/traces` (JSON), flattened.
+async fn otlp_receiver() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Value>>>) {
+    use axum::{Json, Router, extract::State, routing::post};
+    let spans = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let router = Router::new()
+        .route(
+            "/v1/traces",
+            post(
+                |State(spans): State<std::sync::Arc<std::sync::Mutex<Vec<Value>>>>,
+                 Json(body): Json<Value>| async move {
+                    for rs in body["resourceSpans"].as_array().into_iter().flatten() {
+                        for ss in rs["scopeSpans"].as_array().into_iter().flatten() {
+                            for span in ss["spans"].as_array().into_iter().flatten() {
+                                let mut span = span.clone();
+                                span["service"] = rs["resource"]["attributes"].clone();
+                                spans.lock().unwrap().push(span);
+                            }
+                        }
+                    }
+                    Json(json!({}))
+                },
+            ),
+        )
+        .with_state(spans.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    (url, spans)
+}
+
+// Multi-threaded: the exporter's thread hands its requests to the runtime.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_reach_an_otlp_collector_with_the_callers_trace() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let (collector, spans) = otlp_receiver().await;
+        let (s, _host, _dir) = sidecar(&[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", collector.as_str()),
+            ("OTEL_SERVICE_NAME", "ptc-test"),
+        ])
+        .await;
+        let trace = "0af7651916cd43dd8448eb211c80319c";
+        let parent = "b7ad6b7169203331";
+        let r = s
+            .http
+            .post(s.url("/v1/exec_code"))
+            .header("traceparent", format!("00-{trace}-{parent}-01"))
+            .json(&json!({"code": "await asyncio.gather(get_weather(city='a'), explode())"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        let arrived = async {
+            while spans.lock().unwrap().len() < 3 {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(15), arrived)
+            .await
+            .expect("three spans reached the collector");
+        let spans = spans.lock().unwrap().clone();
+        assert!(spans.iter().all(|sp| sp["traceId"] == trace), "{spans:#?}");
+        let run: Vec<&Value> = spans
+            .iter()
+            .filter(|sp| sp["name"] == "exec_code")
+            .collect();
+        assert_eq!(run.len(), 1, "{spans:#?}");
+        assert_eq!(run[0]["parentSpanId"], parent);
+        let run_span = run[0]["spanId"].as_str().unwrap();
+        let mut calls: Vec<(&str, &Value)> = spans
+            .iter()
+            .filter(|sp| sp["parentSpanId"] == run_span)
+            .map(|sp| (sp["name"].as_str().unwrap(), &sp["status"]))
+            .collect();
+        calls.sort_by_key(|(name, _)| *name);
+        assert_eq!(calls.len(), 2, "{spans:#?}");
+        assert_eq!(calls[0].0, "tool_call explode");
+        // The failed call is an error span with the tool's message.
+        assert_eq!(
+            calls[0].1["message"], "the weather service is down",
+            "{spans:#?}"
+        );
+        assert_eq!(calls[1].0, "tool_call get-weather");
+        assert!(
+            spans[0]["service"].to_string().contains("ptc-test"),
+            "{}",
+            spans[0]["service"]
+        );
+        s.sidecar.flush().await;
+    })
+    .await
+    .unwrap();
+}
