@@ -24,6 +24,9 @@
 //!    from `GET /v1/sessions`: pages shared with the fork server counted in part), and its
 //!    peak RSS beside a fresh run's (`getrusage`, read in the run).
 //!
+//! 9. Metrics and tracing (`observability_on_off`): the sequential-call workload with
+//!    `/metrics` kept and spans exported over OTLP against both off, three sidecars in turn.
+//!
 //! Run: `cargo bench --bench exec` (`-- --no-peer` to skip progtc, `-- --quick` for a smoke run).
 //! The sidecars inherit this process's environment: `PTC_SANDBOX=off cargo bench --bench exec`
 //! measures workloads 1–5 without the sandbox.
@@ -275,12 +278,14 @@ async fn bench_sidecar(p: &Params) -> Value {
     let sessions = sessions(&http, &sidecar.url, p).await;
     drop(sidecar);
     let events = events_on_off(&http, host, p).await;
+    let observability = observability_on_off(&http, host, p).await;
     let sandbox = sandbox_on_off(&http, host, p).await;
     json!({
         "sessions": sessions,
         "bash_vs_python": bash,
         "sandbox_on_off": sandbox,
         "events_on_off": events,
+        "observability_on_off": observability,
         "exec_print": {"n": p.exec_n, "p50_ms": round(percentile(&mut lat.clone(), 50.0)), "p99_ms": round(percentile(&mut lat, 99.0))},
         "seq_calls": seq_calls,
         "gather_calls": gather_calls,
@@ -294,18 +299,22 @@ async fn bench_sidecar(p: &Params) -> Value {
 /// The sequential-call workload with events going to Redis (a `redis-server` of our own)
 /// against the same without Redis: three sidecars (off, on, and a second off as a control for
 /// the machine's noise) run in turn, 11 rounds; the median per-call overheads, the on/off ratio
-/// (target: at most 1.05), and the off/off ratio that shows how large noise alone is.
-async fn events_on_off(http: &reqwest::Client, host: std::net::SocketAddr, p: &Params) -> Value {
+/// The sequential-call workload on three sidecars in turn over `ROUNDS` rounds: one with
+/// `off` set, one with `on`, and a second `off` as a control for the machine's noise. The
+/// median per-call overheads (less each sidecar's empty run), and the `on` sidecar's health.
+async fn on_off(
+    http: &reqwest::Client,
+    host: std::net::SocketAddr,
+    p: &Params,
+    off: &[(&str, String)],
+    on: &[(&str, String)],
+) -> ([f64; 3], Value) {
     /// Rounds of the three sidecars in turn.
     const ROUNDS: usize = 11;
-    let Some(redis) = TestRedis::try_own() else {
-        return json!({"error": "redis-server is not installed"});
-    };
-    let url = redis.url.clone();
     let sidecars = [
-        start_sidecar(host, None),
-        start_sidecar(host, Some(&url)),
-        start_sidecar(host, None),
+        start_sidecar_with(host, off),
+        start_sidecar_with(host, on),
+        start_sidecar_with(host, off),
     ];
     let mut empty_ms = Vec::new();
     for sidecar in &sidecars {
@@ -325,19 +334,66 @@ async fn events_on_off(http: &reqwest::Client, host: std::net::SocketAddr, p: &P
         }
     }
     let health = health(http, &sidecars[1]).await;
-    let [off, on, control] = per_call.map(|mut v| median(&mut v));
-    drop(sidecars);
-    drop(redis);
+    (per_call.map(|mut v| median(&mut v)), health)
+}
+
+/// `on_off`'s figures: the per-call overheads, on/off (the target's ratio) and control/off
+/// (how large noise alone is).
+fn on_off_figures([off, on, control]: [f64; 3]) -> Value {
     json!({
-        "rounds": ROUNDS,
+        "rounds": 11,
         "off_per_call_ms": round(off),
         "on_per_call_ms": round(on),
         "ratio": round(on / off),
         "control_off_per_call_ms": round(control),
         "control_ratio": round(control / off),
-        "published": health["events"]["published"],
-        "dropped": health["events"]["dropped"],
     })
+}
+
+/// The sequential-call workload with events going to Redis (a `redis-server` of our own)
+/// against the same without Redis (target: at most 1.05).
+async fn events_on_off(http: &reqwest::Client, host: std::net::SocketAddr, p: &Params) -> Value {
+    let Some(redis) = TestRedis::try_own() else {
+        return json!({"error": "redis-server is not installed"});
+    };
+    let on = [("REDIS_URL", redis.url.clone())];
+    let (figures, health) = on_off(http, host, p, &[], &on).await;
+    drop(redis);
+    let mut out = on_off_figures(figures);
+    out["published"] = health["events"]["published"].clone();
+    out["dropped"] = health["events"]["dropped"].clone();
+    out
+}
+
+/// The sequential-call workload with metrics and span export on (`/metrics` kept, spans sent
+/// over OTLP to a receiver of this program's own) against both off (target: at most 1.03).
+async fn observability_on_off(
+    http: &reqwest::Client,
+    host: std::net::SocketAddr,
+    p: &Params,
+) -> Value {
+    let collector = start_otlp_sink().await;
+    let off = [("PTC_METRICS", "false".to_string())];
+    let on = [
+        ("PTC_METRICS", "true".to_string()),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://{collector}")),
+    ];
+    let (figures, _) = on_off(http, host, p, &off, &on).await;
+    on_off_figures(figures)
+}
+
+/// An OTLP/HTTP endpoint that takes every export and answers `{}`.
+async fn start_otlp_sink() -> std::net::SocketAddr {
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(|| async { axum::Json(json!({})) }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
 }
 
 /// What the sandbox costs (issue 9): `print(1)` end to end and the sequential-call workload on

@@ -231,7 +231,10 @@ impl Sidecar {
             None => vec![("mode", "ptc-off".to_string())],
         };
         let metrics = Metrics::new(&sandbox);
-        let mut observers: Vec<Arc<dyn Observer>> = vec![Arc::new(metrics.clone())];
+        let mut observers: Vec<Arc<dyn Observer>> = Vec::new();
+        if config.metrics {
+            observers.push(Arc::new(metrics.clone()));
+        }
         let otel = match &config.otel_endpoint {
             Some(endpoint) => {
                 let otel = Arc::new(Otel::start(endpoint, &config.otel_service)?);

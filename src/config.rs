@@ -57,6 +57,7 @@ pub struct RawConfig {
     ptc_session_idle_ttl: Option<String>,
     ptc_artifact_ttl: Option<String>,
     ptc_metrics_public: Option<String>,
+    ptc_metrics: Option<String>,
     ptc_log_format: Option<String>,
     path: Option<String>,
     otel_exporter_otlp_endpoint: Option<String>,
@@ -180,6 +181,8 @@ pub struct Config {
     pub artifact_ttl: Duration,
     /// `GET /metrics` without the API key (for a Prometheus that cannot send one).
     pub metrics_public: bool,
+    /// Keep metrics at all (`PTC_METRICS`; off: no observation, `/metrics` answers 404).
+    pub metrics: bool,
     /// How the log is written (`PTC_LOG_FORMAT`).
     pub log_format: LogFormat,
     /// Where spans go over OTLP/HTTP (`OTEL_EXPORTER_OTLP_ENDPOINT`, the base URL); none: no
@@ -401,6 +404,7 @@ impl RawConfig {
             )
             .map(Duration::from_secs)?,
             metrics_public: parse_bool("PTC_METRICS_PUBLIC", self.ptc_metrics_public, false)?,
+            metrics: parse_bool("PTC_METRICS", self.ptc_metrics, true)?,
             log_format: match non_empty(self.ptc_log_format).as_deref() {
                 None | Some("text") => LogFormat::Text,
                 Some("json") => LogFormat::Json,

@@ -17,7 +17,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::info::Info;
 use prometheus_client::registry::{Registry, Unit};
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 
@@ -36,6 +36,12 @@ const CALL_BUCKETS: [f64; 12] = [
 ];
 
 type Labels = Vec<(String, String)>;
+
+/// A tool's label, and the counters of its calls by backend and outcome.
+struct ToolCounters {
+    label: String,
+    by_outcome: Vec<(&'static str, String, Counter)>,
+}
 
 /// What the sidecar's state says at a scrape.
 #[derive(Debug, Clone, Default)]
@@ -66,8 +72,12 @@ struct Inner {
     runs: Family<Labels, Counter>,
     run_duration: Histogram,
     calls: Family<Labels, Counter>,
-    call_duration: Family<Labels, Histogram>,
-    tools_seen: Mutex<HashSet<String>>,
+    /// The `tool_call_duration_seconds` series of each backend, kept at hand.
+    host_latency: Histogram,
+    mcp_latency: Histogram,
+    /// Each tool's label and its counters by `(backend, outcome)`: a call of a tool seen before
+    /// finds its counter without building a label set.
+    tools_seen: Mutex<HashMap<String, ToolCounters>>,
     in_flight: Gauge,
     queued: Gauge,
     warm: Gauge,
@@ -186,14 +196,19 @@ impl Metrics {
             "how runs are confined (docs/SECURITY.md)",
             Info::new(info),
         );
+        // One statement each: a family's read guard lives to the end of its statement, and the
+        // next series is made under its write lock.
+        let host_latency = call_duration.get_or_create_owned(&labels(&[("backend", "host")]));
+        let mcp_latency = call_duration.get_or_create_owned(&labels(&[("backend", "mcp")]));
         Metrics {
             inner: Arc::new(Inner {
                 registry,
                 runs,
                 run_duration,
                 calls,
-                call_duration,
-                tools_seen: Mutex::new(HashSet::new()),
+                host_latency,
+                mcp_latency,
+                tools_seen: Mutex::new(HashMap::new()),
                 in_flight,
                 queued,
                 warm,
@@ -241,20 +256,49 @@ impl Metrics {
         out
     }
 
-    /// The `tool` label of a call of `tool`.
-    fn tool_label(&self, tool: &str, unknown: bool) -> String {
-        if unknown {
-            return "(unknown)".into();
-        }
+    /// The counter of calls of `tool` (its label: `(unknown)` when the catalog refused it as
+    /// unknown, `(other)` past [`MAX_TOOL_LABELS`]) on `backend` with `outcome`.
+    fn call_counter(
+        &self,
+        tool: &str,
+        unknown: bool,
+        backend: &'static str,
+        outcome: &str,
+    ) -> Counter {
+        let key = if unknown { "(unknown)" } else { tool };
         let mut seen = lock(&self.inner.tools_seen);
-        if seen.contains(tool) {
-            return tool.to_string();
+        if !seen.contains_key(key) {
+            let label = if unknown || seen.len() < MAX_TOOL_LABELS {
+                key.to_string()
+            } else {
+                "(other)".to_string()
+            };
+            seen.insert(
+                key.to_string(),
+                ToolCounters {
+                    label,
+                    by_outcome: Vec::new(),
+                },
+            );
         }
-        if seen.len() >= MAX_TOOL_LABELS {
-            return "(other)".into();
+        let Some(tool) = seen.get_mut(key) else {
+            return Counter::default();
+        };
+        if let Some((_, _, c)) = tool
+            .by_outcome
+            .iter()
+            .find(|(b, o, _)| *b == backend && o == outcome)
+        {
+            return c.clone();
         }
-        seen.insert(tool.to_string());
-        tool.to_string()
+        let counter = self.inner.calls.get_or_create_owned(&labels(&[
+            ("tool", &tool.label),
+            ("backend", backend),
+            ("outcome", outcome),
+        ]));
+        tool.by_outcome
+            .push((backend, outcome.to_string(), counter.clone()));
+        counter
     }
 }
 
@@ -293,21 +337,16 @@ impl Observer for Metrics {
                     _ => "error",
                 };
                 let backend = e.source.unwrap_or("none");
-                let tool = self.tool_label(
-                    e.tool.as_deref().unwrap_or(""),
-                    error == Some("unknown_tool"),
-                );
-                m.calls
-                    .get_or_create(&labels(&[
-                        ("tool", &tool),
-                        ("backend", backend),
-                        ("outcome", outcome),
-                    ]))
+                let tool = e.tool.as_deref().unwrap_or("");
+                self.call_counter(tool, error == Some("unknown_tool"), backend, outcome)
                     .inc();
                 if let Some(ms) = e.duration_ms {
-                    m.call_duration
-                        .get_or_create(&labels(&[("backend", backend)]))
-                        .observe(ms / 1e3);
+                    let latency = match backend {
+                        "host" => &m.host_latency,
+                        "mcp" => &m.mcp_latency,
+                        _ => return,
+                    };
+                    latency.observe(ms / 1e3);
                 }
             }
             _ => {}

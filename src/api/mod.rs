@@ -40,7 +40,10 @@ pub const VERSION_HEADER: &str = "x-catalog-version";
 
 pub fn router(state: AppState) -> Router {
     // Prometheus may scrape without the key when the operator says so.
-    let metrics_route = Router::new().route("/metrics", get(metrics));
+    let metrics_route = match state.config.metrics {
+        true => Router::new().route("/metrics", get(metrics)),
+        false => Router::new(),
+    };
     let (open, guarded) = match state.config.metrics_public {
         true => (metrics_route, Router::new()),
         false => (Router::new(), metrics_route),

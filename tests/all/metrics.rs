@@ -97,7 +97,10 @@ async fn after_a_known_workload_the_counters_hold_its_exact_counts() {
         // Refusals never reach a backend, so they have no latency.
         assert_eq!(
             lines(&text, "ptc_tool_call_duration_seconds_count"),
-            ["ptc_tool_call_duration_seconds_count{backend=\"host\"} 7"]
+            [
+                "ptc_tool_call_duration_seconds_count{backend=\"host\"} 7",
+                "ptc_tool_call_duration_seconds_count{backend=\"mcp\"} 0",
+            ]
         );
         // The slowest bucket holds every run; the +Inf bucket equals the count.
         assert!(text.contains("ptc_run_duration_seconds_bucket{le=\"+Inf\"} 6"), "{text}");
