@@ -268,6 +268,7 @@ impl Sidecar {
                 events,
                 reload,
                 metrics,
+                board: Default::default(),
             },
             shutdown,
             snapshots: tx,

@@ -13,6 +13,8 @@ pub mod api;
 pub mod app;
 pub mod catalog;
 pub mod config;
+/// The dashboard's model: runs, calls and tool statistics folded from events, bounded.
+pub mod dashboard;
 pub mod events;
 pub mod mcp;
 /// Prometheus metrics, observed from [`events`] and scraped at `/metrics` (imports `events`

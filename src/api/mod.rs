@@ -10,6 +10,7 @@
 //! `exec`, `events` and `librechat` use the leaves `error`, `state`, `auth` and `sse`.
 
 mod auth;
+mod dashboard;
 mod error;
 mod events;
 mod exec;
@@ -20,6 +21,7 @@ mod sse;
 mod state;
 mod workspace;
 
+pub use dashboard::LazyBoard;
 pub use error::{ApiError, ResultsError};
 pub use state::AppState;
 
@@ -57,6 +59,7 @@ pub fn router(state: AppState) -> Router {
             state.artifacts.clone(),
         ))
         .merge(events::router())
+        .merge(dashboard::router())
         .merge(librechat::router(
             state.runner.clone(),
             state.sessions.clone(),

@@ -34,6 +34,8 @@ pub struct AppState {
     pub reload: Arc<std::sync::Mutex<ReloadStatus>>,
     /// What `GET /metrics` shows.
     pub metrics: Metrics,
+    /// What `GET /v1/dashboard/state` shows, started by its first request.
+    pub board: super::LazyBoard,
 }
 
 impl AppState {

@@ -334,3 +334,57 @@ async fn spans_reach_an_otlp_collector_with_the_callers_trace() {
     .await
     .unwrap();
 }
+
+#[tokio::test]
+async fn the_dashboard_state_shows_a_run_its_parallel_calls_and_the_error() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let (s, _host, _dir) = sidecar(&[("PTC_AGENT_ID", "dash-agent")]).await;
+        // The first look starts the board; it shows what happens from then on.
+        let empty = s.get_json("/v1/dashboard/state").await;
+        assert_eq!(empty["runs"], json!([]), "{empty}");
+        let r = s
+            .exec("await asyncio.gather(get_weather(city='a'), get_weather(city='b'), explode(), return_exceptions=True)")
+            .await;
+        assert_eq!(r["status"], "ok", "{r}");
+        let view = loop {
+            let v = s.get_json("/v1/dashboard/state").await;
+            if v["runs"][0]["status"] == "ok" {
+                break v;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        };
+        let run = &view["runs"][0];
+        assert_eq!(run["agent"], "dash-agent");
+        let calls = run["calls"].as_array().unwrap();
+        assert_eq!(calls.len(), 3, "{run}");
+        // Started together: every call begins before any ends (the waterfall overlaps).
+        let first_end = calls
+            .iter()
+            .map(|c| c["offset_ms"].as_f64().unwrap() + c["duration_ms"].as_f64().unwrap())
+            .fold(f64::INFINITY, f64::min);
+        let last_start = calls
+            .iter()
+            .map(|c| c["offset_ms"].as_f64().unwrap())
+            .fold(0.0, f64::max);
+        assert!(last_start <= first_end + 1.0, "{run}");
+        let failed: Vec<(&str, &str)> = calls
+            .iter()
+            .filter(|c| c["ok"] == false)
+            .map(|c| (c["tool"].as_str().unwrap(), c["error"].as_str().unwrap()))
+            .collect();
+        assert_eq!(failed, [("explode", "the weather service is down")]);
+        let tools: Vec<(&str, u64, u64)> = view["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| (t["tool"].as_str().unwrap(), t["calls"].as_u64().unwrap(), t["errors"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(tools, [("get-weather", 2, 0), ("explode", 1, 1)]);
+        assert!(view["agents"]["dash-agent"].is_object(), "{view}");
+        // Filters: a status that no run has shows none.
+        let none = s.get_json("/v1/dashboard/state?status=timeout").await;
+        assert_eq!(none["runs"], json!([]));
+    })
+    .await
+    .unwrap();
+}

@@ -1,0 +1,88 @@
+//! `GET /v1/dashboard/state`: this sidecar's own runs, their calls as a waterfall, per-tool
+//! statistics and catalog reloads, folded from its in-process events by
+//! [`crate::dashboard::Model`] (bounded). The page that draws it comes next (issue 12).
+//!
+//! Owns the feeding task, started by the first request: until someone looks, the sidecar pays
+//! nothing for it. It must never slow a run: it reads the events' broadcast, and one that
+//! falls behind skips what it missed (counted in `missed`).
+
+use super::state::AppState;
+use crate::dashboard::{Filter, Model};
+use crate::util::{lock, now_ms};
+use axum::extract::{Query, State};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde::Deserialize;
+use std::sync::{Arc, Mutex, OnceLock};
+use tokio::sync::broadcast::error::RecvError;
+
+/// Runs a view shows when the request does not say.
+const DEFAULT_LIMIT: usize = 50;
+
+/// The model and what the feeder missed; made by the first request.
+#[derive(Default)]
+pub struct Board {
+    model: Mutex<Model>,
+    missed: std::sync::atomic::AtomicU64,
+}
+
+/// The board of this sidecar, started on first use (see the module doc).
+pub type LazyBoard = Arc<OnceLock<Arc<Board>>>;
+
+pub fn router() -> Router<AppState> {
+    Router::new().route("/v1/dashboard/state", get(state))
+}
+
+#[derive(Deserialize)]
+struct ViewQuery {
+    agent: Option<String>,
+    tool: Option<String>,
+    status: Option<String>,
+    limit: Option<usize>,
+}
+
+async fn state(State(state): State<AppState>, Query(q): Query<ViewQuery>) -> Response {
+    let board = state
+        .board
+        .get_or_init(|| {
+            let board = Arc::new(Board::default());
+            tokio::spawn(feed(state.events.subscribe(), board.clone()));
+            board
+        })
+        .clone();
+    let filter = Filter {
+        agent: q.agent,
+        tool: q.tool,
+        status: q.status,
+    };
+    let limit = q
+        .limit
+        .unwrap_or(DEFAULT_LIMIT)
+        .min(crate::dashboard::MAX_RUNS);
+    let mut view = lock(&board.model).view(now_ms(), &filter, limit);
+    view["missed"] = board
+        .missed
+        .load(std::sync::atomic::Ordering::Relaxed)
+        .into();
+    Json(view).into_response()
+}
+
+/// Folds every event into the board until the events end.
+async fn feed(mut rx: tokio::sync::broadcast::Receiver<Arc<str>>, board: Arc<Board>) {
+    loop {
+        match rx.recv().await {
+            Ok(json) => {
+                if let Ok(event) = serde_json::from_str(&json) {
+                    lock(&board.model).fold(&event);
+                }
+            }
+            Err(RecvError::Lagged(n)) => {
+                board
+                    .missed
+                    .fetch_add(n, std::sync::atomic::Ordering::Relaxed);
+            }
+            Err(RecvError::Closed) => return,
+        }
+    }
+}

@@ -1,0 +1,513 @@
+//! The dashboard's model: what the page shows, folded from events as they come (one agent's
+//! own, or every agent's from Redis), in bounded memory however many events pass through.
+//!
+//! Owns the folding and the limits: the latest [`MAX_RUNS`] runs with their calls (at most
+//! [`MAX_CALLS_PER_RUN`] each) as a waterfall (each call's start as an offset into its run),
+//! per-tool counts, error rates and latency percentiles over the latest [`LATENCY_SAMPLES`]
+//! calls of each of at most [`MAX_TOOLS`] tools, the latest [`MAX_RELOADS`] catalog reloads, and
+//! each agent's last sign of life. Pure: it is handed events (as parsed JSON) and a clock, and
+//! answers views; serving it is the API's job.
+
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+/// Runs kept, newest first: what a page shows without paging.
+pub const MAX_RUNS: usize = 500;
+/// Calls kept per run: a run that makes 10,000 calls shows its first 200.
+pub const MAX_CALLS_PER_RUN: usize = 200;
+/// Tools with statistics of their own; later ones count under `(other)`.
+pub const MAX_TOOLS: usize = 2000;
+/// Latencies kept per tool for its percentiles (the latest ones).
+pub const LATENCY_SAMPLES: usize = 512;
+/// Catalog reloads kept.
+pub const MAX_RELOADS: usize = 50;
+/// Agents kept (the most recently heard from).
+pub const MAX_AGENTS: usize = 1000;
+
+/// One run as the page shows it.
+#[derive(Debug, Clone, PartialEq)]
+struct Run {
+    agent: String,
+    exec_id: String,
+    session_id: Option<String>,
+    trace_id: Option<String>,
+    started_ms: u64,
+    status: Option<String>,
+    duration_ms: Option<f64>,
+    error: Option<String>,
+    calls: Vec<Call>,
+    /// Calls past [`MAX_CALLS_PER_RUN`], counted but not kept.
+    calls_dropped: usize,
+}
+
+/// One call in a run's waterfall.
+#[derive(Debug, Clone, PartialEq)]
+struct Call {
+    call_id: String,
+    tool: String,
+    /// Milliseconds from the run's start to the call's.
+    offset_ms: f64,
+    duration_ms: Option<f64>,
+    ok: Option<bool>,
+    error: Option<String>,
+    backend: Option<String>,
+}
+
+#[derive(Debug, Default, Clone)]
+struct ToolStats {
+    calls: u64,
+    errors: u64,
+    latencies: VecDeque<f64>,
+}
+
+/// Everything the page shows.
+#[derive(Debug, Default)]
+pub struct Model {
+    /// Newest at the back.
+    runs: VecDeque<Run>,
+    tools: HashMap<String, ToolStats>,
+    reloads: VecDeque<Value>,
+    /// Agent → last event's time (ms).
+    agents: HashMap<String, u64>,
+    /// Events folded in all.
+    pub events: u64,
+}
+
+fn text(v: &Value, key: &str) -> Option<String> {
+    v.get(key).and_then(Value::as_str).map(str::to_string)
+}
+
+impl Model {
+    /// Folds one event in.
+    pub fn fold(&mut self, e: &Value) {
+        self.events += 1;
+        let Some(agent) = text(e, "agent_id") else {
+            return;
+        };
+        let ts = e["ts"].as_u64().unwrap_or(0);
+        self.hear_from(&agent, ts);
+        match e["type"].as_str().unwrap_or("") {
+            "exec.started" => self.run_started(&agent, e, ts),
+            "exec.finished" => self.run_finished(&agent, e, ts),
+            "tool_call.started" => self.call_started(&agent, e, ts),
+            "tool_call.finished" => self.call_finished(&agent, e, ts),
+            "catalog.reloaded" => {
+                if self.reloads.len() == MAX_RELOADS {
+                    self.reloads.pop_front();
+                }
+                let mut r = e.clone();
+                r.as_object_mut().map(|o| o.remove("seq"));
+                self.reloads.push_back(r);
+            }
+            _ => {}
+        }
+    }
+
+    fn hear_from(&mut self, agent: &str, ts: u64) {
+        if !self.agents.contains_key(agent) && self.agents.len() >= MAX_AGENTS {
+            let oldest = self
+                .agents
+                .iter()
+                .min_by_key(|(_, t)| **t)
+                .map(|(a, _)| a.clone());
+            if let Some(oldest) = oldest {
+                self.agents.remove(&oldest);
+            }
+        }
+        let last = self.agents.entry(agent.to_string()).or_insert(0);
+        *last = (*last).max(ts);
+    }
+
+    fn run_mut(&mut self, agent: &str, exec_id: &str) -> Option<&mut Run> {
+        // The newest runs are the ones events arrive for: look from the back.
+        self.runs
+            .iter_mut()
+            .rev()
+            .find(|r| r.exec_id == exec_id && r.agent == agent)
+    }
+
+    /// The run an event belongs to, made when its start was not seen (history from the middle
+    /// of a stream, or a start that was dropped).
+    fn run_for(&mut self, agent: &str, e: &Value, ts: u64) -> Option<&mut Run> {
+        let exec_id = text(e, "exec_id")?;
+        if self.run_mut(agent, &exec_id).is_none() {
+            if self.runs.len() == MAX_RUNS {
+                self.runs.pop_front();
+            }
+            self.runs.push_back(Run {
+                agent: agent.to_string(),
+                exec_id: exec_id.clone(),
+                session_id: text(e, "session_id"),
+                trace_id: text(e, "trace_id"),
+                started_ms: ts,
+                status: None,
+                duration_ms: None,
+                error: None,
+                calls: Vec::new(),
+                calls_dropped: 0,
+            });
+        }
+        self.run_mut(agent, &exec_id)
+    }
+
+    fn run_started(&mut self, agent: &str, e: &Value, ts: u64) {
+        if let Some(run) = self.run_for(agent, e, ts) {
+            run.started_ms = ts;
+        }
+    }
+
+    fn run_finished(&mut self, agent: &str, e: &Value, ts: u64) {
+        let Some(run) = self.run_for(agent, e, ts) else {
+            return;
+        };
+        let duration = e["duration_ms"].as_f64();
+        if let Some(d) = duration {
+            // A run whose start was not seen starts where its duration says.
+            run.started_ms = run.started_ms.min(ts.saturating_sub(d as u64));
+        }
+        run.status = text(e, "status");
+        run.duration_ms = duration;
+        run.error = e["error"]["message"].as_str().map(str::to_string);
+    }
+
+    fn call_started(&mut self, agent: &str, e: &Value, ts: u64) {
+        let Some(run) = self.run_for(agent, e, ts) else {
+            return;
+        };
+        let Some(call_id) = text(e, "call_id") else {
+            return;
+        };
+        if run.calls.iter().any(|c| c.call_id == call_id) {
+            return;
+        }
+        if run.calls.len() >= MAX_CALLS_PER_RUN {
+            run.calls_dropped += 1;
+            return;
+        }
+        run.calls.push(Call {
+            call_id,
+            tool: text(e, "tool").unwrap_or_default(),
+            offset_ms: ts.saturating_sub(run.started_ms) as f64,
+            duration_ms: None,
+            ok: None,
+            error: None,
+            backend: text(e, "source"),
+        });
+    }
+
+    fn call_finished(&mut self, agent: &str, e: &Value, ts: u64) {
+        let ok = e["ok"].as_bool();
+        let duration = e["duration_ms"].as_f64();
+        let tool = text(e, "tool").unwrap_or_default();
+        self.count_call(&tool, ok == Some(true), duration);
+        let Some(run) = self.run_for(agent, e, ts) else {
+            return;
+        };
+        let Some(call_id) = text(e, "call_id") else {
+            return;
+        };
+        let error = e["error"]["message"].as_str().map(str::to_string);
+        let index = match run.calls.iter().position(|c| c.call_id == call_id) {
+            Some(i) => i,
+            None if run.calls.len() < MAX_CALLS_PER_RUN => {
+                // Refused before dispatch: no start; it began as it ended.
+                let start = ts.saturating_sub(duration.unwrap_or(0.0) as u64);
+                run.calls.push(Call {
+                    call_id,
+                    tool,
+                    offset_ms: start.saturating_sub(run.started_ms) as f64,
+                    duration_ms: None,
+                    ok: None,
+                    error: None,
+                    backend: text(e, "source"),
+                });
+                run.calls.len() - 1
+            }
+            None => {
+                run.calls_dropped += 1;
+                return;
+            }
+        };
+        let call = &mut run.calls[index];
+        call.duration_ms = duration.or(Some(0.0));
+        call.ok = ok;
+        call.error = error;
+    }
+
+    fn count_call(&mut self, tool: &str, ok: bool, duration: Option<f64>) {
+        let key = if self.tools.contains_key(tool) || self.tools.len() < MAX_TOOLS {
+            tool
+        } else {
+            "(other)"
+        };
+        let stats = self.tools.entry(key.to_string()).or_default();
+        stats.calls += 1;
+        if !ok {
+            stats.errors += 1;
+        }
+        if let Some(d) = duration {
+            if stats.latencies.len() == LATENCY_SAMPLES {
+                stats.latencies.pop_front();
+            }
+            stats.latencies.push_back(d);
+        }
+    }
+
+    /// What the page shows: agents (with how long since each was heard from, `now_ms` being
+    /// the clock), the latest `limit` runs that pass the filters (newest first), per-tool
+    /// statistics, and the reloads.
+    pub fn view(&self, now_ms: u64, filter: &Filter, limit: usize) -> Value {
+        let agents: BTreeMap<&String, Value> = self
+            .agents
+            .iter()
+            .map(|(a, t)| (a, json!({"last_event_ms_ago": now_ms.saturating_sub(*t)})))
+            .collect();
+        let runs: Vec<Value> = self
+            .runs
+            .iter()
+            .rev()
+            .filter(|r| filter.admits(r))
+            .take(limit)
+            .map(run_json)
+            .collect();
+        let mut tools: Vec<(&String, &ToolStats)> = self
+            .tools
+            .iter()
+            .filter(|(t, _)| filter.tool.as_ref().is_none_or(|f| f == *t))
+            .collect();
+        tools.sort_by(|a, b| b.1.calls.cmp(&a.1.calls).then(a.0.cmp(b.0)));
+        let tools: Vec<Value> = tools
+            .into_iter()
+            .map(|(name, s)| {
+                let mut sorted: Vec<f64> = s.latencies.iter().copied().collect();
+                sorted.sort_by(f64::total_cmp);
+                json!({
+                    "tool": name,
+                    "calls": s.calls,
+                    "errors": s.errors,
+                    "error_rate": if s.calls == 0 { 0.0 } else { s.errors as f64 / s.calls as f64 },
+                    "p50_ms": percentile(&sorted, 0.50),
+                    "p95_ms": percentile(&sorted, 0.95),
+                })
+            })
+            .collect();
+        json!({
+            "agents": agents,
+            "runs": runs,
+            "tools": tools,
+            "reloads": self.reloads.iter().rev().collect::<Vec<_>>(),
+            "events": self.events,
+        })
+    }
+}
+
+/// What the page asks to see.
+#[derive(Debug, Default, Clone)]
+pub struct Filter {
+    pub agent: Option<String>,
+    pub tool: Option<String>,
+    /// `ok`, `error`, `timeout`, or `running`.
+    pub status: Option<String>,
+}
+
+impl Filter {
+    fn admits(&self, r: &Run) -> bool {
+        let status = r.status.as_deref().unwrap_or("running");
+        self.agent.as_ref().is_none_or(|a| *a == r.agent)
+            && self.status.as_ref().is_none_or(|s| s == status)
+            && self
+                .tool
+                .as_ref()
+                .is_none_or(|t| r.calls.iter().any(|c| c.tool == *t))
+    }
+}
+
+fn run_json(r: &Run) -> Value {
+    json!({
+        "agent": r.agent,
+        "exec_id": r.exec_id,
+        "session_id": r.session_id,
+        "trace_id": r.trace_id,
+        "started_ms": r.started_ms,
+        "status": r.status.as_deref().unwrap_or("running"),
+        "duration_ms": r.duration_ms,
+        "error": r.error,
+        "calls_dropped": r.calls_dropped,
+        "calls": r.calls.iter().map(|c| json!({
+            "call_id": c.call_id,
+            "tool": c.tool,
+            "offset_ms": c.offset_ms,
+            "duration_ms": c.duration_ms,
+            "ok": c.ok,
+            "error": c.error,
+            "backend": c.backend,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// The `q` quantile of `sorted` (nearest rank), `None` when empty.
+fn percentile(sorted: &[f64], q: f64) -> Option<f64> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    Some(sorted[rank - 1])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    /// A run of agent `a1` with two calls in parallel, one failing, and one refused call.
+    fn a_run(model: &mut Model) {
+        let base = json!({"agent_id": "a1", "exec_id": "r1"});
+        let with = |extra: Value| {
+            let mut e = base.clone();
+            for (k, v) in extra.as_object().unwrap() {
+                e[k] = v.clone();
+            }
+            e
+        };
+        for e in [
+            with(json!({"type": "exec.started", "ts": 1000, "trace_id": "t1"})),
+            with(
+                json!({"type": "tool_call.started", "ts": 1010, "call_id": "r1-0", "tool": "get", "source": "host"}),
+            ),
+            with(
+                json!({"type": "tool_call.started", "ts": 1012, "call_id": "r1-1", "tool": "boom", "source": "mcp"}),
+            ),
+            with(
+                json!({"type": "tool_call.finished", "ts": 1030, "call_id": "r1-1", "tool": "boom", "ok": false, "duration_ms": 18.0, "error": {"type": "tool", "message": "it broke"}}),
+            ),
+            with(
+                json!({"type": "tool_call.finished", "ts": 1050, "call_id": "r1-0", "tool": "get", "ok": true, "duration_ms": 40.0}),
+            ),
+            with(
+                json!({"type": "tool_call.finished", "ts": 1060, "call_id": "r1-2", "tool": "nope", "ok": false, "error": {"type": "unknown_tool", "message": "no tool nope"}}),
+            ),
+            with(
+                json!({"type": "exec.finished", "ts": 1100, "status": "ok", "duration_ms": 100.0}),
+            ),
+        ] {
+            model.fold(&e);
+        }
+    }
+
+    #[test]
+    fn a_run_becomes_a_waterfall_with_overlapping_calls_and_its_errors() {
+        let mut m = Model::default();
+        a_run(&mut m);
+        let view = m.view(2000, &Filter::default(), 10);
+        assert_eq!(
+            view["runs"],
+            json!([{
+                "agent": "a1", "exec_id": "r1", "session_id": null, "trace_id": "t1",
+                "started_ms": 1000, "status": "ok", "duration_ms": 100.0, "error": null,
+                "calls_dropped": 0,
+                "calls": [
+                    {"call_id": "r1-0", "tool": "get", "offset_ms": 10.0, "duration_ms": 40.0, "ok": true, "error": null, "backend": "host"},
+                    {"call_id": "r1-1", "tool": "boom", "offset_ms": 12.0, "duration_ms": 18.0, "ok": false, "error": "it broke", "backend": "mcp"},
+                    {"call_id": "r1-2", "tool": "nope", "offset_ms": 60.0, "duration_ms": 0.0, "ok": false, "error": "no tool nope", "backend": null},
+                ]
+            }])
+        );
+        assert_eq!(view["agents"], json!({"a1": {"last_event_ms_ago": 900}}));
+        let tools: Vec<(&str, u64, u64)> = view["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| {
+                (
+                    t["tool"].as_str().unwrap(),
+                    t["calls"].as_u64().unwrap(),
+                    t["errors"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(tools, [("boom", 1, 1), ("get", 1, 0), ("nope", 1, 1)]);
+    }
+
+    #[test]
+    fn filters_pick_runs_by_agent_tool_and_status() {
+        let mut m = Model::default();
+        a_run(&mut m);
+        m.fold(&json!({"type": "exec.started", "agent_id": "a2", "exec_id": "r1", "ts": 5000}));
+        let ids = |f: Filter| -> Vec<String> {
+            m.view(6000, &f, 10)["runs"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{}/{}",
+                        r["agent"].as_str().unwrap(),
+                        r["status"].as_str().unwrap()
+                    )
+                })
+                .collect()
+        };
+        assert_eq!(ids(Filter::default()), ["a2/running", "a1/ok"]);
+        assert_eq!(
+            ids(Filter {
+                agent: Some("a1".into()),
+                ..Filter::default()
+            }),
+            ["a1/ok"]
+        );
+        assert_eq!(
+            ids(Filter {
+                status: Some("running".into()),
+                ..Filter::default()
+            }),
+            ["a2/running"]
+        );
+        assert_eq!(
+            ids(Filter {
+                tool: Some("boom".into()),
+                ..Filter::default()
+            }),
+            ["a1/ok"]
+        );
+    }
+
+    #[test]
+    fn memory_stays_bounded_however_many_events_pass() {
+        let mut m = Model::default();
+        for i in 0..(MAX_RUNS as u64 * 3) {
+            let exec_id = format!("r{i}");
+            m.fold(&json!({"type": "exec.started", "agent_id": "a", "exec_id": exec_id, "ts": i}));
+            for c in 0..(MAX_CALLS_PER_RUN + 5) {
+                m.fold(&json!({"type": "tool_call.finished", "agent_id": "a", "exec_id": exec_id,
+                    "call_id": format!("{exec_id}-{c}"), "tool": format!("t{}", c % 3), "ok": true, "duration_ms": c as f64, "ts": i}));
+            }
+        }
+        assert_eq!(m.runs.len(), MAX_RUNS);
+        assert!(
+            m.runs
+                .iter()
+                .all(|r| r.calls.len() == MAX_CALLS_PER_RUN && r.calls_dropped == 5)
+        );
+        assert!(
+            m.tools
+                .values()
+                .all(|t| t.latencies.len() == LATENCY_SAMPLES)
+        );
+        // The newest run is kept, the oldest gone.
+        let newest = m.view(0, &Filter::default(), 1);
+        assert_eq!(
+            newest["runs"][0]["exec_id"],
+            format!("r{}", MAX_RUNS * 3 - 1)
+        );
+    }
+
+    #[test]
+    fn percentiles_are_nearest_rank() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(
+            (percentile(&v, 0.5), percentile(&v, 0.95)),
+            (Some(50.0), Some(95.0))
+        );
+        assert_eq!(percentile(&[], 0.5), None);
+    }
+}
