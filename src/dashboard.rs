@@ -69,6 +69,9 @@ pub struct Model {
     reloads: VecDeque<Value>,
     /// Agent → last event's time (ms).
     agents: HashMap<String, u64>,
+    /// Agent → the `(seq, ts)` of its latest event: an event at or before both is one seen
+    /// already (history and live can overlap); a restarted sidecar's low `seq` comes later.
+    latest: HashMap<String, (u64, u64)>,
     /// Events folded in all.
     pub events: u64,
 }
@@ -85,6 +88,13 @@ impl Model {
             return;
         };
         let ts = e["ts"].as_u64().unwrap_or(0);
+        if let Some(seq) = e["seq"].as_u64() {
+            let latest = self.latest.entry(agent.clone()).or_insert((0, 0));
+            if latest.1 > 0 && seq <= latest.0 && ts <= latest.1 {
+                return;
+            }
+            *latest = (seq.max(latest.0), ts.max(latest.1));
+        }
         self.hear_from(&agent, ts);
         match e["type"].as_str().unwrap_or("") {
             "exec.started" => self.run_started(&agent, e, ts),
@@ -112,6 +122,7 @@ impl Model {
                 .map(|(a, _)| a.clone());
             if let Some(oldest) = oldest {
                 self.agents.remove(&oldest);
+                self.latest.remove(&oldest);
             }
         }
         let last = self.agents.entry(agent.to_string()).or_insert(0);
@@ -499,6 +510,19 @@ mod tests {
             newest["runs"][0]["exec_id"],
             format!("r{}", MAX_RUNS * 3 - 1)
         );
+    }
+
+    #[test]
+    fn an_event_seen_twice_counts_once_but_a_restarted_agent_counts_again() {
+        let mut m = Model::default();
+        let e = |seq: u64, ts: u64| {
+            json!({"type": "tool_call.finished", "agent_id": "a", "exec_id": "r1", "call_id": format!("r1-{seq}"),
+                   "tool": "t", "ok": true, "duration_ms": 1.0, "seq": seq, "ts": ts})
+        };
+        for event in [e(1, 10), e(2, 11), e(2, 11), e(1, 10), e(1, 50)] {
+            m.fold(&event);
+        }
+        assert_eq!(m.tools["t"].calls, 3);
     }
 
     #[test]

@@ -417,6 +417,98 @@ pub async fn watch(
     Err(WatchError::Ended)
 }
 
+/// Most events read back from each agent's stream at start (`ptc-sidecar dashboard`): the
+/// dashboard keeps the latest runs only, and a stream of 100,000 events must not be read whole.
+pub const HISTORY_PER_AGENT: usize = 5000;
+
+/// Most agents' streams read back at start.
+pub const HISTORY_AGENTS: usize = 1000;
+
+/// Every agent's events from Redis, oldest first: up to [`HISTORY_PER_AGENT`] of each of up to
+/// [`HISTORY_AGENTS`] streams (`ptc:stream:*`) read back, then the live ones (`ptc:events:*`),
+/// each handed to `sink` as JSON text, until the connection ends. Subscribes before it reads
+/// the history, so no event falls between the two (one may come twice: a consumer keyed by
+/// `seq` sees it as such). `ready` is called once the history is in and live events flow.
+pub async fn follow_all(
+    redis_url: &str,
+    mut sink: impl FnMut(&str),
+    ready: impl FnOnce(),
+) -> Result<(), WatchError> {
+    use futures_util::StreamExt;
+    let client = redis::Client::open(redis_url).map_err(|error| WatchError::Url {
+        url: redis_url.to_string(),
+        error,
+    })?;
+    let connect = |error| WatchError::Connect {
+        url: redis_url.to_string(),
+        error,
+    };
+    let mut pubsub = client.get_async_pubsub().await.map_err(connect)?;
+    pubsub
+        .psubscribe("ptc:events:*")
+        .await
+        .map_err(WatchError::Subscribe)?;
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .map_err(connect)?;
+    let mut keys: Vec<String> = Vec::new();
+    let mut cursor: u64 = 0;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg("ptc:stream:*")
+            .arg("COUNT")
+            .arg(500)
+            .query_async(&mut conn)
+            .await
+            .map_err(WatchError::Subscribe)?;
+        keys.extend(batch);
+        cursor = next;
+        if cursor == 0 || keys.len() >= HISTORY_AGENTS {
+            break;
+        }
+    }
+    keys.truncate(HISTORY_AGENTS);
+    let mut history: Vec<(u64, String)> = Vec::new();
+    for key in keys {
+        let entries: Vec<(String, Vec<(String, String)>)> = redis::cmd("XREVRANGE")
+            .arg(&key)
+            .arg("+")
+            .arg("-")
+            .arg("COUNT")
+            .arg(HISTORY_PER_AGENT)
+            .query_async(&mut conn)
+            .await
+            .map_err(WatchError::Subscribe)?;
+        for (_, fields) in entries {
+            for (field, json) in fields {
+                if field == "event" {
+                    let ts = serde_json::from_str::<Value>(&json)
+                        .ok()
+                        .and_then(|v| v["ts"].as_u64())
+                        .unwrap_or(0);
+                    history.push((ts, json));
+                }
+            }
+        }
+    }
+    // Oldest first across agents; a stable sort keeps each agent's own order.
+    history.sort_by_key(|(ts, _)| *ts);
+    for (_, json) in &history {
+        sink(json);
+    }
+    drop(history);
+    let mut messages = pubsub.on_message();
+    ready();
+    while let Some(msg) = messages.next().await {
+        let payload: String = msg.get_payload().unwrap_or_default();
+        sink(&payload);
+    }
+    Err(WatchError::Ended)
+}
+
 /// The one task that talks to Redis.
 struct Writer {
     client: redis::Client,

@@ -2,6 +2,7 @@
 //! (or, for the one-shot `tools` command, to `sources`).
 
 use anyhow::Context;
+use axum::response::IntoResponse;
 use clap::{Parser, Subcommand};
 use ptc_sidecar::app::{self, Listener};
 use ptc_sidecar::config::{Config, LogFormat};
@@ -34,6 +35,13 @@ enum Command {
         /// Raw JSON events instead of readable lines.
         #[arg(long)]
         json: bool,
+    },
+    /// Serve every agent's runs, calls and tool statistics from Redis (REDIS_URL): history from
+    /// the event streams, then live (GET /v1/dashboard/state; the page itself comes next).
+    Dashboard {
+        /// Where to listen: a loopback address unless PTC_API_KEY is set.
+        #[arg(long, default_value = "127.0.0.1:7480")]
+        listen: std::net::SocketAddr,
     },
     /// List the sessions of the sidecar running on PTC_LISTEN: files, and the live interpreter
     /// (runs, idle time, memory) of each.
@@ -135,12 +143,81 @@ fn run(cli: Cli, config: Config) -> anyhow::Result<()> {
             ))?)
         }
         Command::Sessions { json } => runtime()?.block_on(print_sessions(&config, json)),
+        Command::Dashboard { listen } => runtime()?.block_on(dashboard(&config, listen)),
         Command::Exec { file, mcp_catalog } => {
             let code = exec_code_of(&file)?;
             let exit = runtime()?.block_on(exec(config, code, mcp_catalog))?;
             std::process::exit(exit);
         }
     }
+}
+
+/// `ptc-sidecar dashboard`: folds every agent's events from Redis into one board and serves it.
+async fn dashboard(config: &Config, listen: std::net::SocketAddr) -> anyhow::Result<()> {
+    use ptc_sidecar::api::dashboard::{Board, board_router};
+    let url = config
+        .redis_url
+        .clone()
+        .context("REDIS_URL is not set; the dashboard reads every agent's events from Redis")?;
+    if !listen.ip().is_loopback() && config.api_key.is_none() {
+        anyhow::bail!(
+            "--listen {listen} is not a loopback address; listening on other interfaces requires PTC_API_KEY"
+        );
+    }
+    let board = std::sync::Arc::new(Board::default());
+    let feeding = board.clone();
+    let (ready_tx, ready) = tokio::sync::oneshot::channel();
+    let mut follow = tokio::spawn(async move {
+        let ready = move || {
+            let _ = ready_tx.send(());
+        };
+        ptc_sidecar::events::follow_all(&url, |json| feeding.fold(json), ready).await
+    });
+    // Serve once the history is in: a first look finds it.
+    tokio::select! {
+        _ = ready => {}
+        followed = &mut follow => {
+            followed??;
+            anyhow::bail!("the Redis connection ended before the history was read");
+        }
+    }
+    let mut router = board_router(board);
+    if let Some(key) = config.api_key.clone() {
+        router = router.layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| {
+                let key = key.clone();
+                async move {
+                    let headers = request.headers();
+                    let given = headers
+                        .get("x-api-key")
+                        .or_else(|| headers.get("authorization"))
+                        .and_then(|v| v.to_str().ok())
+                        .map(|v| v.trim_start_matches("Bearer ").to_string());
+                    if given.as_deref() == Some(key.as_str()) {
+                        next.run(request).await
+                    } else {
+                        axum::http::StatusCode::UNAUTHORIZED.into_response()
+                    }
+                }
+            },
+        ));
+    }
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("cannot listen on {listen}"))?;
+    // On stdout: the address to open (with --listen 127.0.0.1:0, the port the system chose).
+    println!(
+        "ptc-sidecar dashboard serving on http://{}",
+        listener.local_addr()?
+    );
+    tokio::select! {
+        served = axum::serve(listener, router) => served?,
+        followed = follow => {
+            followed??;
+        }
+        _ = wait_for_signal() => {}
+    }
+    Ok(())
 }
 
 /// `ptc-sidecar sessions`: `GET /v1/sessions` of the running sidecar, as a table or JSON.

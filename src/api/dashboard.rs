@@ -35,7 +35,7 @@ pub fn router() -> Router<AppState> {
 }
 
 #[derive(Deserialize)]
-struct ViewQuery {
+pub struct ViewQuery {
     agent: Option<String>,
     tool: Option<String>,
     status: Option<String>,
@@ -51,6 +51,28 @@ async fn state(State(state): State<AppState>, Query(q): Query<ViewQuery>) -> Res
             board
         })
         .clone();
+    view(&board, q)
+}
+
+/// `GET /v1/dashboard/state` of `ptc-sidecar dashboard`: every agent's board, fed from Redis
+/// by the command (see [`Board::fold`]).
+pub fn board_router(board: Arc<Board>) -> Router {
+    Router::new().route(
+        "/v1/dashboard/state",
+        get(move |Query(q): Query<ViewQuery>| async move { view(&board, q) }),
+    )
+}
+
+impl Board {
+    /// Folds one event given as JSON text (what Redis holds); text that is not JSON is skipped.
+    pub fn fold(&self, json: &str) {
+        if let Ok(event) = serde_json::from_str(json) {
+            lock(&self.model).fold(&event);
+        }
+    }
+}
+
+fn view(board: &Board, q: ViewQuery) -> Response {
     let filter = Filter {
         agent: q.agent,
         tool: q.tool,
@@ -72,11 +94,7 @@ async fn state(State(state): State<AppState>, Query(q): Query<ViewQuery>) -> Res
 async fn feed(mut rx: tokio::sync::broadcast::Receiver<Arc<str>>, board: Arc<Board>) {
     loop {
         match rx.recv().await {
-            Ok(json) => {
-                if let Ok(event) = serde_json::from_str(&json) {
-                    lock(&board.model).fold(&event);
-                }
-            }
+            Ok(json) => board.fold(&json),
             Err(RecvError::Lagged(n)) => {
                 board
                     .missed

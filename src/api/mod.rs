@@ -10,7 +10,7 @@
 //! `exec`, `events` and `librechat` use the leaves `error`, `state`, `auth` and `sse`.
 
 mod auth;
-mod dashboard;
+pub mod dashboard;
 mod error;
 mod events;
 mod exec;

@@ -17,6 +17,16 @@ async fn sidecar(extra: &[(&str, &str)]) -> (TestSidecar, HostServer, TempDir) {
             "explode",
             tool(|_| json!({"error": "the weather service is down"})),
         ),
+        (
+            "sleepy",
+            std::sync::Arc::new(|_: Value| {
+                Box::pin(async {
+                    tokio::time::sleep(std::time::Duration::from_millis(150)).await;
+                    json!({"result": "slept"})
+                })
+                    as std::pin::Pin<Box<dyn std::future::Future<Output = Value> + Send>>
+            }),
+        ),
     ])
     .await;
     let dir = TempDir::new("metrics");
@@ -24,7 +34,8 @@ async fn sidecar(extra: &[(&str, &str)]) -> (TestSidecar, HostServer, TempDir) {
         "callback": {"url": host.url()},
         "tools": [
             {"name": "get-weather", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
-            {"name": "explode", "input_schema": {"type": "object", "properties": {}}}
+            {"name": "explode", "input_schema": {"type": "object", "properties": {}}},
+            {"name": "sleepy", "input_schema": {"type": "object", "properties": {}}}
         ]
     });
     let m = dir.write("tools.json", &manifest.to_string());
@@ -288,19 +299,26 @@ async fn spans_reach_an_otlp_collector_with_the_callers_trace() {
             .http
             .post(s.url("/v1/exec_code"))
             .header("traceparent", format!("00-{trace}-{parent}-01"))
-            .json(&json!({"code": "await asyncio.gather(get_weather(city='a'), explode())"}))
+            .json(&json!({"code": "await asyncio.gather(get_weather(city='a'), explode(), return_exceptions=True)"}))
             .send()
             .await
             .unwrap();
         assert_eq!(r.status(), 200);
+        let result: Value = r.json().await.unwrap();
+        // Both calls finish (gather waits for both): three spans.
+        assert_eq!(result["tool_calls"].as_array().map(Vec::len), Some(2), "{result}");
         let arrived = async {
             while spans.lock().unwrap().len() < 3 {
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
         };
-        tokio::time::timeout(std::time::Duration::from_secs(15), arrived)
+        if tokio::time::timeout(std::time::Duration::from_secs(15), arrived)
             .await
-            .expect("three spans reached the collector");
+            .is_err()
+        {
+            let names: Vec<Value> = spans.lock().unwrap().iter().map(|s| s["name"].clone()).collect();
+            panic!("three spans did not reach the collector: {names:?}; the run: {result}");
+        }
         let spans = spans.lock().unwrap().clone();
         assert!(spans.iter().all(|sp| sp["traceId"] == trace), "{spans:#?}");
         let run: Vec<&Value> = spans
@@ -343,7 +361,7 @@ async fn the_dashboard_state_shows_a_run_its_parallel_calls_and_the_error() {
         let empty = s.get_json("/v1/dashboard/state").await;
         assert_eq!(empty["runs"], json!([]), "{empty}");
         let r = s
-            .exec("await asyncio.gather(get_weather(city='a'), get_weather(city='b'), explode(), return_exceptions=True)")
+            .exec("await asyncio.gather(sleepy(), sleepy(), explode(), return_exceptions=True)")
             .await;
         assert_eq!(r["status"], "ok", "{r}");
         let view = loop {
@@ -357,16 +375,20 @@ async fn the_dashboard_state_shows_a_run_its_parallel_calls_and_the_error() {
         assert_eq!(run["agent"], "dash-agent");
         let calls = run["calls"].as_array().unwrap();
         assert_eq!(calls.len(), 3, "{run}");
-        // Started together: every call begins before any ends (the waterfall overlaps).
-        let first_end = calls
+        // Started together, the two 150 ms calls overlap in the waterfall.
+        let spans: Vec<(f64, f64)> = calls
             .iter()
-            .map(|c| c["offset_ms"].as_f64().unwrap() + c["duration_ms"].as_f64().unwrap())
-            .fold(f64::INFINITY, f64::min);
-        let last_start = calls
-            .iter()
-            .map(|c| c["offset_ms"].as_f64().unwrap())
-            .fold(0.0, f64::max);
-        assert!(last_start <= first_end + 1.0, "{run}");
+            .filter(|c| c["tool"] == "sleepy")
+            .map(|c| {
+                let start = c["offset_ms"].as_f64().unwrap();
+                (start, start + c["duration_ms"].as_f64().unwrap())
+            })
+            .collect();
+        assert_eq!(spans.len(), 2, "{run}");
+        assert!(
+            spans[0].0.max(spans[1].0) < spans[0].1.min(spans[1].1),
+            "{run}"
+        );
         let failed: Vec<(&str, &str)> = calls
             .iter()
             .filter(|c| c["ok"] == false)
@@ -377,13 +399,123 @@ async fn the_dashboard_state_shows_a_run_its_parallel_calls_and_the_error() {
             .as_array()
             .unwrap()
             .iter()
-            .map(|t| (t["tool"].as_str().unwrap(), t["calls"].as_u64().unwrap(), t["errors"].as_u64().unwrap()))
+            .map(|t| {
+                (
+                    t["tool"].as_str().unwrap(),
+                    t["calls"].as_u64().unwrap(),
+                    t["errors"].as_u64().unwrap(),
+                )
+            })
             .collect();
-        assert_eq!(tools, [("get-weather", 2, 0), ("explode", 1, 1)]);
+        assert_eq!(tools, [("sleepy", 2, 0), ("explode", 1, 1)]);
         assert!(view["agents"]["dash-agent"].is_object(), "{view}");
         // Filters: a status that no run has shows none.
         let none = s.get_json("/v1/dashboard/state?status=timeout").await;
         assert_eq!(none["runs"], json!([]));
+    })
+    .await
+    .unwrap();
+}
+
+/// `ptc-sidecar dashboard` on a port of the system's choosing: the process and its address.
+async fn start_dashboard(redis_url: &str) -> (tokio::process::Child, String) {
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ptc-sidecar"))
+        .args(["dashboard", "--listen", "127.0.0.1:0"])
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("REDIS_URL", redis_url)
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stdout));
+    let line = lines.next_line().await.unwrap().unwrap();
+    let url = line
+        .rsplit(' ')
+        .next()
+        .filter(|u| u.starts_with("http://"))
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    (child, url)
+}
+
+#[tokio::test]
+async fn the_dashboard_command_shows_every_agents_runs_from_history_and_live() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let redis = crate::common::TestRedis::any();
+        let (a1, a2) = (
+            crate::common::unique("dash-a"),
+            crate::common::unique("dash-b"),
+        );
+        let (s1, _h1, _d1) = sidecar(&[
+            ("REDIS_URL", redis.url.as_str()),
+            ("PTC_AGENT_ID", a1.as_str()),
+        ])
+        .await;
+        let (s2, _h2, _d2) = sidecar(&[
+            ("REDIS_URL", redis.url.as_str()),
+            ("PTC_AGENT_ID", a2.as_str()),
+        ])
+        .await;
+        // Before the dashboard starts: it must find this run in a1's stream.
+        let r = s1.exec("await get_weather(city='x')").await;
+        assert_eq!(r["status"], "ok", "{r}");
+        let published = async {
+            while s1.health().await["events"]["published"]
+                .as_u64()
+                .unwrap_or(0)
+                < 4
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(10), published)
+            .await
+            .expect("published");
+        let (_dash, url) = start_dashboard(&redis.url).await;
+        let http = reqwest::Client::builder().no_proxy().build().unwrap();
+        let state = |agent: String| {
+            let (http, url) = (http.clone(), url.clone());
+            async move {
+                http.get(format!("{url}/v1/dashboard/state?agent={agent}"))
+                    .send()
+                    .await
+                    .unwrap()
+                    .json::<Value>()
+                    .await
+                    .unwrap()
+            }
+        };
+        // After it started: a2's failing run comes live.
+        let r = s2.exec("await explode()").await;
+        assert_eq!(r["status"], "error", "{r}");
+        let live = async {
+            loop {
+                let v = state(a2.clone()).await;
+                if v["runs"][0]["status"] == "error" {
+                    return v;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        };
+        let v2 = tokio::time::timeout(std::time::Duration::from_secs(10), live)
+            .await
+            .expect("live run");
+        assert_eq!(v2["runs"][0]["status"], "error", "{v2}");
+        assert_eq!(
+            v2["runs"][0]["calls"][0]["error"],
+            "the weather service is down"
+        );
+        let v1 = state(a1.clone()).await;
+        let runs = v1["runs"].as_array().unwrap();
+        assert_eq!(runs.len(), 1, "{v1}");
+        assert_eq!(runs[0]["status"], "ok");
+        assert_eq!(runs[0]["calls"][0]["tool"], "get-weather");
+        assert!(
+            v1["agents"][&a1].is_object() && v1["agents"][&a2].is_object(),
+            "{v1}"
+        );
     })
     .await
     .unwrap();
