@@ -482,7 +482,8 @@ pub async fn follow_all(
             .query_async(&mut conn)
             .await
             .map_err(WatchError::Subscribe)?;
-        for (_, fields) in entries {
+        // XREVRANGE gives the newest first: each agent's events go in oldest first.
+        for (_, fields) in entries.into_iter().rev() {
             for (field, json) in fields {
                 if field == "event" {
                     let ts = serde_json::from_str::<Value>(&json)

@@ -36,8 +36,8 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Serve every agent's runs, calls and tool statistics from Redis (REDIS_URL): history from
-    /// the event streams, then live (GET /v1/dashboard/state; the page itself comes next).
+    /// Serve the dashboard of every agent publishing to Redis (REDIS_URL): history from the
+    /// event streams, then live; the page at / and /dashboard, its data at /v1/dashboard/state.
     Dashboard {
         /// Where to listen: a loopback address unless PTC_API_KEY is set.
         #[arg(long, default_value = "127.0.0.1:7480")]
@@ -154,7 +154,7 @@ fn run(cli: Cli, config: Config) -> anyhow::Result<()> {
 
 /// `ptc-sidecar dashboard`: folds every agent's events from Redis into one board and serves it.
 async fn dashboard(config: &Config, listen: std::net::SocketAddr) -> anyhow::Result<()> {
-    use ptc_sidecar::api::dashboard::{Board, board_router};
+    use ptc_sidecar::api::dashboard::{Board, board_router, page_router};
     let url = config
         .redis_url
         .clone()
@@ -202,6 +202,7 @@ async fn dashboard(config: &Config, listen: std::net::SocketAddr) -> anyhow::Res
             },
         ));
     }
+    let router = router.merge(page_router(true));
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;

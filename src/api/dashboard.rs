@@ -1,6 +1,9 @@
-//! `GET /v1/dashboard/state`: this sidecar's own runs, their calls as a waterfall, per-tool
-//! statistics and catalog reloads, folded from its in-process events by
-//! [`crate::dashboard::Model`] (bounded). The page that draws it comes next (issue 12).
+//! The dashboard: `GET /dashboard`, one page (`assets/dashboard.html`, embedded in the binary:
+//! no CDN, no build step) that draws `GET /v1/dashboard/state` once a second: this sidecar's
+//! own runs, their calls as a waterfall, per-tool statistics and catalog reloads, folded from
+//! its in-process events by [`crate::dashboard::Model`] (bounded). The page holds no data, so
+//! it is served without the key; the state behind it needs the key like the rest of the API
+//! (the page asks for it when told 401).
 //!
 //! Owns the feeding task, started by the first request: until someone looks, the sidecar pays
 //! nothing for it. It must never slow a run: it reads the events' broadcast, and one that
@@ -30,8 +33,30 @@ pub struct Board {
 /// The board of this sidecar, started on first use (see the module doc).
 pub type LazyBoard = Arc<OnceLock<Arc<Board>>>;
 
+/// The page, as built into the binary.
+pub const PAGE: &str = include_str!("../../assets/dashboard.html");
+
 pub fn router() -> Router<AppState> {
     Router::new().route("/v1/dashboard/state", get(state))
+}
+
+/// `GET /dashboard` (and `/`, for `ptc-sidecar dashboard`): the page, open to anyone who
+/// reaches the port (it shows nothing by itself).
+pub fn page_router<S: Clone + Send + Sync + 'static>(with_root: bool) -> Router<S> {
+    let page = || async {
+        (
+            [
+                (axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8"),
+                (axum::http::header::CACHE_CONTROL, "no-cache"),
+            ],
+            PAGE,
+        )
+    };
+    let router = Router::new().route("/dashboard", get(page));
+    match with_root {
+        true => router.route("/", get(page)),
+        false => router,
+    }
 }
 
 #[derive(Deserialize)]

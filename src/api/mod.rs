@@ -77,6 +77,7 @@ pub fn router(state: AppState) -> Router {
         ));
     Router::new()
         .route("/healthz", get(healthz))
+        .merge(dashboard::page_router(false))
         .merge(open)
         .merge(protected)
         .fallback(not_found)

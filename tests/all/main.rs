@@ -8,6 +8,7 @@ mod api;
 mod bash;
 mod catalog;
 mod common;
+mod dashboard;
 mod escape;
 mod events;
 mod exec;

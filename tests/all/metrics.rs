@@ -7,7 +7,7 @@ use crate::common::{HostServer, TEST_TIMEOUT, TempDir, TestSidecar, tool};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 
-async fn sidecar(extra: &[(&str, &str)]) -> (TestSidecar, HostServer, TempDir) {
+pub async fn sidecar(extra: &[(&str, &str)]) -> (TestSidecar, HostServer, TempDir) {
     let host = HostServer::start(vec![
         (
             "get-weather",
@@ -418,7 +418,7 @@ async fn the_dashboard_state_shows_a_run_its_parallel_calls_and_the_error() {
 }
 
 /// `ptc-sidecar dashboard` on a port of the system's choosing: the process and its address.
-async fn start_dashboard(redis_url: &str) -> (tokio::process::Child, String) {
+pub async fn start_dashboard(redis_url: &str) -> (tokio::process::Child, String) {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ptc-sidecar"))
         .args(["dashboard", "--listen", "127.0.0.1:0"])
         .env_clear()
