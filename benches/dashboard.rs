@@ -168,7 +168,7 @@ fn main() {
         let due = (live_started.elapsed().as_secs_f64() * LIVE_RATE as f64) as u64;
         let mut pipe = redis::pipe();
         while sent < due {
-            let i = (run % AGENTS) as usize;
+            let i = run % AGENTS;
             for e in run_events(&agents[i], run, &mut seqs[i], now_ms()) {
                 pipe.cmd("PUBLISH")
                     .arg(format!("ptc:events:{}", agents[i]))
