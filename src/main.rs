@@ -2,7 +2,6 @@
 //! (or, for the one-shot `tools` command, to `sources`).
 
 use anyhow::Context;
-use axum::response::IntoResponse;
 use clap::{Parser, Subcommand};
 use ptc_sidecar::app::{self, Listener};
 use ptc_sidecar::config::{Config, LogFormat};
@@ -181,27 +180,7 @@ async fn dashboard(config: &Config, listen: std::net::SocketAddr) -> anyhow::Res
             anyhow::bail!("the Redis connection ended before the history was read");
         }
     }
-    let mut router = board_router(board);
-    if let Some(key) = config.api_key.clone() {
-        router = router.layer(axum::middleware::from_fn(
-            move |request: axum::extract::Request, next: axum::middleware::Next| {
-                let key = key.clone();
-                async move {
-                    let headers = request.headers();
-                    let given = headers
-                        .get("x-api-key")
-                        .or_else(|| headers.get("authorization"))
-                        .and_then(|v| v.to_str().ok())
-                        .map(|v| v.trim_start_matches("Bearer ").to_string());
-                    if given.as_deref() == Some(key.as_str()) {
-                        next.run(request).await
-                    } else {
-                        axum::http::StatusCode::UNAUTHORIZED.into_response()
-                    }
-                }
-            },
-        ));
-    }
+    let router = board_router(board, config.api_key.clone());
     let router = router.merge(page_router(true));
     let listener = tokio::net::TcpListener::bind(listen)
         .await

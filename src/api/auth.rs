@@ -19,13 +19,16 @@ pub async fn require_key(
     let Some(key) = state.config.api_key.as_deref() else {
         return Ok(next.run(request).await);
     };
-    if presented_key(request.headers())
-        .is_some_and(|given| constant_time_eq(given.as_bytes(), key.as_bytes()))
-    {
+    if carries(request.headers(), key) {
         Ok(next.run(request).await)
     } else {
         Err(ApiError::Unauthorized)
     }
+}
+
+/// Whether a request presents `key` (compared in constant time).
+pub fn carries(headers: &HeaderMap, key: &str) -> bool {
+    presented_key(headers).is_some_and(|given| constant_time_eq(given.as_bytes(), key.as_bytes()))
 }
 
 pub fn presented_key(headers: &HeaderMap) -> Option<&str> {

@@ -80,12 +80,27 @@ async fn state(State(state): State<AppState>, Query(q): Query<ViewQuery>) -> Res
 }
 
 /// `GET /v1/dashboard/state` of `ptc-sidecar dashboard`: every agent's board, fed from Redis
-/// by the command (see [`Board::fold`]).
-pub fn board_router(board: Arc<Board>) -> Router {
-    Router::new().route(
+/// by the command (see [`Board::fold`]); with `key`, only for requests that present it, as the
+/// control API requires `PTC_API_KEY` ([`super::auth`]).
+pub fn board_router(board: Arc<Board>, key: Option<String>) -> Router {
+    let router = Router::new().route(
         "/v1/dashboard/state",
         get(move |Query(q): Query<ViewQuery>| async move { view(&board, q) }),
-    )
+    );
+    let Some(key) = key else {
+        return router;
+    };
+    router.layer(axum::middleware::from_fn(
+        move |request: axum::extract::Request, next: axum::middleware::Next| {
+            let known = super::auth::carries(request.headers(), &key);
+            async move {
+                match known {
+                    true => next.run(request).await,
+                    false => super::ApiError::Unauthorized.into_response(),
+                }
+            }
+        },
+    ))
 }
 
 impl Board {

@@ -12,13 +12,13 @@
 
 use super::error::{ApiError, json_body};
 use super::sse;
-use super::workspace::{Held, RunArtifacts, SessionFiles, image_blocks};
+use super::workspace::{Held, RunArtifacts, SessionFiles, image_blocks, session_file_url};
 use crate::run::{CallError, ExecRequest, ExecResult, Lang, PendingCall, Runner, host_error};
 use crate::run::{FileStore, Files, RunFile};
 use crate::run::{OutputChunk, new_token};
 use crate::session::Sessions;
 use crate::util::lock;
-use crate::util::{mime_of, url_path};
+use crate::util::mime_of;
 use axum::extract::{Path, Request, State};
 use axum::http::{HeaderMap, header};
 use axum::response::sse::Event;
@@ -187,7 +187,7 @@ async fn finish(
                 continue; // saved by the sidecar for the run, listed already
             }
             result.files.push(RunFile {
-                url: format!("/v1/sessions/{id}/files/{}", url_path(&f.name)),
+                url: session_file_url(id, &f.name),
                 mime: mime_of(&f.name).to_string(),
                 size: f.size,
                 name: f.name,

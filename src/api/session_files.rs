@@ -6,9 +6,9 @@
 //! Owns these routes' shapes. It must not walk a session's folder itself, nor run code.
 
 use super::error::ApiError;
-use super::workspace::{blocking, file_response, write_stream};
+use super::workspace::{blocking, file_response, session_file_url, write_stream};
 use crate::session::{FileInfo, Session, Sessions, check_name};
-use crate::util::{mime_of, rfc3339, url_path};
+use crate::util::{mime_of, rfc3339};
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
@@ -45,7 +45,7 @@ fn entry(session: &str, f: &FileInfo) -> Value {
         "size": f.size,
         "mime": mime_of(&f.name),
         "modified": rfc3339(f.modified),
-        "url": format!("/v1/sessions/{session}/files/{}", url_path(&f.name)),
+        "url": session_file_url(session, &f.name),
     })
 }
 

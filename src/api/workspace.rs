@@ -148,7 +148,7 @@ impl FileStore for SessionFiles {
     fn create(&self, name: &str) -> Result<(std::fs::File, RunFile), String> {
         let name = check_name(name).map_err(|e| e.to_string())?;
         let file = self.0.create(&name).map_err(|e| e.to_string())?;
-        let url = format!("/v1/sessions/{}/files/{}", self.0.id, url_path(&name));
+        let url = session_file_url(&self.0.id, &name);
         Ok((file, run_file(name, url)))
     }
 
@@ -208,6 +208,11 @@ impl FileStore for RunArtifacts {
         let folder = lock(&self.folder).clone()?;
         read_from(&folder, name, max)
     }
+}
+
+/// Where the control API serves a session's file `name`.
+pub fn session_file_url(session: &str, name: &str) -> String {
+    format!("/v1/sessions/{session}/files/{}", url_path(name))
 }
 
 fn run_file(name: String, url: String) -> RunFile {

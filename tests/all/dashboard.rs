@@ -134,7 +134,7 @@ async fn the_dashboard_page_shows_two_agents_a_run_its_waterfall_and_the_error()
             .exec("await asyncio.gather(sleepy(), sleepy(), explode(), return_exceptions=True)")
             .await;
         assert_eq!(r["status"], "ok", "{r}");
-        let (_dash, url) = start_dashboard(&redis.url).await;
+        let (_dash, url) = start_dashboard(&redis.url, &[]).await;
         let (_driver, driver) = start_chromedriver().await;
         let browser = Browser::open(&driver).await;
         // Only these two agents: the Redis may be shared with other tests.

@@ -418,12 +418,16 @@ async fn the_dashboard_state_shows_a_run_its_parallel_calls_and_the_error() {
 }
 
 /// `ptc-sidecar dashboard` on a port of the system's choosing: the process and its address.
-pub async fn start_dashboard(redis_url: &str) -> (tokio::process::Child, String) {
+pub async fn start_dashboard(
+    redis_url: &str,
+    extra: &[(&str, &str)],
+) -> (tokio::process::Child, String) {
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_ptc-sidecar"))
         .args(["dashboard", "--listen", "127.0.0.1:0"])
         .env_clear()
         .env("PATH", std::env::var("PATH").unwrap_or_default())
         .env("REDIS_URL", redis_url)
+        .envs(extra.iter().copied())
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
         .spawn()
@@ -473,7 +477,7 @@ async fn the_dashboard_command_shows_every_agents_runs_from_history_and_live() {
         tokio::time::timeout(std::time::Duration::from_secs(10), published)
             .await
             .expect("published");
-        let (_dash, url) = start_dashboard(&redis.url).await;
+        let (_dash, url) = start_dashboard(&redis.url, &[]).await;
         let http = reqwest::Client::builder().no_proxy().build().unwrap();
         let state = |agent: String| {
             let (http, url) = (http.clone(), url.clone());
@@ -516,6 +520,32 @@ async fn the_dashboard_command_shows_every_agents_runs_from_history_and_live() {
             v1["agents"][&a1].is_object() && v1["agents"][&a2].is_object(),
             "{v1}"
         );
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn the_dashboard_command_requires_the_key_it_is_given_for_its_data_only() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let redis = crate::common::TestRedis::any();
+        let (_dash, url) = start_dashboard(&redis.url, &[("PTC_API_KEY", "k-dash")]).await;
+        let http = reqwest::Client::builder().no_proxy().build().unwrap();
+        let status = |path: &str, key: Option<&str>| {
+            let mut r = http.get(format!("{url}{path}"));
+            if let Some(key) = key {
+                r = r.header("Authorization", format!("Bearer {key}"));
+            }
+            async move { r.send().await.unwrap().status().as_u16() }
+        };
+        assert_eq!(status("/v1/dashboard/state", None).await, 401);
+        assert_eq!(
+            status("/v1/dashboard/state", Some("k-dash-wrong")).await,
+            401
+        );
+        assert_eq!(status("/v1/dashboard/state", Some("k-dash")).await, 200);
+        // The page holds no data: it loads without the key, and asks for it.
+        assert_eq!(status("/dashboard", None).await, 200);
     })
     .await
     .unwrap();
