@@ -44,7 +44,7 @@ const EVENT_WAIT: Duration = Duration::from_secs(5);
 /// How long a process group may take to disappear after its client shut down.
 const REAP_WAIT: Duration = Duration::from_secs(5);
 
-const ALL_TOOLS: [&str; 8] = [
+const ALL_TOOLS: [&str; 9] = [
     "add",
     "fail",
     "lookup_country",
@@ -53,6 +53,7 @@ const ALL_TOOLS: [&str; 8] = [
     "slow",
     "stats",
     "toggle_extra",
+    "trace_context",
 ];
 
 /// Runs a test body under [`TEST_DEADLINE`].
@@ -340,6 +341,12 @@ fn expected_tools() -> Value {
             "description": "Add the extra_echo tool if it is absent, remove it if present, and send notifications/tools/list_changed.",
             "inputSchema": empty_input,
         },
+        {
+            "name": "trace_context",
+            "description": "Return the W3C trace context this call carried, as JSON: its _meta.traceparent and, over HTTP, its traceparent header.",
+            "inputSchema": empty_input,
+            "annotations": read_only,
+        },
     ])
 }
 
@@ -393,7 +400,14 @@ async fn lists_every_tool_with_exact_schemas_and_annotations() {
             .collect();
         assert_eq!(
             read_only,
-            ["add", "lookup_country", "multiply", "noop", "stats"]
+            [
+                "add",
+                "lookup_country",
+                "multiply",
+                "noop",
+                "stats",
+                "trace_context"
+            ]
         );
         demo.stop().await;
     })
@@ -415,7 +429,7 @@ async fn paginated_list_is_followed_to_the_last_page() {
             .await
             .expect("last page");
         let names: Vec<&str> = last.tools.iter().map(|tool| tool.name.as_ref()).collect();
-        assert_eq!(names, ["stats", "toggle_extra"]);
+        assert_eq!(names, ["stats", "toggle_extra", "trace_context"]);
         assert_eq!(last.next_cursor, None);
 
         assert_eq!(demo.tool_names().await, ALL_TOOLS);

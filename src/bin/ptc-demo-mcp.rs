@@ -28,9 +28,9 @@ use rmcp::{
         wrapper::Parameters,
     },
     model::{
-        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-        ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
-        SubscriptionFilter, Tool,
+        CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Extensions,
+        Implementation, ListToolsResult, PaginatedRequestParams, RequestMetaObject,
+        ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
     },
     schemars::JsonSchema,
     service::{RequestContext, SubscriptionContext, SubscriptionSink},
@@ -66,6 +66,11 @@ struct Cli {
     /// pagination.
     #[arg(long)]
     page_size: Option<NonZeroUsize>,
+    /// Serve streamable HTTP at http://ADDR/mcp instead of stdio (port 0 picks a free port).
+    /// The address is printed on stdout as `listening on http://ADDR/mcp`; the server stops
+    /// when stdin closes, as over stdio.
+    #[arg(long, value_name = "ADDR")]
+    http: Option<std::net::SocketAddr>,
 }
 
 /// One row of the bundled country table.
@@ -346,6 +351,18 @@ impl DemoServer {
     }
 
     #[tool(
+        description = "Return the W3C trace context this call carried, as JSON: its _meta.traceparent and, over HTTP, its traceparent header.",
+        annotations(read_only_hint = true)
+    )]
+    fn trace_context(&self, meta: RequestMetaObject, extensions: Extensions) -> String {
+        let header = extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.headers.get("traceparent"))
+            .and_then(|value| value.to_str().ok());
+        serde_json::json!({"meta": meta.get_traceparent(), "header": header}).to_string()
+    }
+
+    #[tool(
         description = "Return the given text. Listed only after toggle_extra has added it.",
         annotations(read_only_hint = true)
     )]
@@ -526,6 +543,9 @@ async fn main() -> anyhow::Result<()> {
         .with_ansi(false)
         .init();
 
+    if let Some(addr) = cli.http {
+        return serve_http(addr, cli.page_size).await;
+    }
     tracing::info!(
         page_size = cli.page_size.map(NonZeroUsize::get),
         "serving MCP on stdio"
@@ -547,6 +567,45 @@ async fn main() -> anyhow::Result<()> {
     };
     let reason = service.waiting().await?;
     tracing::info!(?reason, "session ended, exiting");
+    Ok(())
+}
+
+/// Streamable HTTP at `/mcp`, one `DemoServer` per session, until stdin closes.
+async fn serve_http(
+    addr: std::net::SocketAddr,
+    page_size: Option<NonZeroUsize>,
+) -> anyhow::Result<()> {
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    };
+    use tokio::io::AsyncReadExt;
+
+    let stdin_closed = CancellationToken::new();
+    let service = {
+        let stdin_closed = stdin_closed.clone();
+        StreamableHttpService::new(
+            move || Ok(DemoServer::new(page_size, stdin_closed.clone())),
+            LocalSessionManager::default().into(),
+            StreamableHttpServerConfig::default(),
+        )
+    };
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    // Stdout is free in this mode: it tells the caller the port it bound.
+    println!("listening on http://{local}/mcp");
+    tracing::info!(%local, "serving MCP over streamable HTTP");
+    let watch = stdin_closed.clone();
+    tokio::spawn(async move {
+        let mut sink = [0u8; 256];
+        let mut stdin = tokio::io::stdin();
+        while matches!(stdin.read(&mut sink).await, Ok(n) if n > 0) {}
+        watch.cancel();
+    });
+    let app = axum::Router::new().nest_service("/mcp", service);
+    axum::serve(listener, app)
+        .with_graceful_shutdown(stdin_closed.cancelled_owned())
+        .await?;
+    tracing::info!("stdin closed, exiting");
     Ok(())
 }
 

@@ -24,6 +24,7 @@
 //! the hub sees the new set, so dispatch and `/healthz` follow at once.
 
 pub mod config;
+mod http;
 pub mod result;
 mod server;
 mod stdio;
@@ -485,6 +486,7 @@ impl McpCaller for Hub {
         server: &'a str,
         tool: &'a str,
         args: Value,
+        traceparent: &'a str,
     ) -> Pin<Box<dyn Future<Output = Result<Value, CallError>> + Send + 'a>> {
         Box::pin(async move {
             let handle = self
@@ -513,6 +515,7 @@ impl McpCaller for Hub {
             let request = CallRequest {
                 tool: tool.to_string(),
                 args,
+                traceparent: traceparent.to_string(),
                 reply,
             };
             if let Err(mpsc::error::SendError(_)) = handle.calls.send(request).await {

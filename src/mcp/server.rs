@@ -9,6 +9,7 @@
 //! a secret: failure reasons (the log, `/healthz`) show URLs without userinfo or query.
 
 use super::config::{ServerSpec, Transport};
+use super::http::Traced;
 use super::result::map_result;
 use super::stdio::{StdioChild, StdioSpec, describe_exit, spawn_stdio, wait_child};
 use super::{HubOptions, ServerState, ServerStatus, StatusBoard};
@@ -17,7 +18,7 @@ use crate::run::CallError;
 use crate::util::redact_urls;
 use rmcp::model::{
     CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, JsonObject,
-    PaginatedRequestParams, ProtocolVersion,
+    PaginatedRequestParams, ProtocolVersion, RequestMetaObject,
 };
 use rmcp::service::{
     ClientInitializeError, NotificationContext, Peer, QuitReason, RoleClient, RunningService,
@@ -61,6 +62,8 @@ pub const STOP_GRACE: Duration = Duration::from_millis(500);
 pub(crate) struct CallRequest {
     pub tool: String,
     pub args: JsonObject,
+    /// The call's span, sent in `params._meta.traceparent` (and as a header over HTTP).
+    pub traceparent: String,
     pub reply: oneshot::Sender<Result<Value, CallError>>,
 }
 
@@ -369,9 +372,13 @@ async fn run_call(
     let CallRequest {
         tool,
         args,
+        traceparent,
         mut reply,
     } = call;
-    let params = CallToolRequestParams::new(tool.clone()).with_arguments(args);
+    let mut params = CallToolRequestParams::new(tool.clone()).with_arguments(args);
+    let mut meta = RequestMetaObject::new();
+    meta.set_traceparent(traceparent);
+    params.meta = Some(meta);
     let outcome = tokio::select! {
         outcome = peer.call_tool(params) => outcome,
         () = reply.closed() => return,
@@ -521,7 +528,7 @@ async fn connect(
             let config =
                 StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(map);
             let transport =
-                StreamableHttpClientTransport::with_client(options.http.clone(), config);
+                StreamableHttpClientTransport::with_client(Traced(options.http.clone()), config);
             let service =
                 handler
                     .serve(transport)

@@ -75,11 +75,14 @@ pub struct PendingCall {
 
 /// Where an MCP call goes; implemented by the MCP hub.
 pub trait McpCaller: Send + Sync {
+    /// `traceparent` is the call's span (W3C trace context): the server gets it in the
+    /// request's `params._meta.traceparent` (MCP's SEP-414) and, over HTTP, as a header.
     fn call<'a>(
         &'a self,
         server: &'a str,
         tool: &'a str,
         args: Value,
+        traceparent: &'a str,
     ) -> Pin<Box<dyn Future<Output = Result<Value, CallError>> + Send + 'a>>;
 }
 
@@ -242,7 +245,7 @@ pub async fn route(
     let call = async {
         match &tool.origin {
             Origin::Mcp { server, tool: t } => match &backends.mcp {
-                Some(mcp) => mcp.call(server, t, args).await,
+                Some(mcp) => mcp.call(server, t, args, traceparent).await,
                 None => Err(CallError::Unavailable(format!(
                     "MCP server {server:?} is not connected"
                 ))),

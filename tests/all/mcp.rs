@@ -239,7 +239,7 @@ for call in (demo__fail(message="the disk is full"), demo__lookup_country(code="
         let h = t.s.health().await;
         assert_eq!(
             h["mcp_servers"],
-            json!({"demo": {"state": "ready", "tools": 8, "restarts": 0}})
+            json!({"demo": {"state": "ready", "tools": 9, "restarts": 0}})
         );
         assert!(!marked(&m).is_empty(), "the config's env reaches the server");
     })
@@ -633,7 +633,7 @@ async fn tools_list_changed_relists_the_server() {
         let (servers, _) = hub.catalog_servers();
         let names: Vec<&str> = servers[0].tools.iter().map(|t| t.name.as_str()).collect();
         assert!(names.contains(&"extra_echo"), "{names:?}");
-        assert_eq!(t.s.health().await["mcp_servers"]["demo"]["tools"], 9);
+        assert_eq!(t.s.health().await["mcp_servers"]["demo"]["tools"], 10);
     })
     .await
     .unwrap();
@@ -669,7 +669,7 @@ async fn the_command_line_shows_states_and_calls_mcp_tools() {
         );
         assert!(out.status.success(), "{stderr}");
         assert!(
-            stderr.contains("mcp server demo: ready (8 tools)"),
+            stderr.contains("mcp server demo: ready (9 tools)"),
             "{stderr}"
         );
         assert!(
@@ -764,6 +764,83 @@ print([b["type"] for b in blocks], blocks[1]["mimeType"])
             t.s.exec("print(await everything__echo(message='back'))")
                 .await;
         assert_eq!(stdout(&r), "Echo: back\n", "{r}");
+    })
+    .await
+    .unwrap();
+}
+
+/// `ptc-demo-mcp --http 127.0.0.1:0`, killed when dropped, and the URL it serves.
+async fn demo_over_http(mark: &str) -> (tokio::process::Child, String) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = tokio::process::Command::new(DEMO)
+        .args(["--http", "127.0.0.1:0"])
+        .env("PTC_TEST_MARK", mark)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    tokio::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .await
+        .unwrap();
+    let url = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("the demo server printed {line:?}"))
+        .to_string();
+    (child, url)
+}
+
+/// A call's span reaches the MCP server it calls: in `params._meta.traceparent` (MCP's SEP-414)
+/// over stdio, and over streamable HTTP also as the `traceparent` header. The demo server's
+/// `trace_context` tool reports what it received.
+#[tokio::test]
+async fn a_calls_span_reaches_mcp_servers_in_meta_and_over_http_as_a_header() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let m = mark("trace");
+        let (_http, url) = demo_over_http(&m).await;
+        let t = start(json!({"demo": demo(&m), "remote": {"url": url}}), &[]).await;
+        wait_for_state(&t.s, "remote", "ready").await;
+        let mut events = t.s.sidecar.state.events.subscribe();
+        let trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+        let code = r#"
+import json
+for tool in (demo__trace_context, remote__trace_context):
+    got = await tool()
+    print(json.dumps(got if isinstance(got, dict) else json.loads(got), sort_keys=True))
+"#;
+        let r: Value = t
+            .s
+            .http
+            .post(t.s.url("/v1/exec_code"))
+            .header("traceparent", format!("00-{trace}-00f067aa0ba902b7-01"))
+            .json(&json!({"code": code}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(r["status"], "ok", "{r}");
+        let mut spans = std::collections::HashMap::new();
+        while spans.len() < 2 {
+            let e: Value = serde_json::from_str(&events.recv().await.unwrap()).unwrap();
+            if e["type"] == "tool_call.finished" {
+                spans.insert(e["tool"].as_str().unwrap().to_string(), e["span_id"].as_str().unwrap().to_string());
+            }
+        }
+        let parent = |tool: &str| format!("00-{trace}-{}-01", spans[tool]);
+        let seen: Vec<Value> = stdout(&r).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        assert_eq!(
+            seen,
+            [
+                json!({"meta": parent("demo__trace_context"), "header": null}),
+                json!({"meta": parent("remote__trace_context"), "header": parent("remote__trace_context")}),
+            ]
+        );
     })
     .await
     .unwrap();

@@ -41,6 +41,9 @@ async fn wait_until(s: &TestSidecar, what: &str, check: impl Fn(&Value) -> bool)
     }
 }
 
+/// A call's span, for calls made straight on the hub (the W3C example id).
+const A_SPAN: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
 #[tokio::test]
 async fn a_rewritten_manifest_swaps_in_while_runs_keep_their_snapshot() {
     tokio::time::timeout(TEST_TIMEOUT, async {
@@ -445,7 +448,10 @@ async fn the_hub_reconfigures_only_what_changed() {
         assert!(changed.has_changed().unwrap());
         assert_eq!(hub.status().keys().cloned().collect::<Vec<_>>(), ["a", "c"]);
         assert!(hub.health().get("b").is_none());
-        match caller.call("b", "add", json!({"a": 1, "b": 2})).await {
+        match caller
+            .call("b", "add", json!({"a": 1, "b": 2}), A_SPAN)
+            .await
+        {
             Err(CallError::Unavailable(m)) => assert!(m.contains("not in PTC_MCP_CONFIG"), "{m}"),
             other => panic!("a removed server answered {other:?}"),
         }
@@ -453,14 +459,14 @@ async fn the_hub_reconfigures_only_what_changed() {
         assert!(hub.catalog_servers().0.iter().all(|s| s.server != "b"));
         assert_eq!(
             caller
-                .call("c", "add", json!({"a": 1, "b": 2}))
+                .call("c", "add", json!({"a": 1, "b": 2}), A_SPAN)
                 .await
                 .unwrap(),
             json!("3")
         );
         assert_eq!(
             caller
-                .call("a", "add", json!({"a": 2, "b": 2}))
+                .call("a", "add", json!({"a": 2, "b": 2}), A_SPAN)
                 .await
                 .unwrap(),
             json!("4")
