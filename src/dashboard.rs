@@ -4,8 +4,9 @@
 //! Owns the folding and the limits: the latest [`MAX_RUNS`] runs with their calls (at most
 //! [`MAX_CALLS_PER_RUN`] each) as a waterfall (each call's start as an offset into its run),
 //! per-tool counts, error rates and latency percentiles over the latest [`LATENCY_SAMPLES`]
-//! calls of each of at most [`MAX_TOOLS`] tools, the latest [`MAX_RELOADS`] catalog reloads, and
-//! each agent's last sign of life. Pure: it is handed events (as parsed JSON) and a clock, and
+//! calls of each agent's tools (at most [`MAX_TOOLS`] agent and tool pairs), the latest
+//! [`MAX_RELOADS`] catalog reloads, and each agent's health: its last sign of life, its runs in
+//! flight, how its latest runs ended and whether its latest reload failed. Pure: it is handed events (as parsed JSON) and a clock, and
 //! answers views; serving it is the API's job.
 
 use serde_json::{Value, json};
@@ -15,14 +16,18 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 pub const MAX_RUNS: usize = 500;
 /// Calls kept per run: a run that makes 10,000 calls shows its first 200.
 pub const MAX_CALLS_PER_RUN: usize = 200;
-/// Tools with statistics of their own; later ones count under `(other)`.
-pub const MAX_TOOLS: usize = 2000;
+/// Agent and tool pairs with statistics of their own; later ones count under `(other)`.
+pub const MAX_TOOLS: usize = 5000;
 /// Latencies kept per tool for its percentiles (the latest ones).
 pub const LATENCY_SAMPLES: usize = 512;
 /// Catalog reloads kept.
 pub const MAX_RELOADS: usize = 50;
 /// Agents kept (the most recently heard from).
 pub const MAX_AGENTS: usize = 1000;
+/// An agent's latest finished runs that its health looks at.
+pub const HEALTH_RUNS: usize = 20;
+/// Silence after which an agent shows as idle: a sidecar emits events only when it works.
+pub const IDLE_AFTER_MS: u64 = 60_000;
 
 /// One run as the page shows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,8 +70,11 @@ struct ToolStats {
 pub struct Model {
     /// Newest at the back.
     runs: VecDeque<Run>,
-    tools: HashMap<String, ToolStats>,
+    /// (agent, tool) → statistics; a view merges the agents it admits.
+    tools: HashMap<(String, String), ToolStats>,
     reloads: VecDeque<Value>,
+    /// Agent → whether its latest catalog reload succeeded, and why not.
+    last_reload: HashMap<String, Result<(), String>>,
     /// Agent → last event's time (ms).
     agents: HashMap<String, u64>,
     /// Agent → the `(seq, ts)` of its latest event: an event at or before both is one seen
@@ -102,6 +110,14 @@ impl Model {
             "tool_call.started" => self.call_started(&agent, e, ts),
             "tool_call.finished" => self.call_finished(&agent, e, ts),
             "catalog.reloaded" => {
+                let outcome = match e["ok"].as_bool() {
+                    Some(false) => Err(e["error"]["message"]
+                        .as_str()
+                        .unwrap_or("the reload failed")
+                        .to_string()),
+                    _ => Ok(()),
+                };
+                self.last_reload.insert(agent.clone(), outcome);
                 if self.reloads.len() == MAX_RELOADS {
                     self.reloads.pop_front();
                 }
@@ -123,6 +139,7 @@ impl Model {
             if let Some(oldest) = oldest {
                 self.agents.remove(&oldest);
                 self.latest.remove(&oldest);
+                self.last_reload.remove(&oldest);
             }
         }
         let last = self.agents.entry(agent.to_string()).or_insert(0);
@@ -210,7 +227,7 @@ impl Model {
         let ok = e["ok"].as_bool();
         let duration = e["duration_ms"].as_f64();
         let tool = text(e, "tool").unwrap_or_default();
-        self.count_call(&tool, ok == Some(true), duration);
+        self.count_call(agent, &tool, ok == Some(true), duration);
         let Some(run) = self.run_for(agent, e, ts) else {
             return;
         };
@@ -245,13 +262,12 @@ impl Model {
         call.error = error;
     }
 
-    fn count_call(&mut self, tool: &str, ok: bool, duration: Option<f64>) {
-        let key = if self.tools.contains_key(tool) || self.tools.len() < MAX_TOOLS {
-            tool
-        } else {
-            "(other)"
-        };
-        let stats = self.tools.entry(key.to_string()).or_default();
+    fn count_call(&mut self, agent: &str, tool: &str, ok: bool, duration: Option<f64>) {
+        let mut key = (agent.to_string(), tool.to_string());
+        if !self.tools.contains_key(&key) && self.tools.len() >= MAX_TOOLS {
+            key.1 = "(other)".to_string();
+        }
+        let stats = self.tools.entry(key).or_default();
         stats.calls += 1;
         if !ok {
             stats.errors += 1;
@@ -264,14 +280,14 @@ impl Model {
         }
     }
 
-    /// What the page shows: agents (with how long since each was heard from, `now_ms` being
-    /// the clock), the latest `limit` runs that pass the filters (newest first), per-tool
-    /// statistics, and the reloads.
+    /// What the page shows: agents with their health (`now_ms` being the clock), the latest
+    /// `limit` runs that pass the filters (newest first), per-tool statistics of the agents
+    /// the filter admits, and the reloads.
     pub fn view(&self, now_ms: u64, filter: &Filter, limit: usize) -> Value {
         let agents: BTreeMap<&String, Value> = self
             .agents
             .iter()
-            .map(|(a, t)| (a, json!({"last_event_ms_ago": now_ms.saturating_sub(*t)})))
+            .map(|(a, t)| (a, self.health(a, now_ms.saturating_sub(*t))))
             .collect();
         let runs: Vec<Value> = self
             .runs
@@ -281,16 +297,24 @@ impl Model {
             .take(limit)
             .map(run_json)
             .collect();
-        let mut tools: Vec<(&String, &ToolStats)> = self
-            .tools
-            .iter()
-            .filter(|(t, _)| filter.tool.as_ref().is_none_or(|f| f == *t))
-            .collect();
+        let mut merged: HashMap<&String, ToolStats> = HashMap::new();
+        for ((agent, tool), s) in &self.tools {
+            if filter.agent.as_ref().is_some_and(|a| a != agent)
+                || filter.tool.as_ref().is_some_and(|t| t != tool)
+            {
+                continue;
+            }
+            let m = merged.entry(tool).or_default();
+            m.calls += s.calls;
+            m.errors += s.errors;
+            m.latencies.extend(s.latencies.iter().copied());
+        }
+        let mut tools: Vec<(&String, ToolStats)> = merged.into_iter().collect();
         tools.sort_by(|a, b| b.1.calls.cmp(&a.1.calls).then(a.0.cmp(b.0)));
         let tools: Vec<Value> = tools
             .into_iter()
             .map(|(name, s)| {
-                let mut sorted: Vec<f64> = s.latencies.iter().copied().collect();
+                let mut sorted: Vec<f64> = s.latencies.into_iter().collect();
                 sorted.sort_by(f64::total_cmp);
                 json!({
                     "tool": name,
@@ -308,6 +332,42 @@ impl Model {
             "tools": tools,
             "reloads": self.reloads.iter().rev().collect::<Vec<_>>(),
             "events": self.events,
+        })
+    }
+}
+
+impl Model {
+    /// An agent's health from what its events say (sidecars send no heartbeat):
+    /// `degraded` when its latest catalog reload failed or half or more of its latest
+    /// [`HEALTH_RUNS`] finished runs did not end `ok`; else `idle` after [`IDLE_AFTER_MS`]
+    /// without an event; else `ok`.
+    fn health(&self, agent: &str, quiet_ms: u64) -> Value {
+        let mine = self.runs.iter().rev().filter(|r| r.agent == agent);
+        let running = mine.clone().filter(|r| r.status.is_none()).count();
+        let latest: Vec<&str> = mine
+            .filter_map(|r| r.status.as_deref())
+            .take(HEALTH_RUNS)
+            .collect();
+        let failed = latest.iter().filter(|s| **s != "ok").count();
+        let reload_error = match self.last_reload.get(agent) {
+            Some(Err(why)) => Some(why.as_str()),
+            _ => None,
+        };
+        let health = if reload_error.is_some() || (!latest.is_empty() && failed * 2 >= latest.len())
+        {
+            "degraded"
+        } else if quiet_ms >= IDLE_AFTER_MS {
+            "idle"
+        } else {
+            "ok"
+        };
+        json!({
+            "health": health,
+            "last_event_ms_ago": quiet_ms,
+            "running": running,
+            "recent_runs": latest.len(),
+            "recent_failed": failed,
+            "reload_error": reload_error,
         })
     }
 }
@@ -423,7 +483,10 @@ mod tests {
                 ]
             }])
         );
-        assert_eq!(view["agents"], json!({"a1": {"last_event_ms_ago": 900}}));
+        assert_eq!(
+            view["agents"],
+            json!({"a1": {"health": "ok", "last_event_ms_ago": 900, "running": 0, "recent_runs": 1, "recent_failed": 0, "reload_error": null}})
+        );
         let tools: Vec<(&str, u64, u64)> = view["tools"]
             .as_array()
             .unwrap()
@@ -483,6 +546,96 @@ mod tests {
     }
 
     #[test]
+    fn the_tools_table_follows_the_agent_filter_and_sums_the_agents_otherwise() {
+        let mut m = Model::default();
+        a_run(&mut m);
+        for (agent, ok, ms) in [("a2", true, 10.0), ("a2", false, 30.0)] {
+            m.fold(&json!({"type": "tool_call.finished", "agent_id": agent, "exec_id": "r9", "call_id": "x", "ts": 3000, "tool": "get", "ok": ok, "duration_ms": ms}));
+        }
+        let get = |agent: Option<&str>| -> Value {
+            let f = Filter {
+                agent: agent.map(str::to_string),
+                tool: Some("get".into()),
+                ..Filter::default()
+            };
+            m.view(4000, &f, 10)["tools"].clone()
+        };
+        assert_eq!(
+            get(None),
+            json!([{"tool": "get", "calls": 3, "errors": 1, "error_rate": 1.0 / 3.0, "p50_ms": 30.0, "p95_ms": 40.0}])
+        );
+        assert_eq!(
+            get(Some("a1")),
+            json!([{"tool": "get", "calls": 1, "errors": 0, "error_rate": 0.0, "p50_ms": 40.0, "p95_ms": 40.0}])
+        );
+        assert_eq!(get(Some("a3")), json!([]));
+    }
+
+    #[test]
+    fn an_agent_is_degraded_by_failing_runs_or_a_failed_reload_and_idle_when_quiet() {
+        let mut m = Model::default();
+        let run = |m: &mut Model, agent: &str, id: &str, status: Option<&str>, ts: u64| {
+            m.fold(&json!({"type": "exec.started", "agent_id": agent, "exec_id": id, "ts": ts}));
+            if let Some(status) = status {
+                m.fold(&json!({"type": "exec.finished", "agent_id": agent, "exec_id": id, "ts": ts + 1, "status": status}));
+            }
+        };
+        run(&mut m, "good", "r1", Some("ok"), 1000);
+        run(&mut m, "good", "r2", Some("error"), 1100);
+        run(&mut m, "good", "r3", Some("ok"), 1200);
+        run(&mut m, "good", "r4", None, 1300);
+        run(&mut m, "bad", "r1", Some("timeout"), 1000);
+        run(&mut m, "bad", "r2", Some("ok"), 1100);
+        m.fold(&json!({"type": "catalog.reloaded", "agent_id": "reload", "ts": 1000, "ok": false, "error": {"type": "reload", "message": "tools.json: not JSON"}}));
+        let health = |m: &Model, now: u64| -> Vec<(String, String)> {
+            m.view(now, &Filter::default(), 10)["agents"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(a, h)| (a.clone(), h["health"].as_str().unwrap().to_string()))
+                .collect()
+        };
+        let at = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(a, h)| (a.to_string(), h.to_string()))
+                .collect()
+        };
+        assert_eq!(
+            health(&m, 2000),
+            at(&[("bad", "degraded"), ("good", "ok"), ("reload", "degraded")])
+        );
+        let good = &m.view(2000, &Filter::default(), 10)["agents"]["good"];
+        assert_eq!(
+            (
+                good["running"].as_u64(),
+                good["recent_runs"].as_u64(),
+                good["recent_failed"].as_u64()
+            ),
+            (Some(1), Some(3), Some(1))
+        );
+        assert_eq!(
+            m.view(2000, &Filter::default(), 10)["agents"]["reload"]["reload_error"],
+            "tools.json: not JSON"
+        );
+        // A minute of silence: idle, unless something is wrong.
+        assert_eq!(
+            health(&m, 1301 + IDLE_AFTER_MS),
+            at(&[
+                ("bad", "degraded"),
+                ("good", "idle"),
+                ("reload", "degraded")
+            ])
+        );
+        // A reload that works again clears it.
+        m.fold(&json!({"type": "catalog.reloaded", "agent_id": "reload", "ts": 3000, "ok": true}));
+        assert_eq!(
+            health(&m, 3000)[2],
+            ("reload".to_string(), "ok".to_string())
+        );
+    }
+
+    #[test]
     fn memory_stays_bounded_however_many_events_pass() {
         let mut m = Model::default();
         for i in 0..(MAX_RUNS as u64 * 3) {
@@ -522,7 +675,7 @@ mod tests {
         for event in [e(1, 10), e(2, 11), e(2, 11), e(1, 10), e(1, 50)] {
             m.fold(&event);
         }
-        assert_eq!(m.tools["t"].calls, 3);
+        assert_eq!(m.tools[&("a".to_string(), "t".to_string())].calls, 3);
     }
 
     #[test]

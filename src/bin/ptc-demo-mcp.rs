@@ -1,11 +1,13 @@
-//! `ptc-demo-mcp`: a small MCP server over stdio, built with rmcp's server side.
+//! `ptc-demo-mcp`: a small MCP server over stdio (or streamable HTTP with `--http ADDR`), built
+//! with rmcp's server side.
 //!
 //! It exists so that the sidecar's tests, benchmark and README have a real MCP server whose
 //! answers a reader can predict: a lookup over a bundled table, arithmetic, a slow tool, a
-//! failing tool, a tool with an `outputSchema`, a no-op for benchmarks, and a pair of tools that
-//! change the tool list at runtime to exercise `notifications/tools/list_changed`.
+//! failing tool, a tool with an `outputSchema`, a no-op for benchmarks, a tool that reports the trace
+//! context its call carried, and a pair of tools that change the tool list at runtime to exercise
+//! `notifications/tools/list_changed`.
 //!
-//! Stdout carries the protocol and nothing else: logs go to stderr (`RUST_LOG` filters them).
+//! Over stdio, stdout carries the protocol and nothing else: logs go to stderr (`RUST_LOG` filters them).
 //! The process exits with status 0 soon after stdin closes, even with calls in flight. It must
 //! not grow features the sidecar does not test; it is a fixture, not a product.
 

@@ -161,6 +161,18 @@ async fn the_dashboard_page_shows_two_agents_a_run_its_waterfall_and_the_error()
         for w in wanted {
             assert!(page.contains(w), "the page does not show {w:?}:\n{page}");
         }
+        // Each agent with its health: both ok, nothing running, a2's one run ended ok.
+        let agents = browser.script("return document.getElementById('agents').innerText").await;
+        let agents = agents.as_str().unwrap_or("");
+        for a in [&a1, &a2] {
+            let line = agents.lines().skip_while(|l| !l.contains(a.as_str())).take(2).collect::<Vec<_>>().join(" ");
+            assert!(line.contains("ok · 0 running · 0/1 recent runs failed"), "{a}: {agents:?}");
+        }
+        // The tools table follows the agent filter: a2's tools, not a1's get-weather.
+        let tools = browser.script("return document.getElementById('tools').innerText").await;
+        let tools = tools.as_str().unwrap_or("");
+        assert!(tools.contains("sleepy") && tools.contains("explode"), "{tools}");
+        assert!(!tools.contains("get-weather"), "{tools}");
         // The two 150 ms calls, started together, overlap in the waterfall; the failed one is red.
         let bars = browser
             .script(
