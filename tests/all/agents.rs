@@ -279,6 +279,15 @@ fn check_request(
         ));
     }
     let seen = read_request(wire, body)?;
+    // Every turn offers the whole list, the one from the ETag cache included.
+    if !["complete", "fail", "exec_code"]
+        .iter()
+        .all(|t| seen.tools.iter().any(|s| s == t))
+    {
+        return Err(format!(
+            "the tools offered lack complete, fail or exec_code: {seen:?}"
+        ));
+    }
     let mut script = script.lock().unwrap();
     script.seen.push(seen.clone());
     let n = script.seen.len();
