@@ -83,4 +83,4 @@ if __name__ == "__main__":
     try:
         sys.exit(main(sys.argv[1]))
     except SidecarError as e:
-        sys.exit(f"ptc-sidecar: {e}")
+        sys.exit(str(e))

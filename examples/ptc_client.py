@@ -41,7 +41,7 @@ def _request(method, path, body=None, headers=None):
             raise
         detail = e.read().decode("utf-8", "replace")[:500]
         hint = " (set PTC_API_KEY to the sidecar's key)" if e.code == 401 else ""
-        raise SidecarError(f"{method} {path}: HTTP {e.code}{hint}: {detail}") from None
+        raise SidecarError(f"ptc-sidecar refused {method} {path}: HTTP {e.code}{hint}: {detail}") from None
     except (urllib.error.URLError, OSError) as e:
         raise SidecarError(f"cannot reach ptc-sidecar at {PTC_URL} ({e}): start it or set PTC_URL") from None
 
@@ -87,7 +87,7 @@ class Sidecar:
                     _request("POST", f"/v1/exec/{exec_id}/results", {"results": [answer]}).close()
                 elif event == "done":
                     return data
-        raise RuntimeError("the sidecar's event stream ended without a result")
+        raise SidecarError("ptc-sidecar's event stream ended without a result")
 
 
 def _events(stream):

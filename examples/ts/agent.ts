@@ -73,7 +73,7 @@ async function ptc(path: string, init: RequestInit = {}): Promise<Response> {
   if (!response.ok && response.status !== 304) {
     const hint = response.status === 401 ? " (set PTC_API_KEY to the sidecar's key)" : "";
     const detail = (await response.text()).slice(0, 500);
-    throw new SidecarError(`${path}: HTTP ${response.status}${hint}: ${detail}`);
+    throw new SidecarError(`ptc-sidecar refused ${init.method ?? "GET"} ${path}: HTTP ${response.status}${hint}: ${detail}`);
   }
   return response;
 }
@@ -117,7 +117,7 @@ class Sidecar {
       else if (event === "tool_call") {
         let answer: object;
         try {
-          const run = HOST_TOOLS[data.tool];
+          const run = Object.hasOwn(HOST_TOOLS, data.tool) ? HOST_TOOLS[data.tool] : undefined;
           if (!run) throw new Error(`this runtime has no tool '${data.tool}'`);
           answer = { id: data.id, result: await run(data.input) };
         } catch (e) {
@@ -127,7 +127,7 @@ class Sidecar {
         await (await ptc(`/v1/exec/${execId}/results`, { method: "POST", body })).body?.cancel();
       } else if (event === "done") return data as Done;
     }
-    throw new SidecarError("the sidecar's event stream ended without a result");
+    throw new SidecarError("ptc-sidecar's event stream ended without a result");
   }
 }
 
@@ -175,7 +175,7 @@ async function runTool(
     // Images the run saved come as Anthropic image blocks, ready to show the model.
     return { content: [text, ...(done.content ?? [])], is_error: done.status !== "ok" };
   }
-  if (name in HOST_TOOLS) {
+  if (Object.hasOwn(HOST_TOOLS, name)) {
     // A host tool the sidecar offers directly (PTC_DIRECT_TOOLS).
     try {
       return { content: JSON.stringify(await HOST_TOOLS[name](args)) };
@@ -233,7 +233,7 @@ if (process.argv.length !== 3) {
 main(process.argv[2]).then(
   (code) => process.exit(code),
   (e) => {
-    console.error(e instanceof SidecarError ? `ptc-sidecar: ${e.message}` : e);
+    console.error(e instanceof SidecarError ? e.message : e);
     process.exit(1);
   },
 );
