@@ -5,6 +5,9 @@
 //! OpenAI Chat Completions, non-streaming) that answers with a fixed script and checks what it
 //! is sent. A script's last turn takes the `complete` answer from the tool result it received,
 //! so the final line proves the data went model → runtime → sidecar → tools → runtime → model.
+//! Every scenario runs for each example (`agents::<scenario>::<example>`): the happy path, an
+//! unknown tool, a failing run, a catalog reload between turns, a direct host tool, `fail`, and
+//! the bound on turns.
 //!
 //! The model server is the one stand-in here: no real model runs in a test. The SDKs are
 //! installed by scripts/test (`examples/requirements.txt`, `npm ci --prefix examples/ts`); a
@@ -31,6 +34,10 @@ const EXAMPLE_TIMEOUT: Duration = Duration::from_secs(45);
 /// A manifest rewrite is picked up by the sidecar's reload within this (250 ms of quiet, then
 /// a rebuild); a reload that never comes fails the test instead of hanging it.
 const RELOAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// The examples' `MAX_TURNS`: a model that never calls `complete` or `fail` gets this many.
+const EXAMPLE_MAX_TURNS: usize = 12;
+/// What the examples tell a model that answered without calling a tool.
+const NUDGE: &str = "Call complete with your answer, or fail.";
 /// The key the examples' SDKs send the scripted model (a dummy: no real key is used).
 const MODEL_KEY: &str = "test-model-key";
 
@@ -119,6 +126,8 @@ struct Seen {
     exec_description: String,
     /// The results of the model's previous tool calls.
     results: Vec<ToolResult>,
+    /// The last message when it is the user's plain text (the task, or a nudge).
+    user_text: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -129,22 +138,22 @@ struct ToolResult {
     is_error: Option<bool>,
 }
 
-/// The model's answer for one turn: one tool call.
-struct Call {
-    name: &'static str,
-    input: Value,
+/// The model's answer for one turn: one tool call, or text alone (no tool called).
+enum Reply {
+    Call { name: &'static str, input: Value },
+    Text(&'static str),
 }
 
-fn call(name: &'static str, input: Value) -> Result<Call, String> {
-    Ok(Call { name, input })
+fn call(name: &'static str, input: Value) -> Result<Reply, String> {
+    Ok(Reply::Call { name, input })
 }
 
-type StepFuture = Pin<Box<dyn Future<Output = Result<Call, String>> + Send>>;
+type StepFuture = Pin<Box<dyn Future<Output = Result<Reply, String>> + Send>>;
 /// One turn of a script: checks what the model was sent, answers with a tool call, or says
 /// what was wrong (the model then answers 400, and the test fails with it).
 type Step = Box<dyn FnOnce(Seen) -> StepFuture + Send>;
 
-fn step(f: impl FnOnce(&Seen) -> Result<Call, String> + Send + 'static) -> Step {
+fn step(f: impl FnOnce(&Seen) -> Result<Reply, String> + Send + 'static) -> Step {
     Box::new(move |seen| {
         let answer = f(&seen);
         Box::pin(async move { answer })
@@ -234,13 +243,16 @@ async fn turn(
     };
     let mut script = script.lock().unwrap();
     match next {
-        Ok(call) => {
+        Ok(answer) => {
             let id = match wire {
                 Wire::Anthropic => format!("toolu_{n}"),
                 Wire::OpenAi => format!("call_{n}"),
             };
-            script.open_ids = vec![id.clone()];
-            Json(reply(wire, &body["model"], n, &id, &call)).into_response()
+            script.open_ids = match answer {
+                Reply::Call { .. } => vec![id.clone()],
+                Reply::Text(_) => Vec::new(),
+            };
+            Json(reply(wire, &body["model"], n, &id, &answer)).into_response()
         }
         Err(message) => {
             script.failures.push(message.clone());
@@ -349,10 +361,15 @@ fn read_request(wire: Wire, body: &Value) -> Result<Seen, String> {
             results
         }
     };
+    let last = messages.last().ok_or("no messages")?;
+    let user_text = (last["role"] == "user")
+        .then(|| last["content"].as_str().map(str::to_string))
+        .flatten();
     Ok(Seen {
         tools: names,
         exec_description,
         results,
+        user_text,
     })
 }
 
@@ -369,24 +386,42 @@ fn text_of(content: &Value) -> String {
     }
 }
 
-fn reply(wire: Wire, model: &Value, n: usize, id: &str, call: &Call) -> Value {
-    match wire {
-        Wire::Anthropic => json!({
-            "id": format!("msg_{n}"), "type": "message", "role": "assistant", "model": model,
-            "content": [{"type": "tool_use", "id": id, "name": call.name, "input": call.input}],
-            "stop_reason": "tool_use", "stop_sequence": null,
-            "usage": {"input_tokens": 100, "output_tokens": 20}
-        }),
-        Wire::OpenAi => json!({
-            "id": format!("chatcmpl-{n}"), "object": "chat.completion", "created": 1_764_000_000,
-            "model": model,
-            "choices": [{"index": 0, "finish_reason": "tool_calls", "logprobs": null, "message": {
-                "role": "assistant", "content": null, "refusal": null,
-                "tool_calls": [{"id": id, "type": "function",
-                                "function": {"name": call.name, "arguments": call.input.to_string()}}]
-            }}],
-            "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}
-        }),
+fn reply(wire: Wire, model: &Value, n: usize, id: &str, answer: &Reply) -> Value {
+    match (wire, answer) {
+        (Wire::Anthropic, answer) => {
+            let (block, stop) = match answer {
+                Reply::Call { name, input } => (
+                    json!({"type": "tool_use", "id": id, "name": name, "input": input}),
+                    "tool_use",
+                ),
+                Reply::Text(text) => (json!({"type": "text", "text": text}), "end_turn"),
+            };
+            json!({
+                "id": format!("msg_{n}"), "type": "message", "role": "assistant", "model": model,
+                "content": [block], "stop_reason": stop, "stop_sequence": null,
+                "usage": {"input_tokens": 100, "output_tokens": 20}
+            })
+        }
+        (Wire::OpenAi, answer) => {
+            let (message, finish) = match answer {
+                Reply::Call { name, input } => (
+                    json!({"role": "assistant", "content": null, "refusal": null,
+                           "tool_calls": [{"id": id, "type": "function",
+                                           "function": {"name": name, "arguments": input.to_string()}}]}),
+                    "tool_calls",
+                ),
+                Reply::Text(text) => (
+                    json!({"role": "assistant", "content": text, "refusal": null}),
+                    "stop",
+                ),
+            };
+            json!({
+                "id": format!("chatcmpl-{n}"), "object": "chat.completion", "created": 1_764_000_000,
+                "model": model,
+                "choices": [{"index": 0, "finish_reason": finish, "logprobs": null, "message": message}],
+                "usage": {"prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120}
+            })
+        }
     }
 }
 
@@ -455,10 +490,22 @@ impl Finished {
     fn last_line(&self) -> &str {
         self.stdout.lines().last().unwrap_or_default()
     }
+
+    /// Checks the exit code, showing the whole run when it is not `code`.
+    fn exited(&self, code: i32) -> &Self {
+        assert_eq!(
+            self.code,
+            Some(code),
+            "exit code\nstdout:\n{}\nstderr:\n{}",
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
 }
 
 /// Runs `example` on `task` to its end (killed at [`EXAMPLE_TIMEOUT`]) and checks that the
-/// script found nothing wrong and was played to its end.
+/// script found nothing wrong and that the model was asked `turns` times.
 async fn run(
     example: Example,
     task: &str,
@@ -486,7 +533,6 @@ async fn run(
     );
     assert_eq!(model.failures(), Vec::<String>::new(), "{context}");
     assert_eq!(model.seen().len(), turns, "turns played: {context}");
-    assert_eq!(done.code, Some(0), "{context}");
     done
 }
 
@@ -516,6 +562,7 @@ async fn happy_path(example: Example) {
         ])
         .await;
         let done = run(example, "Weather in Oslo and ada's orders?", &model, &s, Some("sidecar-key"), 2).await;
+        done.exited(0);
         assert_eq!(done.last_line(), "Oslo is 4 C; ada has 2 orders worth 338.50");
     })
     .await
@@ -536,6 +583,7 @@ async fn unknown_tool(example: Example) {
         ])
         .await;
         let done = run(example, "ACME's price?", &model, &s, None, 2).await;
+        done.exited(0);
         let last = done.last_line();
         assert!(last.starts_with("told: "), "{last}");
         assert!(
@@ -570,6 +618,7 @@ async fn exec_fails(example: Example) {
         ])
         .await;
         let done = run(example, "nobody's orders?", &model, &s, None, 2).await;
+        done.exited(0);
         let last = done.last_line();
         // The host tool's own message, raised in the runtime, through the code's traceback.
         assert!(last.starts_with("ToolError: "), "{last}");
@@ -622,6 +671,7 @@ async fn catalog_reload(example: Example) {
         ])
         .await;
         let done = run(example, "Tokyo's sky, then grace's first order", &model, &s, None, 3).await;
+        done.exited(0);
         assert_eq!(done.last_line(), "cloudy, compiler");
         // Three turns, two catalogs: the unchanged one came back as a 304 and was not re-read.
         let fetched: Vec<&str> = done
@@ -632,6 +682,90 @@ async fn catalog_reload(example: Example) {
         assert_eq!(fetched.len(), 2, "{}", done.stderr);
         assert!(fetched[0].starts_with("[tools] catalog version 1: "), "{fetched:?}");
         assert!(fetched[1].starts_with("[tools] catalog version 2: "), "{fetched:?}");
+    })
+    .await
+    .unwrap();
+}
+
+/// A host tool the sidecar offers directly (`PTC_DIRECT_TOOLS`): the model calls it as a tool of
+/// its own, and the example answers it without the sidecar.
+async fn direct_host_tool(example: Example) {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let dir = TempDir::new("agents");
+        let direct = [("PTC_DIRECT_TOOLS", "complete,fail,get_weather")];
+        let s = sidecar(&manifest(&dir, None), &direct).await;
+        let model = ScriptedModel::start(vec![
+            step(|seen| {
+                if !seen.tools.iter().any(|t| t == "get_weather")
+                    || seen.exec_description.contains("get_weather(")
+                {
+                    return Err(format!("get_weather is not a direct tool: {seen:?}"));
+                }
+                call("get_weather", json!({"city": "Paris"}))
+            }),
+            step(|seen| {
+                let w: Value = serde_json::from_str(&ok_result(seen)?.text)
+                    .map_err(|e| format!("not JSON: {e}: {seen:?}"))?;
+                call(
+                    "complete",
+                    json!({"answer": format!("{} {}", w["sky"].as_str().unwrap_or("?"), w["temp_c"])}),
+                )
+            }),
+        ])
+        .await;
+        let done = run(example, "Paris?", &model, &s, None, 2).await;
+        assert_eq!(done.exited(0).last_line(), "sunny 21");
+    })
+    .await
+    .unwrap();
+}
+
+/// `fail` ends the loop at once: its reason on the last line, exit code 1.
+async fn fail_ends_the_loop(example: Example) {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let dir = TempDir::new("agents");
+        let s = sidecar(&manifest(&dir, None), &[]).await;
+        let model = ScriptedModel::start(vec![step(|_| {
+            call(
+                "fail",
+                json!({"reason": "there is no weather service for Atlantis"}),
+            )
+        })])
+        .await;
+        let done = run(example, "Atlantis?", &model, &s, None, 1).await;
+        assert_eq!(
+            done.exited(1).last_line(),
+            "FAILED: there is no weather service for Atlantis"
+        );
+    })
+    .await
+    .unwrap();
+}
+
+/// A model that only talks is asked to call `complete` after each turn, and stopped after
+/// the examples' `MAX_TURNS`.
+async fn turns_are_bounded(example: Example) {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let dir = TempDir::new("agents");
+        let s = sidecar(&manifest(&dir, None), &[]).await;
+        let steps = (0..EXAMPLE_MAX_TURNS)
+            .map(|turn| {
+                step(move |seen| {
+                    let expected = if turn == 0 { "chat" } else { NUDGE };
+                    if seen.user_text.as_deref() != Some(expected) {
+                        return Err(format!(
+                            "turn {}: expected {expected:?}: {seen:?}",
+                            turn + 1
+                        ));
+                    }
+                    Ok(Reply::Text("Let me think about it."))
+                })
+            })
+            .collect();
+        let model = ScriptedModel::start(steps).await;
+        let done = run(example, "chat", &model, &s, None, EXAMPLE_MAX_TURNS).await;
+        let expected = format!("FAILED: no answer after {EXAMPLE_MAX_TURNS} turns");
+        assert_eq!(done.exited(1).last_line(), expected);
     })
     .await
     .unwrap();
@@ -661,4 +795,12 @@ macro_rules! for_each_example {
     )*};
 }
 
-for_each_example!(happy_path, unknown_tool, exec_fails, catalog_reload);
+for_each_example!(
+    happy_path,
+    unknown_tool,
+    exec_fails,
+    catalog_reload,
+    direct_host_tool,
+    fail_ends_the_loop,
+    turns_are_bounded
+);
