@@ -69,7 +69,11 @@ class Sidecar:
 
     def exec_code(self, args, host_call):
         """Runs the model's exec_code call; `host_call(name, input)` answers host tool calls.
-        Returns the run's result (`done`): {status, stdout, stderr, exit_code, tool_calls, ...}."""
+        Returns the run's result (`done`): {status, stdout, stderr, exit_code, tool_calls, ...}.
+
+        Calls are answered one at a time, as they arrive; a runtime with slow tools can answer
+        them from threads instead (the sidecar takes answers in any order, in any number of
+        requests), or the calls the code gathered wait for each other."""
         body = {"code": args["code"]}
         if args.get("timeout"):
             body["timeout"] = args["timeout"]

@@ -13,7 +13,7 @@
 //! installed by scripts/test (`examples/requirements.txt`, `npm ci --prefix examples/ts`); a
 //! missing install fails these tests, it does not skip them.
 
-use crate::common::{TEST_TIMEOUT, TempDir, TestSidecar};
+use crate::common::{TEST_TIMEOUT, TempDir, TestSidecar, assert_nothing_left};
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -473,7 +473,8 @@ async fn sidecar(manifest: &Path, extra: &[(&str, &str)]) -> TestSidecar {
     let path = manifest.to_str().unwrap();
     let mut vars = vec![
         ("PTC_ENABLED", "true"),
-        ("PTC_WARM_WORKERS", "1"),
+        // No warm interpreters: after a run, any process left would be the run's own.
+        ("PTC_WARM_WORKERS", "0"),
         ("PTC_TOOLS_FILE", path),
     ];
     vars.extend_from_slice(extra);
@@ -564,6 +565,7 @@ async fn happy_path(example: Example) {
         let done = run(example, "Weather in Oslo and ada's orders?", &model, &s, Some("sidecar-key"), 2).await;
         done.exited(0);
         assert_eq!(done.last_line(), "Oslo is 4 C; ada has 2 orders worth 338.50");
+        assert_nothing_left(&s).await;
     })
     .await
     .unwrap();
@@ -623,6 +625,7 @@ async fn exec_fails(example: Example) {
         // The host tool's own message, raised in the runtime, through the code's traceback.
         assert!(last.starts_with("ToolError: "), "{last}");
         assert!(last.ends_with("no customer 'nobody'"), "{last}");
+        assert_nothing_left(&s).await;
     })
     .await
     .unwrap();
