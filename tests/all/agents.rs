@@ -7,7 +7,7 @@
 //! so the final line proves the data went model → runtime → sidecar → tools → runtime → model.
 //! Every scenario runs for each example (`agents::<scenario>::<example>`): the happy path, an
 //! unknown tool, a failing run, a catalog reload between turns, a direct host tool, `fail`, and
-//! the bound on turns.
+//! the bound on turns. And the TypeScript example type-checks (`tsc --strict`).
 //!
 //! The model server is the one stand-in here: no real model runs in a test. The SDKs are
 //! installed by scripts/test (`examples/requirements.txt`, `npm ci --prefix examples/ts`); a
@@ -772,6 +772,35 @@ async fn turns_are_bounded(example: Example) {
     })
     .await
     .unwrap();
+}
+
+/// The TypeScript example compiles under `tsc --strict` (tsx, which runs it, strips the types
+/// without checking them; people copy it into projects that do check).
+#[tokio::test]
+async fn typescript_example_type_checks() {
+    let ts = root().join("examples/ts");
+    let tsc = ts.join("node_modules/.bin/tsc");
+    assert!(
+        tsc.exists(),
+        "{} is missing: run `npm ci --prefix examples/ts` (scripts/test does)",
+        tsc.display()
+    );
+    let output = tokio::time::timeout(
+        EXAMPLE_TIMEOUT,
+        tokio::process::Command::new(tsc)
+            .current_dir(&ts)
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .expect("tsc finishes")
+    .unwrap();
+    assert!(
+        output.status.success(),
+        "tsc (examples/ts/tsconfig.json):\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 /// Each scenario for each example, as `agents::<scenario>::<example>`.
