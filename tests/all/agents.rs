@@ -537,6 +537,12 @@ async fn run(
     done
 }
 
+/// The happy path's code: two host tool calls at once, and a line made of both results.
+const GATHER: &str = r#"w, orders = await asyncio.gather(get_weather(city="Oslo"), list_orders(customer="ada"))
+total = sum(o["total"] for o in orders)
+print(f"ANSWER: {w['city']} is {w['temp_c']} C; ada has {len(orders)} orders worth {total:.2f}")
+"#;
+
 /// Two host tool calls gathered in one `exec_code`, then `complete` with what the code printed.
 async fn happy_path(example: Example) {
     tokio::time::timeout(TEST_TIMEOUT, async {
@@ -552,19 +558,25 @@ async fn happy_path(example: Example) {
                         return Err(format!("{signature} not in {:?}", seen.exec_description));
                     }
                 }
-                call(
-                    "exec_code",
-                    json!({"code": "w, orders = await asyncio.gather(get_weather(city='Oslo'), list_orders(customer='ada'))\n\
-                                     total = sum(o['total'] for o in orders)\n\
-                                     print(f\"ANSWER: {w['city']} is {w['temp_c']} C; ada has {len(orders)} orders worth {total:.2f}\")"}),
-                )
+                call("exec_code", json!({"code": GATHER}))
             }),
             step(|seen| call("complete", json!({"answer": answer_in(ok_result(seen)?)?}))),
         ])
         .await;
-        let done = run(example, "Weather in Oslo and ada's orders?", &model, &s, Some("sidecar-key"), 2).await;
+        let done = run(
+            example,
+            "Weather in Oslo and ada's orders?",
+            &model,
+            &s,
+            Some("sidecar-key"),
+            2,
+        )
+        .await;
         done.exited(0);
-        assert_eq!(done.last_line(), "Oslo is 4 C; ada has 2 orders worth 338.50");
+        assert_eq!(
+            done.last_line(),
+            "Oslo is 4 C; ada has 2 orders worth 338.50"
+        );
         assert_nothing_left(&s).await;
     })
     .await
@@ -631,6 +643,26 @@ async fn exec_fails(example: Example) {
     .unwrap();
 }
 
+/// Rewrites the manifest at `path` to the example's whole one, and waits (at most
+/// [`RELOAD_TIMEOUT`]) until the sidecar at `tools_url` serves a catalog past version 1.
+async fn reload(path: PathBuf, http: reqwest::Client, tools_url: String) -> Result<(), String> {
+    let full = std::fs::read_to_string(root().join("examples/agent-tools.json")).unwrap();
+    std::fs::write(&path, full).unwrap();
+    let reloaded = async {
+        loop {
+            let response = http.get(&tools_url).send().await.unwrap();
+            let body: Value = response.json().await.unwrap();
+            if body["version"] != 1 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    tokio::time::timeout(RELOAD_TIMEOUT, reloaded)
+        .await
+        .map_err(|_| "the sidecar did not reload the manifest".to_string())
+}
+
 /// The manifest gains `list_orders` between two turns: the example's next request (after an
 /// ETag refetch) offers it, the code calls it, and the example answers it.
 async fn catalog_reload(example: Example) {
@@ -639,41 +671,34 @@ async fn catalog_reload(example: Example) {
         let path = manifest(&dir, Some("list_orders"));
         let s = sidecar(&path, &[]).await;
         let (http, tools_url) = (s.http.clone(), s.url("/v1/tools"));
+        let first: Step = Box::new(move |seen: Seen| -> StepFuture {
+            Box::pin(async move {
+                if seen.exec_description.contains("list_orders") {
+                    return Err("list_orders offered before the reload".into());
+                }
+                reload(path, http, tools_url).await?;
+                let code = "print('ANSWER:', (await get_weather(city='Tokyo'))['sky'])";
+                call("exec_code", json!({"code": code}))
+            })
+        });
         let model = ScriptedModel::start(vec![
-            Box::new(move |seen: Seen| -> StepFuture {
-                Box::pin(async move {
-                    if seen.exec_description.contains("list_orders") {
-                        return Err("list_orders offered before the reload".into());
-                    }
-                    let full = std::fs::read_to_string(root().join("examples/agent-tools.json"));
-                    std::fs::write(&path, full.unwrap()).unwrap();
-                    let reloaded = async {
-                        loop {
-                            let body: Value = http.get(&tools_url).send().await.unwrap().json().await.unwrap();
-                            if body["version"] != 1 {
-                                return;
-                            }
-                            tokio::time::sleep(Duration::from_millis(50)).await;
-                        }
-                    };
-                    tokio::time::timeout(RELOAD_TIMEOUT, reloaded)
-                        .await
-                        .map_err(|_| "the sidecar did not reload the manifest".to_string())?;
-                    call("exec_code", json!({"code": "print('ANSWER:', (await get_weather(city='Tokyo'))['sky'])"}))
-                })
-            }),
+            first,
             step(|seen| {
                 let sky = answer_in(ok_result(seen)?)?;
                 if !seen.exec_description.contains("list_orders(customer") {
-                    return Err(format!("no list_orders after the reload: {:?}", seen.exec_description));
+                    let description = &seen.exec_description;
+                    return Err(format!("no list_orders after the reload: {description:?}"));
                 }
-                let code = format!("o = await list_orders(customer='grace')\nprint('ANSWER: {sky},', o[0]['item'])");
+                let code = format!(
+                    "o = await list_orders(customer='grace')\nprint('ANSWER: {sky},', o[0]['item'])"
+                );
                 call("exec_code", json!({"code": code}))
             }),
             step(|seen| call("complete", json!({"answer": answer_in(ok_result(seen)?)?}))),
         ])
         .await;
-        let done = run(example, "Tokyo's sky, then grace's first order", &model, &s, None, 3).await;
+        let task = "Tokyo's sky, then grace's first order";
+        let done = run(example, task, &model, &s, None, 3).await;
         done.exited(0);
         assert_eq!(done.last_line(), "cloudy, compiler");
         // Three turns, two catalogs: the unchanged one came back as a 304 and was not re-read.
@@ -683,8 +708,14 @@ async fn catalog_reload(example: Example) {
             .filter(|l| l.starts_with("[tools] catalog version"))
             .collect();
         assert_eq!(fetched.len(), 2, "{}", done.stderr);
-        assert!(fetched[0].starts_with("[tools] catalog version 1: "), "{fetched:?}");
-        assert!(fetched[1].starts_with("[tools] catalog version 2: "), "{fetched:?}");
+        assert!(
+            fetched[0].starts_with("[tools] catalog version 1: "),
+            "{fetched:?}"
+        );
+        assert!(
+            fetched[1].starts_with("[tools] catalog version 2: "),
+            "{fetched:?}"
+        );
     })
     .await
     .unwrap();
