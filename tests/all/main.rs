@@ -4,6 +4,7 @@
 // Helpers outside `#[test]` functions fail the test the same way: unwrap/expect are assertions.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod agents;
 mod api;
 mod bash;
 mod catalog;
