@@ -6,7 +6,7 @@
 //! Owns these routes' shapes. It must not walk a session's folder itself, nor run code.
 
 use super::error::ApiError;
-use super::workspace::{blocking, file_response, session_file_url, write_stream};
+use super::workspace::{blocking, file_response, lock_for_files, session_file_url, write_stream};
 use crate::session::{FileInfo, Session, Sessions, check_name};
 use crate::util::{mime_of, rfc3339};
 use axum::body::Body;
@@ -17,11 +17,6 @@ use axum::routing::get;
 use axum::{Json, Router};
 use serde_json::{Value, json};
 use std::sync::Arc;
-use std::time::Duration;
-
-/// How long a `PUT` waits for a run of the session to end before it gets 409 `busy`: an upload
-/// must not change files under a run that is reading them.
-pub const PUT_WAIT: Duration = Duration::from_secs(30);
 
 /// The files routes; the caller puts `PTC_API_KEY` in front of them.
 pub fn router<S>(sessions: Sessions) -> Router<S> {
@@ -92,14 +87,7 @@ async fn upload(
     Sessions::check_id(&id)?;
     let name = check_name(&path)?;
     let session = sessions.open(&id)?;
-    let _lock = tokio::time::timeout(PUT_WAIT, session.lock())
-        .await
-        .map_err(|_| {
-            ApiError::Busy(format!(
-                "session {id} is busy with a run for longer than {} s; try again when it ends",
-                PUT_WAIT.as_secs()
-            ))
-        })?;
+    let _lock = lock_for_files(&session).await?;
     let info = write_stream(&session, &name, body.into_data_stream(), |e| {
         ApiError::BadRequest(format!("the body broke off: {e}"))
     })
@@ -113,9 +101,7 @@ async fn remove(
 ) -> Result<Response, ApiError> {
     let session = existing(&sessions, &id)?;
     let name = check_name(&path)?;
-    let _lock = tokio::time::timeout(PUT_WAIT, session.lock())
-        .await
-        .map_err(|_| ApiError::Busy(format!("session {id} is busy with a run")))?;
+    let _lock = lock_for_files(&session).await?;
     let wanted = name.clone();
     let target = session.clone();
     if blocking(move || target.remove_name(&wanted)).await? {

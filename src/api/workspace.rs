@@ -22,6 +22,24 @@ use std::time::Duration;
 use tokio::sync::OwnedMutexGuard;
 use tokio_stream::{Stream, StreamExt};
 
+/// How long a change to a session's files from outside a run (an upload, a `PUT`, a `DELETE`)
+/// waits for the session's run to end before it gets 409 `busy`: a file must not change under
+/// a run that is reading it, and a caller must not wait without a bound on a run that is stuck.
+pub const FILES_WAIT: Duration = Duration::from_secs(30);
+
+/// `session` locked for a change to its files from outside a run, within [`FILES_WAIT`].
+pub async fn lock_for_files(session: &Arc<Session>) -> Result<OwnedMutexGuard<()>, ApiError> {
+    tokio::time::timeout(FILES_WAIT, session.lock())
+        .await
+        .map_err(|_| {
+            ApiError::Busy(format!(
+                "session {} is busy with a run for longer than {} s; try again when it ends",
+                session.id,
+                FILES_WAIT.as_secs()
+            ))
+        })
+}
+
 /// A session held for one run: no other run or upload touches it until this is dropped.
 pub struct Held {
     pub session: Arc<Session>,

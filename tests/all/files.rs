@@ -410,3 +410,44 @@ async fn save_file_and_a_cut_streams_whole_output_land_among_the_runs_files() {
     .await
     .unwrap();
 }
+
+/// An upload into a session a run holds waits for the run, but not without a bound: past
+/// `FILES_WAIT` (30 s) it gets 409 `busy` naming the session, and nothing it sent is kept.
+#[tokio::test]
+async fn an_upload_into_a_session_a_run_holds_too_long_is_refused_as_busy() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let s = std::sync::Arc::new(sidecar(&[]).await);
+        let session = "upload-busy-test";
+        let run = {
+            let s = s.clone();
+            tokio::spawn(async move {
+                exec(
+                    &s,
+                    json!({"lang": "bash", "session_id": session, "timeout": 40000,
+                           "code": "sleep 34; ls"}),
+                )
+                .await
+            })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let started = std::time::Instant::now();
+        let (status, busy) = upload(&s, Some(session), "late.txt", b"late").await;
+        let waited = started.elapsed();
+        assert_eq!(status, 409, "{busy}");
+        assert_eq!(busy["error"]["type"], "busy", "{busy}");
+        assert!(
+            busy["error"]["message"].as_str().unwrap().contains(session),
+            "{busy}"
+        );
+        assert!(
+            waited >= std::time::Duration::from_secs(29),
+            "it waited {waited:?}"
+        );
+        // The run did not see the file: the upload kept nothing.
+        let r = run.await.unwrap();
+        assert_eq!(r["status"], "completed", "{r}");
+        assert!(!r["stdout"].as_str().unwrap().contains("late.txt"), "{r}");
+    })
+    .await
+    .unwrap();
+}

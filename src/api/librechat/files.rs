@@ -8,7 +8,7 @@
 //! runner's) nor walk a session's directory itself (the store does it without following links).
 
 use crate::api::error::ApiError;
-use crate::api::workspace::{Held, blocking, file_response, write_stream};
+use crate::api::workspace::{Held, blocking, file_response, lock_for_files, write_stream};
 use crate::session::{FileInfo, Session, SessionError, Sessions};
 use axum::Json;
 use axum::Router;
@@ -255,13 +255,14 @@ fn unreadable(e: axum::extract::multipart::MultipartError) -> ApiError {
     ))
 }
 
-/// The session `id` names (made when new), locked for an upload.
+/// The session `id` names (made when new), locked for an upload within
+/// [`FILES_WAIT`](crate::api::workspace::FILES_WAIT).
 async fn hold(
     sessions: &Sessions,
     id: &str,
 ) -> Result<(Arc<Session>, OwnedMutexGuard<()>), ApiError> {
     let session = sessions.open(id)?;
-    let lock = session.lock().await;
+    let lock = lock_for_files(&session).await?;
     Ok((session, lock))
 }
 
