@@ -7,6 +7,7 @@
 
 use super::lower::{Shapes, is_reserved, shape_name};
 use super::signature::signature;
+use super::tokens;
 use super::ty::{Params, Signature, Ty};
 use crate::catalog::Catalog;
 use crate::catalog::names::is_identifier;
@@ -31,6 +32,16 @@ pub const SECTION_PREFIX_END: &str = "__";
 /// Header of the host tools' section.
 pub const HOST_HEADER: &str = "## tools";
 
+/// Said after the preamble when the description leaves signatures out for the budget.
+pub const SEARCH_NOTE: &str = "\
+Not every signature fits here: a section lists some tools in full and the rest by name after \
+`more:`. `search_tools(\"what you need\", limit=5)` returns the best matches, each a dict with \
+its `signature` and `summary` (print it); `describe(\"name\")` prints one tool's docs. Every \
+listed name is callable.";
+
+/// Starts the line of a section's tools listed by name only.
+pub const MORE: &str = "more: ";
+
 /// The catalog as the model reads it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rendered {
@@ -43,6 +54,9 @@ pub struct Rendered {
     pub definitions: Vec<(String, Ty)>,
     /// Things the renderer had to simplify, per tool.
     pub notes: Vec<String>,
+    /// How many of `lines` the description shows in full: all of them, unless the catalog's
+    /// description budget left some to `search_tools`.
+    pub listed: usize,
 }
 
 impl Rendered {
@@ -54,8 +68,31 @@ impl Rendered {
     }
 }
 
-/// Renders the description of a catalog.
+/// One section of the description: a server's tools (or the host's).
+struct Section {
+    /// `## github__`, `## github` or `## tools`.
+    header: String,
+    /// The indexes into [`Rendered::lines`] of its tools.
+    tools: std::ops::Range<usize>,
+    /// Bytes of the section prefix each line leaves out.
+    prefix: usize,
+}
+
+/// Renders the description of a catalog: every signature when it fits the catalog's
+/// description budget (or there is none), else [`budgeted`].
 pub fn render(catalog: &Catalog) -> Rendered {
+    let (mut rendered, sections) = render_full(catalog);
+    if let Some(budget) = catalog.description_budget
+        && tokens::count(&rendered.description) > budget
+    {
+        let (description, listed) = budgeted(&rendered, &sections, budget);
+        rendered.description = description;
+        rendered.listed = listed;
+    }
+    rendered
+}
+
+fn render_full(catalog: &Catalog) -> (Rendered, Vec<Section>) {
     let mut shapes = Shapes::default();
     let mut notes = Vec::new();
     let mut sigs: Vec<Signature> = Vec::new();
@@ -85,6 +122,7 @@ pub fn render(catalog: &Catalog) -> Rendered {
         }
     }
     let mut lines = Vec::with_capacity(tools.len());
+    let mut sections = Vec::new();
     let mut start = 0;
     while start < tools.len() {
         let server = tools[start].server();
@@ -95,12 +133,13 @@ pub fn render(catalog: &Catalog) -> Rendered {
                 .count();
         let group = &sigs[start..end];
         let prefix = server.and_then(|_| section_prefix(group)).unwrap_or("");
+        let header = match (server, prefix) {
+            (_, p) if !p.is_empty() => format!("## {p}"),
+            (Some(server), _) => format!("## {server}"),
+            (None, _) => HOST_HEADER.to_string(),
+        };
         out.push_str("\n\n");
-        match (server, prefix) {
-            (_, p) if !p.is_empty() => out.push_str(&format!("## {p}")),
-            (Some(server), _) => out.push_str(&format!("## {server}")),
-            (None, _) => out.push_str(HOST_HEADER),
-        }
+        out.push_str(&header);
         for (tool, sig) in tools[start..end].iter().zip(group) {
             let line = sig.to_string();
             out.push('\n');
@@ -108,14 +147,235 @@ pub fn render(catalog: &Catalog) -> Rendered {
             out.push_str(&line[prefix.len()..]);
             lines.push((tool.name.clone(), line));
         }
+        sections.push(Section {
+            header,
+            tools: start..end,
+            prefix: prefix.len(),
+        });
         start = end;
     }
-    Rendered {
+    let listed = lines.len();
+    let rendered = Rendered {
         description: out,
         lines,
         definitions,
         notes,
+        listed,
+    };
+    (rendered, sections)
+}
+
+/// The description within `budget` tokens, and how many signatures it shows. Always: the
+/// preamble, [`SEARCH_NOTE`], every section's header with its tool count. Then, while they
+/// fit, every section's tool names (`more: a, b`); then full signatures in catalog order (so
+/// the text depends on the catalog alone, never on usage), each with the named shapes it
+/// uses. When not even the names fit, the sections keep their names in order while they fit;
+/// when not even the headers fit, the last line counts the sections left out.
+fn budgeted(full: &Rendered, sections: &[Section], budget: usize) -> (String, usize) {
+    let cost = |text: &str| tokens::count(text) + 1;
+    let head = cost(&format!("{PREAMBLE}\n\n{SEARCH_NOTE}"));
+    let headers: Vec<usize> = sections.iter().map(|s| cost(&heading(s)) + 1).collect();
+    let name_costs: Vec<usize> = full
+        .lines
+        .iter()
+        .zip(owners(sections))
+        .map(|((_, line), s)| cost(&short_name(line, sections[s].prefix)))
+        .collect();
+    let names_of = |s: &Section| cost(MORE) + s.tools.clone().map(|i| name_costs[i]).sum::<usize>();
+
+    let mut plan = Plan {
+        headers: 0,
+        names: 0,
+        signatures: 0,
+    };
+    let mut used = head;
+    while plan.headers < sections.len() && used + headers[plan.headers] <= budget {
+        used += headers[plan.headers];
+        plan.headers += 1;
     }
+    if plan.headers == sections.len() {
+        while plan.names < sections.len() && used + names_of(&sections[plan.names]) <= budget {
+            used += names_of(&sections[plan.names]);
+            plan.names += 1;
+        }
+    }
+    if plan.names == sections.len() {
+        let refs = references(full);
+        let mut shown = vec![false; full.definitions.len()];
+        let mut types_header = false;
+        for (i, (_, line)) in full.lines.iter().enumerate() {
+            let mut extra = cost(line) as isize - name_costs[i] as isize;
+            let mut new_defs = Vec::new();
+            for d in refs.of_line(i) {
+                if !shown[d] {
+                    new_defs.push(d);
+                    let (name, ty) = &full.definitions[d];
+                    extra += cost(&format!("{name} = {ty}")) as isize;
+                }
+            }
+            if !types_header && !new_defs.is_empty() {
+                extra += cost(TYPES_HEADER) as isize + 1;
+            }
+            if used as isize + extra > budget as isize {
+                break;
+            }
+            used = (used as isize + extra) as usize;
+            types_header |= !new_defs.is_empty();
+            new_defs.into_iter().for_each(|d| shown[d] = true);
+            plan.signatures += 1;
+        }
+    }
+    // The costs above are per line; the text's count may differ by a few tokens at the joins.
+    loop {
+        let text = plan.assemble(full, sections);
+        if tokens::count(&text) <= budget || !plan.shrink(sections.len()) {
+            return (text, plan.signatures);
+        }
+    }
+}
+
+/// How much of the catalog a budgeted description shows: the first `headers` sections, the
+/// names of the first `names`, the signatures of the first `signatures` tools.
+struct Plan {
+    headers: usize,
+    names: usize,
+    signatures: usize,
+}
+
+impl Plan {
+    /// Shows one thing less; `false` when there is nothing left to take away.
+    fn shrink(&mut self, sections: usize) -> bool {
+        if self.signatures > 0 {
+            self.signatures -= 1;
+        } else if self.names > 0 {
+            self.names -= 1;
+        } else if self.headers > 0 {
+            self.headers -= 1;
+        } else {
+            return false;
+        }
+        self.names = self.names.min(self.headers).min(sections);
+        true
+    }
+
+    fn assemble(&self, full: &Rendered, sections: &[Section]) -> String {
+        let refs = references(full);
+        let mut shown = vec![false; full.definitions.len()];
+        for i in 0..self.signatures {
+            for d in refs.of_line(i) {
+                shown[d] = true;
+            }
+        }
+        let mut out = format!("{PREAMBLE}\n\n{SEARCH_NOTE}");
+        if shown.iter().any(|&s| s) {
+            out.push_str("\n\n");
+            out.push_str(TYPES_HEADER);
+            for ((name, ty), _) in full.definitions.iter().zip(&shown).filter(|(_, s)| **s) {
+                out.push_str(&format!("\n{name} = {ty}"));
+            }
+        }
+        for (n, section) in sections.iter().enumerate().take(self.headers) {
+            out.push_str("\n\n");
+            out.push_str(&heading(section));
+            let mut more = Vec::new();
+            for i in section.tools.clone() {
+                let line = &full.lines[i].1;
+                if i < self.signatures {
+                    out.push('\n');
+                    out.push_str(&line[section.prefix..]);
+                } else {
+                    more.push(short_name(line, section.prefix));
+                }
+            }
+            if n < self.names && !more.is_empty() {
+                out.push('\n');
+                out.push_str(MORE);
+                out.push_str(&more.join(", "));
+            }
+        }
+        if self.headers < sections.len() {
+            let left: usize = sections[self.headers..].iter().map(|s| s.tools.len()).sum();
+            out.push_str(&format!(
+                "\n\n({} more sections, {left} tools: find them with search_tools)",
+                sections.len() - self.headers
+            ));
+        }
+        out
+    }
+}
+
+/// A section's header in a budgeted description: `## github__ (26 tools)`.
+fn heading(section: &Section) -> String {
+    let n = section.tools.len();
+    format!(
+        "{} ({n} tool{})",
+        section.header,
+        if n == 1 { "" } else { "s" }
+    )
+}
+
+/// The section of each line, in order.
+fn owners(sections: &[Section]) -> impl Iterator<Item = usize> + '_ {
+    sections
+        .iter()
+        .enumerate()
+        .flat_map(|(s, section)| section.tools.clone().map(move |_| s))
+}
+
+/// A signature line's Python name without the section prefix.
+fn short_name(line: &str, prefix: usize) -> String {
+    let name = line.split('(').next().unwrap_or(line);
+    name.get(prefix..).unwrap_or(name).to_string()
+}
+
+/// Which named shapes each line and each shape uses, transitively.
+struct References {
+    by_line: Vec<Vec<usize>>,
+}
+
+impl References {
+    fn of_line(&self, i: usize) -> impl Iterator<Item = usize> + '_ {
+        self.by_line[i].iter().copied()
+    }
+}
+
+fn references(full: &Rendered) -> References {
+    let defs = &full.definitions;
+    let texts: Vec<String> = defs.iter().map(|(_, ty)| ty.to_string()).collect();
+    let direct = |text: &str| -> Vec<usize> {
+        (0..defs.len())
+            .filter(|&d| mentions(text, &defs[d].0))
+            .collect()
+    };
+    let def_refs: Vec<Vec<usize>> = texts.iter().map(|t| direct(t)).collect();
+    let by_line = full
+        .lines
+        .iter()
+        .map(|(_, line)| {
+            let mut found = direct(line);
+            let mut i = 0;
+            while i < found.len() {
+                for &d in &def_refs[found[i]] {
+                    if !found.contains(&d) {
+                        found.push(d);
+                    }
+                }
+                i += 1;
+            }
+            found.sort_unstable();
+            found
+        })
+        .collect();
+    References { by_line }
+}
+
+/// Whether `text` has `name` as a whole word.
+fn mentions(text: &str, name: &str) -> bool {
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    text.match_indices(name).any(|(i, _)| {
+        !text[..i].chars().next_back().is_some_and(word)
+            && !text[i + name.len()..].chars().next().is_some_and(word)
+    })
 }
 
 /// The `server__` prefix all Python names of a server's section share, when each name is an
