@@ -66,6 +66,10 @@ struct Cli {
     /// pagination.
     #[arg(long)]
     page_size: Option<NonZeroUsize>,
+    /// List the tools in reverse order, to show the sidecar's description does not depend on
+    /// the order a server lists its tools in.
+    #[arg(long)]
+    reverse_tools: bool,
 }
 
 /// One row of the bundled country table.
@@ -249,6 +253,7 @@ struct DemoServer {
     /// Open `subscriptions/listen` streams (protocol 2026-07-28) that asked for tool-list changes.
     subscribers: Mutex<Vec<SubscriptionSink>>,
     page_size: Option<NonZeroUsize>,
+    reverse_tools: bool,
     /// Cancelled when stdin reaches EOF. rmcp waits up to 5 s for running handlers after EOF
     /// before it cancels them; long waits select on this so the process exits at once.
     stdin_closed: CancellationToken,
@@ -355,12 +360,17 @@ impl DemoServer {
 }
 
 impl DemoServer {
-    fn new(page_size: Option<NonZeroUsize>, stdin_closed: CancellationToken) -> Self {
+    fn new(
+        page_size: Option<NonZeroUsize>,
+        reverse_tools: bool,
+        stdin_closed: CancellationToken,
+    ) -> Self {
         Self {
             tool_router: Self::tool_router(),
             extra_enabled: AtomicBool::new(false),
             subscribers: Mutex::new(Vec::new()),
             page_size,
+            reverse_tools,
             stdin_closed,
         }
     }
@@ -373,6 +383,9 @@ impl DemoServer {
     fn visible_tools(&self) -> Vec<Tool> {
         let mut tools = self.tool_router.list_all();
         tools.retain(|tool| self.is_visible(&tool.name));
+        if self.reverse_tools {
+            tools.reverse();
+        }
         tools
     }
 
@@ -536,7 +549,7 @@ async fn main() -> anyhow::Result<()> {
         inner: stdin,
         eof: stdin_closed.clone(),
     };
-    let server = DemoServer::new(cli.page_size, stdin_closed);
+    let server = DemoServer::new(cli.page_size, cli.reverse_tools, stdin_closed);
     let service = match server.serve((stdin, stdout)).await {
         Ok(service) => service,
         Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => {

@@ -21,5 +21,6 @@ mod procs;
 mod reload;
 mod runner;
 mod sandbox;
+mod search;
 mod sessions;
 mod startup;
