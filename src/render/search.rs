@@ -165,6 +165,10 @@ fn push(out: &mut Vec<String>, word: &str) {
     if word.is_empty() || STOP_WORDS.contains(&word) {
         return;
     }
+    if let Some((_, words)) = EXPANSIONS.iter().find(|(short, _)| *short == word) {
+        words.iter().for_each(|w| push(out, w));
+        return;
+    }
     let stem = stem(word);
     out.push(synonym(word, &stem).map_or(stem, self::stem));
 }
@@ -204,23 +208,43 @@ fn stem(word: &str) -> String {
 
 /// The verbs (and a few nouns) tools are named by, each with the words a user says instead.
 const SYNONYMS: &[(&str, &[&str])] = &[
-    ("delete", &["remove", "erase", "drop", "destroy", "rm"]),
-    ("create", &["make", "new", "add", "open"]),
+    (
+        "delete",
+        &[
+            "remove", "erase", "drop", "destroy", "rm", "forget", "discard",
+        ],
+    ),
+    ("create", &["make", "new", "add"]),
     (
         "get",
         &[
-            "fetch", "retrieve", "obtain", "show", "view", "display", "lookup",
+            "fetch", "retrieve", "obtain", "show", "view", "display", "lookup", "download",
         ],
     ),
     ("list", &["enumerate", "ls"]),
-    ("search", &["find", "query", "look", "locate"]),
+    ("search", &["find", "query", "look", "locate", "grep"]),
     ("update", &["edit", "modify", "change", "alter"]),
     ("write", &["save", "store"]),
-    ("read", &["load", "cat"]),
+    ("read", &["load", "cat", "inside"]),
     ("move", &["rename", "mv"]),
+    ("log", &["history"]),
+    ("multiple", &["several", "many", "batch", "bulk"]),
+    ("relation", &["relationship", "link", "connection"]),
+    ("entity", &["person", "people", "thing"]),
+    ("memory", &["remember", "memorize", "recall", "knowledge"]),
+    ("url", &["web", "webpage", "website", "page", "internet"]),
+    ("image", &["png", "jpg", "jpeg", "picture", "photo"]),
     ("directory", &["folder", "dir"]),
     ("repository", &["repo"]),
-    ("commit", &["changeset"]),
+    ("issue", &["ticket", "bug"]),
+    ("size", &["large", "big", "bytes"]),
+];
+
+/// Abbreviations that stand for several words.
+const EXPANSIONS: &[(&str, &[&str])] = &[
+    ("pr", &["pull", "request"]),
+    ("prs", &["pull", "request"]),
+    ("mr", &["pull", "request"]),
 ];
 
 /// The canonical word of `word` (or of its stem: `removing` is `remov`, as is `remove`).
