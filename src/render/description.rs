@@ -170,68 +170,56 @@ fn render_full(catalog: &Catalog) -> (Rendered, Vec<Section>) {
 /// fit, every section's tool names (`more: a, b`); then full signatures in catalog order (so
 /// the text depends on the catalog alone, never on usage), each with the named shapes it
 /// uses. When not even the names fit, the sections keep their names in order while they fit;
-/// when not even the headers fit, the last line counts the sections left out.
+/// when not even the headers fit, the last line counts the sections left out. The preamble, the
+/// note and that line are the floor: a budget under it gets them anyway (the configuration
+/// allows no budget that small).
 fn budgeted(full: &Rendered, sections: &[Section], budget: usize) -> (String, usize) {
-    let cost = |text: &str| tokens::count(text) + 1;
-    let head = cost(&format!("{PREAMBLE}\n\n{SEARCH_NOTE}"));
-    let headers: Vec<usize> = sections.iter().map(|s| cost(&heading(s)) + 1).collect();
-    let name_costs: Vec<usize> = full
-        .lines
-        .iter()
-        .zip(owners(sections))
-        .map(|((_, line), s)| cost(&short_name(line, sections[s].prefix)))
-        .collect();
-    let names_of = |s: &Section| cost(MORE) + s.tools.clone().map(|i| name_costs[i]).sum::<usize>();
-
-    let mut plan = Plan {
-        headers: 0,
+    let refs = references(full);
+    let fits = |plan: &Plan| tokens::count(&plan.assemble(full, sections, &refs)) <= budget;
+    // Each step is the largest that fits, found by bisection on the real count (more shown is
+    // never fewer tokens).
+    let largest = |most: usize, plan: &dyn Fn(usize) -> Plan| -> usize {
+        let (mut lo, mut hi) = (0, most);
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            if fits(&plan(mid)) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        lo
+    };
+    let all = sections.len();
+    let headers = largest(all, &|h| Plan {
+        headers: h,
         names: 0,
         signatures: 0,
+    });
+    let names = if headers == all {
+        largest(all, &|n| Plan {
+            headers,
+            names: n,
+            signatures: 0,
+        })
+    } else {
+        0
     };
-    let mut used = head;
-    while plan.headers < sections.len() && used + headers[plan.headers] <= budget {
-        used += headers[plan.headers];
-        plan.headers += 1;
-    }
-    if plan.headers == sections.len() {
-        while plan.names < sections.len() && used + names_of(&sections[plan.names]) <= budget {
-            used += names_of(&sections[plan.names]);
-            plan.names += 1;
-        }
-    }
-    if plan.names == sections.len() {
-        let refs = references(full);
-        let mut shown = vec![false; full.definitions.len()];
-        let mut types_header = false;
-        for (i, (_, line)) in full.lines.iter().enumerate() {
-            let mut extra = cost(line) as isize - name_costs[i] as isize;
-            let mut new_defs = Vec::new();
-            for d in refs.of_line(i) {
-                if !shown[d] {
-                    new_defs.push(d);
-                    let (name, ty) = &full.definitions[d];
-                    extra += cost(&format!("{name} = {ty}")) as isize;
-                }
-            }
-            if !types_header && !new_defs.is_empty() {
-                extra += cost(TYPES_HEADER) as isize + 1;
-            }
-            if used as isize + extra > budget as isize {
-                break;
-            }
-            used = (used as isize + extra) as usize;
-            types_header |= !new_defs.is_empty();
-            new_defs.into_iter().for_each(|d| shown[d] = true);
-            plan.signatures += 1;
-        }
-    }
-    // The costs above are per line; the text's count may differ by a few tokens at the joins.
-    loop {
-        let text = plan.assemble(full, sections);
-        if tokens::count(&text) <= budget || !plan.shrink(sections.len()) {
-            return (text, plan.signatures);
-        }
-    }
+    let signatures = if names == all {
+        largest(full.lines.len(), &|k| Plan {
+            headers,
+            names,
+            signatures: k,
+        })
+    } else {
+        0
+    };
+    let plan = Plan {
+        headers,
+        names,
+        signatures,
+    };
+    (plan.assemble(full, sections, &refs), plan.signatures)
 }
 
 /// How much of the catalog a budgeted description shows: the first `headers` sections, the
@@ -243,23 +231,7 @@ struct Plan {
 }
 
 impl Plan {
-    /// Shows one thing less; `false` when there is nothing left to take away.
-    fn shrink(&mut self, sections: usize) -> bool {
-        if self.signatures > 0 {
-            self.signatures -= 1;
-        } else if self.names > 0 {
-            self.names -= 1;
-        } else if self.headers > 0 {
-            self.headers -= 1;
-        } else {
-            return false;
-        }
-        self.names = self.names.min(self.headers).min(sections);
-        true
-    }
-
-    fn assemble(&self, full: &Rendered, sections: &[Section]) -> String {
-        let refs = references(full);
+    fn assemble(&self, full: &Rendered, sections: &[Section], refs: &References) -> String {
         let mut shown = vec![false; full.definitions.len()];
         for i in 0..self.signatures {
             for d in refs.of_line(i) {
@@ -312,14 +284,6 @@ fn heading(section: &Section) -> String {
         section.header,
         if n == 1 { "" } else { "s" }
     )
-}
-
-/// The section of each line, in order.
-fn owners(sections: &[Section]) -> impl Iterator<Item = usize> + '_ {
-    sections
-        .iter()
-        .enumerate()
-        .flat_map(|(s, section)| section.tools.clone().map(move |_| s))
 }
 
 /// A signature line's Python name without the section prefix.
@@ -543,6 +507,128 @@ impl ShapeCounts {
             Ty::List(Some(inner)) | Ty::Dict(Some(inner)) => self.visit(inner, hint),
             Ty::Union(members) => members.iter().for_each(|m| self.visit(m, hint)),
             _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::source::ToolDef;
+    use crate::catalog::{CatalogInput, Policy, ServerTools};
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    fn catalog(budget: Option<usize>) -> Catalog {
+        let def = |name: &str, description: &str| ToolDef {
+            name: name.into(),
+            title: None,
+            description: description.into(),
+            input_schema: json!({"type": "object", "properties": {
+                "id": {"type": "integer"}, "assignee": {"type": "string"},
+                "milestone": {"type": "string"}, "due_date": {"type": "string"},
+                "labels": {"type": "array", "items": {"type": "string"}}
+            }, "required": ["id"]}),
+            output_schema: None,
+            annotations: None,
+        };
+        let servers = vec![
+            ServerTools {
+                server: "tickets".into(),
+                tools: vec![
+                    def("open_ticket", "Open a ticket."),
+                    def("close_ticket", "Close a ticket."),
+                    def("assign_ticket", "Assign a ticket."),
+                    def("label_ticket", "Label a ticket."),
+                ],
+            },
+            ServerTools {
+                server: "wiki".into(),
+                tools: vec![
+                    def("read_page", "Read a page."),
+                    def("edit_page", "Edit a page."),
+                    def("delete_page", "Delete a page."),
+                    def("move_page", "Move a page."),
+                ],
+            },
+        ];
+        let policy = Policy {
+            ptc_enabled: true,
+            description_budget: budget,
+            ..Policy::default()
+        };
+        let input = CatalogInput {
+            servers,
+            ..CatalogInput::default()
+        };
+        Catalog::build(input, &policy, 1)
+    }
+
+    /// The description after the preamble and, when budgeted, the search note.
+    fn body(budget: Option<usize>) -> (String, usize) {
+        let r = render(&catalog(budget));
+        let head = if r.listed < r.lines.len() {
+            format!("{PREAMBLE}\n\n{SEARCH_NOTE}\n\n")
+        } else {
+            format!("{PREAMBLE}\n\n")
+        };
+        let d = r
+            .description
+            .strip_prefix(&head)
+            .expect("the head")
+            .to_string();
+        (d, r.listed)
+    }
+
+    #[test]
+    fn within_the_budget_the_description_is_whole() {
+        let sig = "(id: int, assignee?, milestone?, due_date?, labels?: list[str])";
+        let whole = format!(
+            "## tickets__\nassign_ticket{sig} — Assign a ticket.\nclose_ticket{sig} — Close a ticket.\n\
+             label_ticket{sig} — Label a ticket.\nopen_ticket{sig} — Open a ticket.\n\n\
+             ## wiki__\ndelete_page{sig} — Delete a page.\nedit_page{sig} — Edit a page.\n\
+             move_page{sig} — Move a page.\nread_page{sig} — Read a page."
+        );
+        assert_eq!(body(None), (whole.clone(), 8));
+        let full = tokens::count(&render(&catalog(None)).description);
+        assert_eq!(body(Some(full)), (whole, 8));
+    }
+
+    #[test]
+    fn past_the_budget_signatures_in_catalog_order_then_names_then_headers() {
+        let full = tokens::count(&render(&catalog(Some(1 << 20))).description);
+        let head = format!("{PREAMBLE}\n\n{SEARCH_NOTE}\n\n");
+        let cases = [
+            (
+                "## tickets__ (4 tools)\nassign_ticket(id: int, assignee?, milestone?, due_date?, labels?: list[str]) — Assign a ticket.\nmore: close_ticket, label_ticket, open_ticket\n\n## wiki__ (4 tools)\nmore: delete_page, edit_page, move_page, read_page",
+                1,
+            ),
+            (
+                "## tickets__ (4 tools)\nmore: assign_ticket, close_ticket, label_ticket, open_ticket\n\n## wiki__ (4 tools)\nmore: delete_page, edit_page, move_page, read_page",
+                0,
+            ),
+            (
+                "## tickets__ (4 tools)\nmore: assign_ticket, close_ticket, label_ticket, open_ticket\n\n## wiki__ (4 tools)",
+                0,
+            ),
+            ("(2 more sections, 8 tools: find them with search_tools)", 0),
+        ];
+        for (text, listed) in cases {
+            // The largest description that fits a budget of exactly its size is this one.
+            let budget = tokens::count(&format!("{head}{text}"));
+            assert!(budget < full, "{budget} {full}");
+            assert_eq!(
+                body(Some(budget)),
+                (text.to_string(), listed),
+                "budget {budget}"
+            );
+            assert!(tokens::count(&render(&catalog(Some(budget))).description) <= budget);
+            // One less: less is shown. The last is the floor, given over any smaller budget.
+            if listed > 0 || text.starts_with("##") {
+                assert_ne!(body(Some(budget - 1)).0, text, "budget {budget} - 1");
+            } else {
+                assert_eq!(body(Some(budget / 2)).0, text);
+            }
         }
     }
 }
