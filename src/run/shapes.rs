@@ -22,6 +22,9 @@ pub const MAX_DEPTH: usize = 4;
 pub const MAX_KEYS: usize = 24;
 /// Elements of a list whose shapes are merged: a 100,000-element result costs no more.
 pub const MAX_ELEMENTS: usize = 20;
+/// Nodes (types and keys) one shape keeps, first come first kept; past it `any`: the depth
+/// and key bounds alone would still allow 24⁴ keys in one shape.
+pub const MAX_NODES: usize = 256;
 /// Kinds a union keeps before it becomes `any`.
 pub const MAX_UNION: usize = 4;
 /// Longest text searched for JSON inside a `str` result (many MCP tools return JSON as text).
@@ -68,15 +71,16 @@ pub struct Key {
 }
 
 impl Shape {
-    /// The shape of one value.
+    /// The shape of one value, within [`MAX_NODES`].
     pub fn of(value: &Value) -> Shape {
-        Shape::at(value, 0)
+        Shape::at(value, 0, &mut { MAX_NODES })
     }
 
-    fn at(value: &Value, depth: usize) -> Shape {
-        if depth > MAX_DEPTH {
+    fn at(value: &Value, depth: usize, left: &mut usize) -> Shape {
+        if depth > MAX_DEPTH || *left == 0 {
             return Shape::Any;
         }
+        *left -= 1;
         match value {
             Value::Null => Shape::Null,
             Value::Bool(_) => Shape::Bool,
@@ -89,7 +93,7 @@ impl Shape {
                     && let Ok(inner @ (Value::Object(_) | Value::Array(_))) =
                         serde_json::from_str::<Value>(s)
                 {
-                    Shape::JsonStr(Box::new(Shape::at(&inner, depth + 1)))
+                    Shape::JsonStr(Box::new(Shape::at(&inner, depth + 1, left)))
                 } else {
                     Shape::Str
                 }
@@ -98,22 +102,25 @@ impl Shape {
                 items
                     .iter()
                     .take(MAX_ELEMENTS)
-                    .map(|v| Shape::at(v, depth + 1))
+                    .map(|v| Shape::at(v, depth + 1, left))
                     .reduce(Shape::merge)
                     .map(Box::new),
             ),
-            Value::Object(map) => Shape::Object(Object {
-                keys: map
-                    .iter()
-                    .take(MAX_KEYS)
-                    .map(|(k, v)| Key {
+            Value::Object(map) => {
+                let mut keys = Vec::new();
+                for (k, v) in map.iter().take(MAX_KEYS) {
+                    if *left == 0 {
+                        break;
+                    }
+                    keys.push(Key {
                         name: k.clone(),
-                        shape: Shape::at(v, depth + 1),
+                        shape: Shape::at(v, depth + 1, left),
                         always: true,
-                    })
-                    .collect(),
-                more: map.len() > MAX_KEYS,
-            }),
+                    });
+                }
+                let more = map.len() > keys.len();
+                Shape::Object(Object { keys, more })
+            }
         }
     }
 
@@ -135,6 +142,37 @@ impl Shape {
                 union(out)
             }
             (a, b) => union(vec![a, b]),
+        }
+    }
+
+    /// This shape within `left` nodes, first come first kept (a merge may pass the bound).
+    pub fn limit(self, left: &mut usize) -> Shape {
+        if *left == 0 {
+            return Shape::Any;
+        }
+        *left -= 1;
+        match self {
+            Shape::JsonStr(inner) => Shape::JsonStr(Box::new(inner.limit(left))),
+            Shape::List(inner) => Shape::List(inner.map(|i| Box::new(i.limit(left)))),
+            Shape::Object(object) => {
+                let total = object.keys.len();
+                let mut keys = Vec::new();
+                for k in object.keys {
+                    if *left == 0 {
+                        break;
+                    }
+                    keys.push(Key {
+                        shape: k.shape.limit(left),
+                        ..k
+                    });
+                }
+                let more = object.more || keys.len() < total;
+                Shape::Object(Object { keys, more })
+            }
+            Shape::Union(members) => {
+                Shape::Union(members.into_iter().map(|m| m.limit(left)).collect())
+            }
+            other => other,
         }
     }
 
@@ -322,7 +360,7 @@ impl Shapes {
         match table.get_mut(tool) {
             Some(learned) => {
                 learned.calls += 1;
-                let merged = learned.shape.clone().merge(shape);
+                let merged = learned.shape.clone().merge(shape).limit(&mut { MAX_NODES });
                 let changed = merged != learned.shape;
                 learned.shape = merged;
                 changed
@@ -408,6 +446,18 @@ mod tests {
             deep = json!({ "a": deep });
         }
         assert_eq!(learned(&[deep]), "{a: {a: {a: {a: {a: any}}}}}");
+        // 24 keys of 24 keys of 24 keys: bounded by nodes, not only by keys and depth.
+        let level = |inner: Value| -> Value {
+            Value::Object((0..24).map(|i| (format!("k{i}"), inner.clone())).collect())
+        };
+        let wide_and_deep = level(level(level(json!([1]))));
+        let shape = Shape::of(&wide_and_deep);
+        assert!(nodes(&shape) <= MAX_NODES, "{}", nodes(&shape));
+        let merged = shape
+            .clone()
+            .merge(Shape::of(&level(json!("x"))))
+            .limit(&mut { MAX_NODES });
+        assert!(nodes(&merged) <= MAX_NODES, "{}", nodes(&merged));
         let long: serde_json::Map<String, Value> = (0..24)
             .map(|i| {
                 (
@@ -418,6 +468,19 @@ mod tests {
             .collect();
         let text = learned(&[Value::Object(long)]);
         assert!(text.chars().count() <= MAX_SHOWN_CHARS, "{text}");
+    }
+
+    /// Nodes charged against [`MAX_NODES`] (an `any` put where the budget ran out is free).
+    fn nodes(shape: &Shape) -> usize {
+        if *shape == Shape::Any {
+            return 0;
+        }
+        1 + match shape {
+            Shape::JsonStr(inner) | Shape::List(Some(inner)) => nodes(inner),
+            Shape::Object(o) => o.keys.iter().map(|k| nodes(&k.shape)).sum(),
+            Shape::Union(members) => members.iter().map(nodes).sum(),
+            _ => 0,
+        }
     }
 
     #[test]
