@@ -929,6 +929,9 @@ def _learned_shape(name):
 
 # Longest answer to a `/search` or `/describe` request read: 20 hits with their signatures.
 _MAX_LOOKUP_ANSWER = 256 * 1024
+# Longest wait for one when the run has no call timeout: the sidecar answers from memory, so a
+# silent bridge is a broken one, and `describe` must not hang on it.
+_LOOKUP_TIMEOUT = 10.0
 
 
 def _lookup(path, payload):
@@ -941,7 +944,7 @@ def _lookup(path, payload):
         "Connection: close\r\n\r\n" % (path, c.ipc, c.token, len(body))
     ).encode("latin-1")
     try:
-        with socket.create_connection((c.host, c.port), timeout=c.timeout) as sock:
+        with socket.create_connection((c.host, c.port), timeout=c.timeout or _LOOKUP_TIMEOUT) as sock:
             sock.sendall(head + body)
             answer = b""
             while len(answer) <= _MAX_LOOKUP_ANSWER:
