@@ -11,6 +11,7 @@ use super::description::Rendered;
 use crate::catalog::Catalog;
 use serde_json::Value;
 use std::collections::HashMap;
+use std::sync::OnceLock;
 
 /// Most hits one search returns: enough to choose from, few enough to print.
 pub const MAX_LIMIT: usize = 20;
@@ -249,10 +250,18 @@ const EXPANSIONS: &[(&str, &[&str])] = &[
 
 /// The canonical word of `word` (or of its stem: `removing` is `remov`, as is `remove`).
 fn synonym(word: &str, stemmed: &str) -> Option<&'static str> {
-    SYNONYMS
-        .iter()
-        .find(|(_, others)| others.iter().any(|o| *o == word || stem(o) == stemmed))
-        .map(|(canonical, _)| *canonical)
+    static TABLE: OnceLock<HashMap<String, &'static str>> = OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        let mut table = HashMap::new();
+        for (canonical, others) in SYNONYMS {
+            for other in *others {
+                table.insert(other.to_string(), *canonical);
+                table.entry(stem(other)).or_insert(*canonical);
+            }
+        }
+        table
+    });
+    table.get(word).or_else(|| table.get(stemmed)).copied()
 }
 
 #[cfg(test)]
