@@ -177,7 +177,7 @@ fn budgeted(full: &Rendered, sections: &[Section], budget: usize) -> (String, us
     let refs = references(full);
     let fits = |plan: &Plan| tokens::count(&plan.assemble(full, sections, &refs)) <= budget;
     // Each step is the largest that fits, found by bisection on the real count (more shown is
-    // never fewer tokens).
+    // more tokens); whatever it settles on was measured to fit, or is the floor.
     let largest = |most: usize, plan: &dyn Fn(usize) -> Plan| -> usize {
         let (mut lo, mut hi) = (0, most);
         while lo < hi {
