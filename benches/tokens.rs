@@ -2,8 +2,10 @@
 //!
 //! For each saved MCP catalog in the corpus, and for all of them as one catalog, counts
 //! o200k_base tokens of (a) the Anthropic `tools` JSON with every tool direct and (b) our
-//! `exec_code` description (preamble included), prints the reduction, and runs the lossless
-//! check on (b). Exits non-zero when the check fails or the whole-corpus reduction is under
+//! `exec_code` description (preamble included), prints the reduction, runs the lossless
+//! check on (b), and (c) counts the description within `PTC_DESCRIPTION_BUDGET`'s default
+//! (the same as (b) while the catalog fits; `cargo bench --bench catalogs` has catalogs that
+//! do not). Exits non-zero when the check fails or the whole-corpus reduction is under
 //! the target.
 //!
 //! Run: `cargo bench --bench tokens [-- CORPUS_DIR]` (default: tests/corpus).
@@ -15,6 +17,7 @@
 mod support;
 
 use ptc_sidecar::catalog::{Catalog, CatalogInput, Policy, ServerTools, source};
+use ptc_sidecar::config::DEFAULT_DESCRIPTION_BUDGET;
 use ptc_sidecar::render::{self, Format, llm_tools, lossless};
 use ptc_sidecar::sources::SavedCatalog;
 use std::path::PathBuf;
@@ -36,8 +39,8 @@ fn main() -> ExitCode {
 
     println!("o200k_base tokens, corpus {}", dir.display());
     println!(
-        "{:<22} {:>6} {:>10} {:>12} {:>10} {:>9}",
-        "catalog", "tools", "anthropic", "description", "reduction", "lossless"
+        "{:<22} {:>6} {:>10} {:>12} {:>10} {:>9} {:>9}",
+        "catalog", "tools", "anthropic", "description", "reduction", "lossless", "budgeted"
     );
     let mut ok = true;
     let mut groups: Vec<(String, Vec<&SavedCatalog>)> =
@@ -76,6 +79,16 @@ fn main() -> ExitCode {
         );
         let a = count(&direct_json.to_string());
         // (b): the exec_code description of the same tools.
+        let budgeted = Catalog::build(
+            input.clone(),
+            &Policy {
+                ptc_enabled: true,
+                description_budget: Some(DEFAULT_DESCRIPTION_BUDGET as usize),
+                ..Policy::default()
+            },
+            1,
+        );
+        let c = count(&render::render(&budgeted).description);
         let ptc = Catalog::build(
             input,
             &Policy {
@@ -89,13 +102,14 @@ fn main() -> ExitCode {
         let problems = lossless::check_catalog(&ptc, &rendered.description);
         let reduction = 1.0 - b as f64 / a as f64;
         println!(
-            "{:<22} {:>6} {:>10} {:>12} {:>9.1}% {:>9}",
+            "{:<22} {:>6} {:>10} {:>12} {:>9.1}% {:>9} {:>9}",
             label,
             ptc.ptc().count(),
             a,
             b,
             reduction * 100.0,
-            if problems.is_empty() { "pass" } else { "FAIL" }
+            if problems.is_empty() { "pass" } else { "FAIL" },
+            c
         );
         for p in &problems {
             println!("    {p}");

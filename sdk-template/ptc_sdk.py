@@ -25,7 +25,7 @@ import weakref
 from collections import deque
 from collections.abc import Coroutine
 
-__all__ = ["ToolError", "ToolInputError", "call_tool", "describe"]
+__all__ = ["ToolError", "ToolInputError", "call_tool", "describe", "search_tools"]
 
 # Most connections open to the IPC server at once. Calls beyond it wait for a free one: a
 # gather of thousands of calls must not open thousands of sockets on the sidecar.
@@ -903,8 +903,76 @@ def describe(name=None):
         out.append("")
         out.append("Output schema:")
         out.append(json.dumps(output_schema, indent=2, ensure_ascii=False))
+    else:
+        learned = _learned_shape(tool["name"])
+        if learned:
+            out.append("")
+            out.append(learned)
     print("\n".join(out))
     return None
+
+
+def _learned_shape(name):
+    """The line describe() adds for a tool without an output schema once calls taught the
+    sidecar what its results look like; None when nothing is known (or the sidecar cannot say)."""
+    try:
+        reply = _lookup("/describe", {"tool": name})
+    except ToolError:
+        return None
+    returns = reply.get("returns")
+    if not isinstance(returns, str):
+        return None
+    calls = reply.get("calls")
+    return "Returns (learned from %s call%s, no output schema): %s" % (
+        calls, "" if calls == 1 else "s", returns)
+
+
+# Longest answer to a `/search` or `/describe` request read: 20 hits with their signatures.
+_MAX_LOOKUP_ANSWER = 256 * 1024
+# Longest wait for one when the run has no call timeout: the sidecar answers from memory, so a
+# silent bridge is a broken one, and `describe` must not hang on it.
+_LOOKUP_TIMEOUT = 10.0
+
+
+def _lookup(path, payload):
+    """POSTs `payload` to the bridge's `path` on a connection of its own; the answer's dict."""
+    c = _client
+    body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    head = (
+        "POST %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"
+        "Content-Type: application/json\r\nContent-Length: %d\r\n"
+        "Connection: close\r\n\r\n" % (path, c.ipc, c.token, len(body))
+    ).encode("latin-1")
+    try:
+        with socket.create_connection((c.host, c.port), timeout=c.timeout or _LOOKUP_TIMEOUT) as sock:
+            sock.sendall(head + body)
+            answer = b""
+            while len(answer) <= _MAX_LOOKUP_ANSWER:
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                answer += chunk
+    except OSError as e:
+        raise ToolError("could not reach the sidecar: %s" % (e,), "ipc") from None
+    _, _, raw = answer.partition(_HEAD_END)
+    try:
+        reply = json.loads(raw)
+    except ValueError:
+        raise ToolError("malformed answer from the sidecar to %s" % path, "ipc") from None
+    if not isinstance(reply, dict) or not reply.get("ok"):
+        raise _error_from(reply.get("error") if isinstance(reply, dict) else reply)
+    return reply
+
+
+def search_tools(query, limit=5):
+    """The tools that best match `query` (a few words on what you need), best first: a list of
+    dicts with `name` (call it by this), `signature`, `summary` and, when calls taught the
+    sidecar, `returns` (the shape of its results). Print it, then call the one you need."""
+    if not isinstance(query, str) or not query.strip():
+        raise ToolInputError("search_tools(query, limit=5): query must be a non-empty str")
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ToolInputError("search_tools(query, limit=5): limit must be a positive int")
+    return _lookup("/search", {"query": query, "limit": limit}).get("results") or []
 
 
 # Longest answer to a `save_file` request read: a file entry, not a file.
@@ -965,6 +1033,7 @@ def code_globals(stubs, module):
         tools=module,
         call_tool=call_tool,
         describe=describe,
+        search_tools=search_tools,
         save_file=save_file,
         ToolError=ToolError,
         ToolInputError=ToolInputError,

@@ -114,6 +114,7 @@ pub fn runner_config(config: &Config, python: PathBuf, runtime_dir: PathBuf) -> 
         max_sessions: config.max_sessions,
         // An interpreter must not outlive its session's folder (removed after PTC_SESSION_TTL).
         session_idle_ttl: config.session_idle_ttl.min(config.session_ttl),
+        state_dir: config.state_dir.clone(),
     }
 }
 

@@ -36,6 +36,8 @@ pub struct RawConfig {
     ptc_allow_tools: Option<String>,
     ptc_deny_tools: Option<String>,
     ptc_read_only_tools: Option<String>,
+    ptc_description_budget: Option<String>,
+    ptc_state_dir: Option<String>,
     ptc_events_stream_maxlen: Option<String>,
     ptc_events_bodies: Option<String>,
     ptc_warm_workers: Option<String>,
@@ -141,6 +143,12 @@ pub struct Config {
     pub allow_tools: Vec<String>,
     pub deny_tools: Vec<String>,
     pub read_only_tools: bool,
+    /// Tokens (o200k_base) the `exec_code` description may take; past it, full signatures for
+    /// as many tools as fit and `search_tools` for the rest.
+    pub description_budget: usize,
+    /// Where what the sidecar learns is kept across restarts (the result shapes); none: in
+    /// memory only.
+    pub state_dir: Option<PathBuf>,
     pub events_stream_maxlen: usize,
     pub events_bodies: bool,
     /// Pre-started interpreters kept ready (beyond DESIGN.md).
@@ -221,6 +229,11 @@ const DEFAULT_SESSION_IDLE_TTL_SECS: u64 = 1800;
 const DEFAULT_ARTIFACT_TTL_SECS: u64 = 3600;
 /// Largest `PTC_SCRATCH_MAX_FILES`: past it a file count is no longer a limit worth the name.
 const MAX_SCRATCH_FILES: u64 = 10_000_000;
+/// Tokens of the `exec_code` description by default: every catalog of a few hundred tools is
+/// listed whole; past that, a description paid on every turn must not grow with the catalog.
+pub const DEFAULT_DESCRIPTION_BUDGET: u64 = 8_000;
+/// Below 500 tokens not even the preamble and the servers' names fit.
+const DESCRIPTION_BUDGET_RANGE: (u64, u64) = (500, 1_000_000);
 
 /// A variable with a value we cannot use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -333,6 +346,13 @@ impl RawConfig {
             allow_tools: parse_globs("PTC_ALLOW_TOOLS", self.ptc_allow_tools)?,
             deny_tools: parse_globs("PTC_DENY_TOOLS", self.ptc_deny_tools)?,
             read_only_tools: parse_bool("PTC_READ_ONLY_TOOLS", self.ptc_read_only_tools, false)?,
+            description_budget: parse_range(
+                "PTC_DESCRIPTION_BUDGET",
+                self.ptc_description_budget,
+                DEFAULT_DESCRIPTION_BUDGET,
+                DESCRIPTION_BUDGET_RANGE,
+            )? as usize,
+            state_dir: non_empty(self.ptc_state_dir).map(PathBuf::from),
             events_stream_maxlen: parse_range(
                 "PTC_EVENTS_STREAM_MAXLEN",
                 self.ptc_events_stream_maxlen,

@@ -129,6 +129,16 @@ pub fn log_report(snapshot: &Snapshot) {
     for note in &snapshot.rendered.notes {
         tracing::info!("{note}");
     }
+    let rendered = &snapshot.rendered;
+    if rendered.listed < rendered.lines.len() {
+        tracing::info!(
+            "the exec_code description shows {} of {} signatures within PTC_DESCRIPTION_BUDGET \
+             ({} tokens); code finds the others with search_tools",
+            rendered.listed,
+            rendered.lines.len(),
+            snapshot.catalog.description_budget.unwrap_or_default()
+        );
+    }
 }
 
 #[cfg(test)]

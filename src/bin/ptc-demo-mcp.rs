@@ -73,6 +73,10 @@ struct Cli {
     /// when stdin closes, as over stdio.
     #[arg(long, value_name = "ADDR")]
     http: Option<std::net::SocketAddr>,
+    /// List the tools in reverse order, to show the sidecar's description does not depend on
+    /// the order a server lists its tools in.
+    #[arg(long)]
+    reverse_tools: bool,
 }
 
 /// One row of the bundled country table.
@@ -256,6 +260,7 @@ struct DemoServer {
     /// Open `subscriptions/listen` streams (protocol 2026-07-28) that asked for tool-list changes.
     subscribers: Mutex<Vec<SubscriptionSink>>,
     page_size: Option<NonZeroUsize>,
+    reverse_tools: bool,
     /// Cancelled when stdin reaches EOF. rmcp waits up to 5 s for running handlers after EOF
     /// before it cancels them; long waits select on this so the process exits at once.
     stdin_closed: CancellationToken,
@@ -374,12 +379,17 @@ impl DemoServer {
 }
 
 impl DemoServer {
-    fn new(page_size: Option<NonZeroUsize>, stdin_closed: CancellationToken) -> Self {
+    fn new(
+        page_size: Option<NonZeroUsize>,
+        reverse_tools: bool,
+        stdin_closed: CancellationToken,
+    ) -> Self {
         Self {
             tool_router: Self::tool_router(),
             extra_enabled: AtomicBool::new(false),
             subscribers: Mutex::new(Vec::new()),
             page_size,
+            reverse_tools,
             stdin_closed,
         }
     }
@@ -392,6 +402,9 @@ impl DemoServer {
     fn visible_tools(&self) -> Vec<Tool> {
         let mut tools = self.tool_router.list_all();
         tools.retain(|tool| self.is_visible(&tool.name));
+        if self.reverse_tools {
+            tools.reverse();
+        }
         tools
     }
 
@@ -546,7 +559,7 @@ async fn main() -> anyhow::Result<()> {
         .init();
 
     if let Some(addr) = cli.http {
-        return serve_http(addr, cli.page_size).await;
+        return serve_http(addr, cli.page_size, cli.reverse_tools).await;
     }
     tracing::info!(
         page_size = cli.page_size.map(NonZeroUsize::get),
@@ -558,7 +571,7 @@ async fn main() -> anyhow::Result<()> {
         inner: stdin,
         eof: stdin_closed.clone(),
     };
-    let server = DemoServer::new(cli.page_size, stdin_closed);
+    let server = DemoServer::new(cli.page_size, cli.reverse_tools, stdin_closed);
     let service = match server.serve((stdin, stdout)).await {
         Ok(service) => service,
         Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => {
@@ -576,6 +589,7 @@ async fn main() -> anyhow::Result<()> {
 async fn serve_http(
     addr: std::net::SocketAddr,
     page_size: Option<NonZeroUsize>,
+    reverse_tools: bool,
 ) -> anyhow::Result<()> {
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
@@ -586,7 +600,13 @@ async fn serve_http(
     let service = {
         let stdin_closed = stdin_closed.clone();
         StreamableHttpService::new(
-            move || Ok(DemoServer::new(page_size, stdin_closed.clone())),
+            move || {
+                Ok(DemoServer::new(
+                    page_size,
+                    reverse_tools,
+                    stdin_closed.clone(),
+                ))
+            },
             LocalSessionManager::default().into(),
             StreamableHttpServerConfig::default(),
         )

@@ -113,6 +113,10 @@ pub struct Policy {
     pub allow: Vec<String>,
     pub deny: Vec<String>,
     pub read_only: bool,
+    /// Tokens the `exec_code` description may take (`PTC_DESCRIPTION_BUDGET`); `None`: no
+    /// limit. Not a matter of which tools are callable, but carried with the catalog because
+    /// it changes what the model sees of it (and so the fingerprint).
+    pub description_budget: Option<usize>,
 }
 
 impl From<&Config> for Policy {
@@ -123,6 +127,7 @@ impl From<&Config> for Policy {
             allow: config.allow_tools.clone(),
             deny: config.deny_tools.clone(),
             read_only: config.read_only_tools,
+            description_budget: Some(config.description_budget),
         }
     }
 }
@@ -192,7 +197,10 @@ pub struct Excluded {
 pub struct Catalog {
     pub version: u64,
     pub ptc_enabled: bool,
-    /// Host tools in manifest order, then each MCP server's (servers by name) in its order.
+    /// Host tools in manifest order, then each MCP server's tools, servers by name and each
+    /// server's tools by name: not in the order a server lists them, which may change from
+    /// one start to the next while the catalog does not (the description must stay
+    /// byte-identical for providers' prompt caches).
     tools: Vec<Tool>,
     by_name: HashMap<String, usize>,
     by_python_name: HashMap<String, usize>,
@@ -200,6 +208,8 @@ pub struct Catalog {
     pub excluded: Vec<Excluded>,
     pub renames: Vec<Rename>,
     pub problems: Vec<Problem>,
+    /// [`Policy::description_budget`].
+    pub description_budget: Option<usize>,
     /// A hash of everything the model sees; equal catalogs have equal fingerprints.
     pub fingerprint: u64,
 }
@@ -214,6 +224,10 @@ impl Catalog {
             mut problems,
         } = input;
         servers.sort_by(|a, b| a.server.cmp(&b.server));
+        for s in &mut servers {
+            // Stable: of two tools of one name the first listed is still the one kept.
+            s.tools.sort_by(|a, b| a.name.cmp(&b.name));
+        }
 
         let candidates = host_tools
             .into_iter()
@@ -272,7 +286,7 @@ impl Catalog {
             tool.python_name = names::python_name(&tool.name);
         }
 
-        let fingerprint = fingerprint(&tools, policy.ptc_enabled);
+        let fingerprint = fingerprint(&tools, policy);
         Catalog {
             version,
             ptc_enabled: policy.ptc_enabled,
@@ -283,6 +297,7 @@ impl Catalog {
             excluded,
             renames,
             problems,
+            description_budget: policy.description_budget,
             fingerprint,
         }
     }
@@ -342,10 +357,10 @@ fn origin_label(origin: &Origin) -> String {
     }
 }
 
-fn fingerprint(tools: &[Tool], ptc_enabled: bool) -> u64 {
+fn fingerprint(tools: &[Tool], policy: &Policy) -> u64 {
     // serde_json renders a Value the same way every time (preserve_order keeps the source's).
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    ptc_enabled.hash(&mut hasher);
+    (policy.ptc_enabled, policy.description_budget).hash(&mut hasher);
     for t in tools {
         (&t.name, &t.python_name, &t.description, t.class).hash(&mut hasher);
         t.input_schema.to_string().hash(&mut hasher);
@@ -503,6 +518,20 @@ mod tests {
         i.host_tools[1].description = "changed".into();
         assert_ne!(Catalog::build(i, &policy(true), 1).etag(), a.etag());
         assert_ne!(Catalog::build(input(), &policy(false), 1).etag(), a.etag());
+    }
+
+    #[test]
+    fn listing_order_does_not_change_the_catalog() {
+        let mut shuffled = input();
+        shuffled.servers.reverse();
+        shuffled.servers[1].tools.reverse();
+        let (a, b) = (
+            Catalog::build(input(), &policy(true), 1),
+            Catalog::build(shuffled, &policy(true), 1),
+        );
+        assert_eq!(a, b);
+        let mcp: Vec<&str> = a.tools()[4..].iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(mcp, ["db__query", "fs__read", "fs__write"]);
     }
 
     #[test]

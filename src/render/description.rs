@@ -7,6 +7,7 @@
 
 use super::lower::{Shapes, is_reserved, shape_name};
 use super::signature::signature;
+use super::tokens;
 use super::ty::{Params, Signature, Ty};
 use crate::catalog::Catalog;
 use crate::catalog::names::is_identifier;
@@ -31,6 +32,16 @@ pub const SECTION_PREFIX_END: &str = "__";
 /// Header of the host tools' section.
 pub const HOST_HEADER: &str = "## tools";
 
+/// Said after the preamble when the description leaves signatures out for the budget.
+pub const SEARCH_NOTE: &str = "\
+Not every signature fits here: a section lists some tools in full and the rest by name after \
+`more:`. `search_tools(\"what you need\", limit=5)` returns the best matches, each a dict with \
+its `signature` and `summary` (print it); `describe(\"name\")` prints one tool's docs. Every \
+listed name is callable.";
+
+/// Starts the line of a section's tools listed by name only.
+pub const MORE: &str = "more: ";
+
 /// The catalog as the model reads it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rendered {
@@ -43,6 +54,9 @@ pub struct Rendered {
     pub definitions: Vec<(String, Ty)>,
     /// Things the renderer had to simplify, per tool.
     pub notes: Vec<String>,
+    /// How many of `lines` the description shows in full: all of them, unless the catalog's
+    /// description budget left some to `search_tools`.
+    pub listed: usize,
 }
 
 impl Rendered {
@@ -54,8 +68,31 @@ impl Rendered {
     }
 }
 
-/// Renders the description of a catalog.
+/// One section of the description: a server's tools (or the host's).
+struct Section {
+    /// `## github__`, `## github` or `## tools`.
+    header: String,
+    /// The indexes into [`Rendered::lines`] of its tools.
+    tools: std::ops::Range<usize>,
+    /// Bytes of the section prefix each line leaves out.
+    prefix: usize,
+}
+
+/// Renders the description of a catalog: every signature when it fits the catalog's
+/// description budget (or there is none), else [`budgeted`].
 pub fn render(catalog: &Catalog) -> Rendered {
+    let (mut rendered, sections) = render_full(catalog);
+    if let Some(budget) = catalog.description_budget
+        && tokens::count(&rendered.description) > budget
+    {
+        let (description, listed) = budgeted(&rendered, &sections, budget);
+        rendered.description = description;
+        rendered.listed = listed;
+    }
+    rendered
+}
+
+fn render_full(catalog: &Catalog) -> (Rendered, Vec<Section>) {
     let mut shapes = Shapes::default();
     let mut notes = Vec::new();
     let mut sigs: Vec<Signature> = Vec::new();
@@ -85,6 +122,7 @@ pub fn render(catalog: &Catalog) -> Rendered {
         }
     }
     let mut lines = Vec::with_capacity(tools.len());
+    let mut sections = Vec::new();
     let mut start = 0;
     while start < tools.len() {
         let server = tools[start].server();
@@ -95,12 +133,13 @@ pub fn render(catalog: &Catalog) -> Rendered {
                 .count();
         let group = &sigs[start..end];
         let prefix = server.and_then(|_| section_prefix(group)).unwrap_or("");
+        let header = match (server, prefix) {
+            (_, p) if !p.is_empty() => format!("## {p}"),
+            (Some(server), _) => format!("## {server}"),
+            (None, _) => HOST_HEADER.to_string(),
+        };
         out.push_str("\n\n");
-        match (server, prefix) {
-            (_, p) if !p.is_empty() => out.push_str(&format!("## {p}")),
-            (Some(server), _) => out.push_str(&format!("## {server}")),
-            (None, _) => out.push_str(HOST_HEADER),
-        }
+        out.push_str(&header);
         for (tool, sig) in tools[start..end].iter().zip(group) {
             let line = sig.to_string();
             out.push('\n');
@@ -108,14 +147,199 @@ pub fn render(catalog: &Catalog) -> Rendered {
             out.push_str(&line[prefix.len()..]);
             lines.push((tool.name.clone(), line));
         }
+        sections.push(Section {
+            header,
+            tools: start..end,
+            prefix: prefix.len(),
+        });
         start = end;
     }
-    Rendered {
+    let listed = lines.len();
+    let rendered = Rendered {
         description: out,
         lines,
         definitions,
         notes,
+        listed,
+    };
+    (rendered, sections)
+}
+
+/// The description within `budget` tokens, and how many signatures it shows. Always: the
+/// preamble, [`SEARCH_NOTE`], every section's header with its tool count. Then, while they
+/// fit, every section's tool names (`more: a, b`); then full signatures in catalog order (so
+/// the text depends on the catalog alone, never on usage), each with the named shapes it
+/// uses. When not even the names fit, the sections keep their names in order while they fit;
+/// when not even the headers fit, the last line counts the sections left out. The preamble, the
+/// note and that line are the floor: a budget under it gets them anyway (the configuration
+/// allows no budget that small).
+fn budgeted(full: &Rendered, sections: &[Section], budget: usize) -> (String, usize) {
+    let refs = references(full);
+    let fits = |plan: &Plan| tokens::count(&plan.assemble(full, sections, &refs)) <= budget;
+    // Each step is the largest that fits, found by bisection on the real count (more shown is
+    // more tokens); whatever it settles on was measured to fit, or is the floor.
+    let largest = |most: usize, plan: &dyn Fn(usize) -> Plan| -> usize {
+        let (mut lo, mut hi) = (0, most);
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            if fits(&plan(mid)) {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        lo
+    };
+    let all = sections.len();
+    let headers = largest(all, &|h| Plan {
+        headers: h,
+        names: 0,
+        signatures: 0,
+    });
+    let names = if headers == all {
+        largest(all, &|n| Plan {
+            headers,
+            names: n,
+            signatures: 0,
+        })
+    } else {
+        0
+    };
+    let signatures = if names == all {
+        largest(full.lines.len(), &|k| Plan {
+            headers,
+            names,
+            signatures: k,
+        })
+    } else {
+        0
+    };
+    let plan = Plan {
+        headers,
+        names,
+        signatures,
+    };
+    (plan.assemble(full, sections, &refs), plan.signatures)
+}
+
+/// How much of the catalog a budgeted description shows: the first `headers` sections, the
+/// names of the first `names`, the signatures of the first `signatures` tools.
+struct Plan {
+    headers: usize,
+    names: usize,
+    signatures: usize,
+}
+
+impl Plan {
+    fn assemble(&self, full: &Rendered, sections: &[Section], refs: &References) -> String {
+        let mut shown = vec![false; full.definitions.len()];
+        for i in 0..self.signatures {
+            for d in refs.of_line(i) {
+                shown[d] = true;
+            }
+        }
+        let mut out = format!("{PREAMBLE}\n\n{SEARCH_NOTE}");
+        if shown.iter().any(|&s| s) {
+            out.push_str("\n\n");
+            out.push_str(TYPES_HEADER);
+            for ((name, ty), _) in full.definitions.iter().zip(&shown).filter(|(_, s)| **s) {
+                out.push_str(&format!("\n{name} = {ty}"));
+            }
+        }
+        for (n, section) in sections.iter().enumerate().take(self.headers) {
+            out.push_str("\n\n");
+            out.push_str(&heading(section));
+            let mut more = Vec::new();
+            for i in section.tools.clone() {
+                let line = &full.lines[i].1;
+                if i < self.signatures {
+                    out.push('\n');
+                    out.push_str(&line[section.prefix..]);
+                } else {
+                    more.push(short_name(line, section.prefix));
+                }
+            }
+            if n < self.names && !more.is_empty() {
+                out.push('\n');
+                out.push_str(MORE);
+                out.push_str(&more.join(", "));
+            }
+        }
+        if self.headers < sections.len() {
+            let left: usize = sections[self.headers..].iter().map(|s| s.tools.len()).sum();
+            out.push_str(&format!(
+                "\n\n({} more sections, {left} tools: find them with search_tools)",
+                sections.len() - self.headers
+            ));
+        }
+        out
     }
+}
+
+/// A section's header in a budgeted description: `## github__ (26 tools)`.
+fn heading(section: &Section) -> String {
+    let n = section.tools.len();
+    format!(
+        "{} ({n} tool{})",
+        section.header,
+        if n == 1 { "" } else { "s" }
+    )
+}
+
+/// A signature line's Python name without the section prefix.
+fn short_name(line: &str, prefix: usize) -> String {
+    let name = line.split('(').next().unwrap_or(line);
+    name.get(prefix..).unwrap_or(name).to_string()
+}
+
+/// Which named shapes each line and each shape uses, transitively.
+struct References {
+    by_line: Vec<Vec<usize>>,
+}
+
+impl References {
+    fn of_line(&self, i: usize) -> impl Iterator<Item = usize> + '_ {
+        self.by_line[i].iter().copied()
+    }
+}
+
+fn references(full: &Rendered) -> References {
+    let defs = &full.definitions;
+    let texts: Vec<String> = defs.iter().map(|(_, ty)| ty.to_string()).collect();
+    let direct = |text: &str| -> Vec<usize> {
+        (0..defs.len())
+            .filter(|&d| mentions(text, &defs[d].0))
+            .collect()
+    };
+    let def_refs: Vec<Vec<usize>> = texts.iter().map(|t| direct(t)).collect();
+    let by_line = full
+        .lines
+        .iter()
+        .map(|(_, line)| {
+            let mut found = direct(line);
+            let mut i = 0;
+            while i < found.len() {
+                for &d in &def_refs[found[i]] {
+                    if !found.contains(&d) {
+                        found.push(d);
+                    }
+                }
+                i += 1;
+            }
+            found.sort_unstable();
+            found
+        })
+        .collect();
+    References { by_line }
+}
+
+/// Whether `text` has `name` as a whole word.
+fn mentions(text: &str, name: &str) -> bool {
+    let word = |c: char| c.is_alphanumeric() || c == '_';
+    text.match_indices(name).any(|(i, _)| {
+        !text[..i].chars().next_back().is_some_and(word)
+            && !text[i + name.len()..].chars().next().is_some_and(word)
+    })
 }
 
 /// The `server__` prefix all Python names of a server's section share, when each name is an
@@ -283,6 +507,128 @@ impl ShapeCounts {
             Ty::List(Some(inner)) | Ty::Dict(Some(inner)) => self.visit(inner, hint),
             Ty::Union(members) => members.iter().for_each(|m| self.visit(m, hint)),
             _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::source::ToolDef;
+    use crate::catalog::{CatalogInput, Policy, ServerTools};
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    fn catalog(budget: Option<usize>) -> Catalog {
+        let def = |name: &str, description: &str| ToolDef {
+            name: name.into(),
+            title: None,
+            description: description.into(),
+            input_schema: json!({"type": "object", "properties": {
+                "id": {"type": "integer"}, "assignee": {"type": "string"},
+                "milestone": {"type": "string"}, "due_date": {"type": "string"},
+                "labels": {"type": "array", "items": {"type": "string"}}
+            }, "required": ["id"]}),
+            output_schema: None,
+            annotations: None,
+        };
+        let servers = vec![
+            ServerTools {
+                server: "tickets".into(),
+                tools: vec![
+                    def("open_ticket", "Open a ticket."),
+                    def("close_ticket", "Close a ticket."),
+                    def("assign_ticket", "Assign a ticket."),
+                    def("label_ticket", "Label a ticket."),
+                ],
+            },
+            ServerTools {
+                server: "wiki".into(),
+                tools: vec![
+                    def("read_page", "Read a page."),
+                    def("edit_page", "Edit a page."),
+                    def("delete_page", "Delete a page."),
+                    def("move_page", "Move a page."),
+                ],
+            },
+        ];
+        let policy = Policy {
+            ptc_enabled: true,
+            description_budget: budget,
+            ..Policy::default()
+        };
+        let input = CatalogInput {
+            servers,
+            ..CatalogInput::default()
+        };
+        Catalog::build(input, &policy, 1)
+    }
+
+    /// The description after the preamble and, when budgeted, the search note.
+    fn body(budget: Option<usize>) -> (String, usize) {
+        let r = render(&catalog(budget));
+        let head = if r.listed < r.lines.len() {
+            format!("{PREAMBLE}\n\n{SEARCH_NOTE}\n\n")
+        } else {
+            format!("{PREAMBLE}\n\n")
+        };
+        let d = r
+            .description
+            .strip_prefix(&head)
+            .expect("the head")
+            .to_string();
+        (d, r.listed)
+    }
+
+    #[test]
+    fn within_the_budget_the_description_is_whole() {
+        let sig = "(id: int, assignee?, milestone?, due_date?, labels?: list[str])";
+        let whole = format!(
+            "## tickets__\nassign_ticket{sig} — Assign a ticket.\nclose_ticket{sig} — Close a ticket.\n\
+             label_ticket{sig} — Label a ticket.\nopen_ticket{sig} — Open a ticket.\n\n\
+             ## wiki__\ndelete_page{sig} — Delete a page.\nedit_page{sig} — Edit a page.\n\
+             move_page{sig} — Move a page.\nread_page{sig} — Read a page."
+        );
+        assert_eq!(body(None), (whole.clone(), 8));
+        let full = tokens::count(&render(&catalog(None)).description);
+        assert_eq!(body(Some(full)), (whole, 8));
+    }
+
+    #[test]
+    fn past_the_budget_signatures_in_catalog_order_then_names_then_headers() {
+        let full = tokens::count(&render(&catalog(Some(1 << 20))).description);
+        let head = format!("{PREAMBLE}\n\n{SEARCH_NOTE}\n\n");
+        let cases = [
+            (
+                "## tickets__ (4 tools)\nassign_ticket(id: int, assignee?, milestone?, due_date?, labels?: list[str]) — Assign a ticket.\nmore: close_ticket, label_ticket, open_ticket\n\n## wiki__ (4 tools)\nmore: delete_page, edit_page, move_page, read_page",
+                1,
+            ),
+            (
+                "## tickets__ (4 tools)\nmore: assign_ticket, close_ticket, label_ticket, open_ticket\n\n## wiki__ (4 tools)\nmore: delete_page, edit_page, move_page, read_page",
+                0,
+            ),
+            (
+                "## tickets__ (4 tools)\nmore: assign_ticket, close_ticket, label_ticket, open_ticket\n\n## wiki__ (4 tools)",
+                0,
+            ),
+            ("(2 more sections, 8 tools: find them with search_tools)", 0),
+        ];
+        for (text, listed) in cases {
+            // The largest description that fits a budget of exactly its size is this one.
+            let budget = tokens::count(&format!("{head}{text}"));
+            assert!(budget < full, "{budget} {full}");
+            assert_eq!(
+                body(Some(budget)),
+                (text.to_string(), listed),
+                "budget {budget}"
+            );
+            assert!(tokens::count(&render(&catalog(Some(budget))).description) <= budget);
+            // One less: less is shown. The last is the floor, given over any smaller budget.
+            if listed > 0 || text.starts_with("##") {
+                assert_ne!(body(Some(budget - 1)).0, text, "budget {budget} - 1");
+            } else {
+                assert_eq!(body(Some(budget / 2)).0, text);
+            }
         }
     }
 }

@@ -2,8 +2,9 @@
 //!
 //! `ty` is the signature language (`parse` reads it back), `lower` turns JSON Schema into it
 //! (`schema` holds the JSON Schema look-ups it needs), `signature` makes one
-//! line per tool, `description` the whole `exec_code` description, `llm` the provider-shaped
-//! tool list, and `lossless` checks that nothing a call needs was lost. All pure.
+//! line per tool, `description` the whole `exec_code` description (within the catalog's token
+//! budget, counted by `tokens`), `llm` the provider-shaped tool list, `search` the index behind
+//! `search_tools`, and `lossless` checks that nothing a call needs was lost. All pure.
 
 pub mod description;
 pub mod llm;
@@ -11,7 +12,9 @@ pub mod lossless;
 pub mod lower;
 pub mod parse;
 pub mod schema;
+pub mod search;
 pub mod signature;
+pub mod tokens;
 pub mod ty;
 
 pub use description::{Rendered, render};
@@ -24,11 +27,18 @@ use crate::catalog::Catalog;
 pub struct Snapshot {
     pub catalog: Catalog,
     pub rendered: Rendered,
+    /// What `search_tools` searches.
+    pub search: search::Index,
 }
 
 impl Snapshot {
     pub fn new(catalog: Catalog) -> Snapshot {
         let rendered = render(&catalog);
-        Snapshot { catalog, rendered }
+        let search = search::Index::build(&catalog, &rendered);
+        Snapshot {
+            catalog,
+            rendered,
+            search,
+        }
     }
 }

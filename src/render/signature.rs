@@ -41,8 +41,8 @@ pub fn signature(tool: &Tool, shapes: &mut Shapes) -> (Signature, Vec<String>) {
     (sig, notes)
 }
 
-/// The first sentence of a description, on one line, at most `max_chars` characters (cut at a
-/// word with `…`).
+/// The first sentence of a description, on one line, at most `max_chars` characters (cut
+/// before a word with `…`, never inside one; empty when the first word alone is too long).
 pub fn summary(description: &str, max_chars: usize) -> String {
     let first_paragraph = description.trim().split("\n\n").next().unwrap_or("");
     let flat = first_paragraph
@@ -53,10 +53,18 @@ pub fn summary(description: &str, max_chars: usize) -> String {
     if sentence.chars().count() <= max_chars {
         return sentence.to_string();
     }
-    let cut: String = sentence.chars().take(max_chars.saturating_sub(1)).collect();
-    let cut = match cut.rfind(' ') {
-        Some(i) if i > max_chars / 2 => &cut[..i],
-        _ => cut.as_str(),
+    // Never mid-word: at the last space that fits (a cut word reads as another word, or as
+    // none); a first word that does not fit alone (a URL) leaves no summary, `describe()` has it.
+    let keep = max_chars.saturating_sub(1);
+    let cut: String = sentence.chars().take(keep).collect();
+    let cut = if sentence.chars().nth(keep) == Some(' ') {
+        // The last word ends right at the cut.
+        cut.as_str()
+    } else {
+        let Some(i) = cut.rfind(' ') else {
+            return String::new();
+        };
+        &cut[..i]
     };
     format!("{}…", cut.trim_end_matches([',', ';', ':', ' ', '.', '-']))
 }
@@ -212,6 +220,15 @@ mod tests {
         assert!(s.chars().count() <= 96, "{s}");
         assert!(s.ends_with("word…"), "{s}");
         let unbroken = "x".repeat(10_000);
-        assert_eq!(summary(&unbroken, 10).chars().count(), 10);
+        assert_eq!(summary(&unbroken, 10), "");
+        assert_eq!(
+            summary("Read the complete contents of a file as text.", 30),
+            "Read the complete contents of…"
+        );
+        assert_eq!(
+            summary("Readthecompletecontents of a file.", 30),
+            "Readthecompletecontents of a…"
+        );
+        assert_eq!(summary("Readthecompletecontentsofafile.", 30), "");
     }
 }

@@ -8,6 +8,7 @@
 use super::dispatch::{self, Backends, CallError, PendingCall};
 use super::files::{Files, RunFile};
 use super::prepare::Prepared;
+use super::shapes::Shapes;
 use crate::catalog::Origin;
 use crate::events::{Event, Events};
 use crate::render::Snapshot;
@@ -51,7 +52,7 @@ pub struct RunCtx {
     /// The run's span: each call is a child of it.
     pub span: SpanContext,
     /// The catalog the run started with: calls are looked up and routed in it.
-    snapshot: Arc<Snapshot>,
+    pub snapshot: Arc<Snapshot>,
     prepared: Arc<Prepared>,
     host: Option<mpsc::Sender<PendingCall>>,
     calls: Mutex<Vec<CallRecord>>,
@@ -121,16 +122,24 @@ pub struct Calls {
 struct Inner {
     backends: Backends,
     runs: Mutex<HashMap<String, Arc<RunCtx>>>,
+    /// The result shapes learned from the calls of every run.
+    shapes: Shapes,
 }
 
 impl Calls {
-    pub fn new(backends: Backends) -> Calls {
+    pub fn new(backends: Backends, shapes: Shapes) -> Calls {
         Calls {
             inner: Arc::new(Inner {
                 backends,
                 runs: Mutex::new(HashMap::new()),
+                shapes,
             }),
         }
+    }
+
+    /// What the calls taught about the results of tools without an output schema.
+    pub fn shapes(&self) -> &Shapes {
+        &self.inner.shapes
     }
 
     /// Where runs and calls are reported.
@@ -235,6 +244,10 @@ impl Calls {
         finished.duration_ms = Some(duration_ms);
         match &result {
             Ok(value) => {
+                if found.output_schema.is_none() && self.inner.shapes.record(&found.name, value) {
+                    let shapes = self.inner.shapes.clone();
+                    tokio::task::spawn_blocking(move || shapes.save());
+                }
                 finished.result_bytes = Some(json_len(value));
                 if events.bodies() {
                     finished.result = Some(value.clone());

@@ -2,7 +2,9 @@
 //! `POST /tool_call` for sandboxes that call tools themselves (host protocol "direct posting",
 //! docs/protocols.md), and `POST /bash/{tool}` for the tool functions of a bash run (the body is
 //! the one JSON argument, the answer the result as compact JSON or the error as one line of
-//! text): same token, same dispatch and policy.
+//! text): same token, same dispatch and policy. `POST /search` (the SDK's `search_tools`) and
+//! `POST /describe` (what `describe()` adds to catalog.json: the learned result shape) read the
+//! run's catalog and the learned shapes, with the same token.
 //!
 //! Owns the wire: bearer-token check before anything is read or dispatched, the body limit,
 //! JSON error bodies. What a call does is the calls handle's business (`calls::Calls::call`);
@@ -12,6 +14,8 @@ use super::bash;
 use super::calls::{Calls, RunCtx};
 use super::dispatch::CallError;
 use super::files::MAX_SAVE_BYTES;
+use crate::render::search::{HIT_SUMMARY_CHARS, MAX_QUERY_CHARS};
+use crate::render::signature::summary;
 use axum::Router;
 use axum::body::{Bytes, to_bytes};
 use axum::extract::{Path, Query, Request, State};
@@ -25,6 +29,9 @@ use tokio_util::sync::CancellationToken;
 
 /// Largest `/call` body: arguments are data for one tool call, not a file transfer.
 pub const MAX_CALL_BYTES: usize = 8 << 20;
+/// Largest `/search` and `/describe` body: a query of [`MAX_QUERY_CHARS`] or a tool name,
+/// with room for JSON escapes; anything bigger is not a question.
+pub const MAX_LOOKUP_BYTES: usize = 16 << 10;
 
 pub async fn serve(listener: tokio::net::TcpListener, calls: Calls, shutdown: CancellationToken) {
     let router = Router::new()
@@ -38,12 +45,14 @@ pub async fn serve(listener: tokio::net::TcpListener, calls: Calls, shutdown: Ca
         )
         .route("/bash/{tool}", post(bash))
         .route("/file", post(save_file))
+        .route("/search", post(search))
+        .route("/describe", post(describe))
         .fallback(|| async {
             refuse(
                 StatusCode::NOT_FOUND,
                 "not_found",
-                "the IPC bridge answers POST /call, POST /tool_call, POST /bash/{tool} and \
-                 POST /file only",
+                "the IPC bridge answers POST /call, POST /tool_call, POST /bash/{tool}, \
+                 POST /file, POST /search and POST /describe only",
             )
         })
         .with_state(calls);
@@ -236,6 +245,103 @@ async fn save_file(
             &format!("saving the file failed: {e}"),
         ),
     }
+}
+
+#[derive(Deserialize)]
+struct SearchBody {
+    query: String,
+    #[serde(default = "default_limit")]
+    limit: usize,
+}
+
+fn default_limit() -> usize {
+    5
+}
+
+/// `POST /search {query, limit}` (the SDK's `search_tools`): `{ok, results}`, the best matches
+/// in the run's catalog, each `{name, tool, signature, summary}` and, when calls taught it,
+/// `returns` (the learned result shape).
+async fn search(State(calls): State<Calls>, request: Request) -> Response {
+    let (run, body) = match authorized_within(&calls, request, MAX_LOOKUP_BYTES).await {
+        Ok(authorized) => authorized,
+        Err(refused) => return refused.json(),
+    };
+    let query = match serde_json::from_slice::<SearchBody>(&body) {
+        Ok(query) if query.query.chars().count() <= MAX_QUERY_CHARS => query,
+        Ok(_) => {
+            let message = format!(
+                "the query is over {MAX_QUERY_CHARS} characters: say in a few words what the \
+                 tool should do"
+            );
+            return refuse(StatusCode::BAD_REQUEST, "input", &message);
+        }
+        Err(e) => {
+            let message = format!(r#"expected {{"query": str, "limit": int}}: {e}"#);
+            return refuse(StatusCode::BAD_REQUEST, "input", &message);
+        }
+    };
+    let snapshot = &run.snapshot;
+    let results: Vec<Value> = snapshot
+        .search
+        .search(&query.query, query.limit)
+        .into_iter()
+        .filter_map(|hit| {
+            let (name, line) = snapshot.rendered.lines.get(hit.tool)?;
+            let tool = snapshot.catalog.get(name)?;
+            let mut result = json!({
+                "name": tool.python_name,
+                "tool": tool.name,
+                "signature": line,
+                "summary": summary(&tool.description, HIT_SUMMARY_CHARS),
+            });
+            if tool.output_schema.is_none()
+                && let Some(learned) = calls.shapes().get(&tool.name)
+            {
+                result["returns"] = json!(learned.shape.show());
+            }
+            Some(result)
+        })
+        .collect();
+    reply(StatusCode::OK, json!({"ok": true, "results": results}))
+}
+
+#[derive(Deserialize)]
+struct DescribeBody {
+    tool: String,
+}
+
+/// `POST /describe {tool}`: `{ok, returns, calls}`, the result shape learned from `calls`
+/// calls of a tool without an output schema (`returns: null` when there is none).
+async fn describe(State(calls): State<Calls>, request: Request) -> Response {
+    let (run, body) = match authorized_within(&calls, request, MAX_LOOKUP_BYTES).await {
+        Ok(authorized) => authorized,
+        Err(refused) => return refused.json(),
+    };
+    let name = match serde_json::from_slice::<DescribeBody>(&body) {
+        Ok(body) => body.tool,
+        Err(e) => {
+            let message = format!(r#"expected {{"tool": name}}: {e}"#);
+            return refuse(StatusCode::BAD_REQUEST, "input", &message);
+        }
+    };
+    let catalog = &run.snapshot.catalog;
+    let Some(tool) = catalog.get(&name).or_else(|| catalog.by_python_name(&name)) else {
+        let message = format!("no tool named {name:?} in this run's catalog");
+        return refuse(StatusCode::NOT_FOUND, "unknown_tool", &message);
+    };
+    let learned = tool
+        .output_schema
+        .is_none()
+        .then(|| calls.shapes().get(&tool.name))
+        .flatten();
+    reply(
+        StatusCode::OK,
+        json!({
+            "ok": true,
+            "returns": learned.as_ref().map(|l| l.shape.show()),
+            "calls": learned.map_or(0, |l| l.calls),
+        }),
+    )
 }
 
 /// The run a request's bearer token belongs to, and its body within [`MAX_CALL_BYTES`].

@@ -12,12 +12,13 @@
 //! | `confine` | the runner's [`Sandbox`](crate::sandbox::Sandbox) built once at startup, [`SandboxSettings`] | — |
 //! | `files` | a run's files ([`RunFile`]) and where they go ([`FileStore`]) | — |
 //! | `dispatch` | what one call does on its backend, [`CallError`], [`Backends`] | — |
+//! | `shapes` | the result shapes learned from calls, [`shapes::Shapes`] (`PTC_STATE_DIR`) | — |
 //! | `zygote` | the fork server of one catalog, [`zygote::Program`] (what a forked child may become) | `child` |
 //! | `bash` | bash runs: tools as bash functions, what bash is started with, how a result prints | `zygote` |
 //! | `prepare` | the prepared-SDK cache, one [`prepare::CatalogKey`] for every catalog | `sdk`, `dispatch` |
 //! | `pool` | where a child comes from: warm, forked or cold; the refill loop | `child`, `zygote`, `prepare` |
-//! | `calls` | the live runs by token, [`calls::RunCtx`], [`CallRecord`], `call(run, tool, args)` | `dispatch`, `prepare` |
-//! | `ipc` | the loopback HTTP bridge (`/call`, `/tool_call`, `/bash/{tool}`) | `calls`, `dispatch`, `bash` |
+//! | `calls` | the live runs by token, [`calls::RunCtx`], [`CallRecord`], `call(run, tool, args)` | `dispatch`, `prepare`, `shapes` |
+//! | `ipc` | the loopback HTTP bridge (`/call`, `/tool_call`, `/bash/{tool}`, `/search`, `/describe`) | `calls`, `dispatch`, `bash`, `shapes` |
 //! | `live` | the sessions' live interpreters: which run takes which, eviction, idle expiry, [`live::Lost`] | `child`, `output`, `prepare` |
 //! | `runner` | a run's lifecycle, [`Runner`] and its request and result types | all of the above |
 //!
@@ -39,6 +40,7 @@ pub mod prepare;
 pub mod runner;
 pub mod scratch;
 pub mod sdk;
+pub mod shapes;
 pub mod zygote;
 
 pub use calls::{CallRecord, new_token};

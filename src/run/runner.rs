@@ -19,6 +19,7 @@ use super::output::{self, Capture, Captured, OutputChunk};
 use super::pool::{self, Pool};
 use super::prepare::{Preparations, Prepared};
 use super::scratch::{self, ScratchQuota};
+use super::shapes::Shapes;
 use crate::events::{Event, Events};
 use crate::render::Snapshot;
 use crate::sandbox::{Mode, Sandbox, Status};
@@ -69,6 +70,9 @@ pub struct RunnerConfig {
     pub max_sessions: usize,
     /// A live session interpreter idle this long is stopped (`PTC_SESSION_IDLE_TTL`).
     pub session_idle_ttl: Duration,
+    /// Where learned result shapes are kept across restarts (`PTC_STATE_DIR`); `None`: in
+    /// memory only.
+    pub state_dir: Option<PathBuf>,
 }
 
 /// The language of a run's code.
@@ -214,7 +218,7 @@ impl Runner {
         std::fs::create_dir_all(&cfg.runtime_dir)?;
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
         let ipc_addr = listener.local_addr()?;
-        let calls = Calls::new(backends);
+        let calls = Calls::new(backends, Shapes::load(cfg.state_dir.clone()));
         tokio::spawn(ipc::serve(listener, calls.clone(), shutdown.clone()));
 
         let (sandbox, filters) = confine::setup(

@@ -67,7 +67,12 @@ fn the_corpus_description_is_what_we_expect() {
     let snapshot = sources::first_snapshot(&c, &saved, None).unwrap();
     let d = &snapshot.rendered.description;
     assert!(d.contains("## types\nContent = {content}\n"), "{d}");
-    assert!(d.contains("\n## filesystem__\nread_file(path, tail?: float, head?: float) -> Content — Read the complete contents of a file as…\n"), "{d}");
+    // The server's tools by name, not in the order it lists them.
+    assert!(
+        d.contains("\n## filesystem__\ncreate_directory(path) "),
+        "{d}"
+    );
+    assert!(d.contains("\nread_file(path, tail?: float, head?: float) -> Content — Read the complete contents of a file as…\n"), "{d}");
     assert!(d.contains("\nedit_file(path, edits: list[{oldText, newText}], dryRun?: bool = False) -> Content — Make line-based edits to a text file.\n"), "{d}");
     assert_eq!(
         snapshot.rendered.line("filesystem__move_file"),
@@ -339,7 +344,7 @@ fn the_tools_command_prints_what_the_llm_gets() {
         "{description}"
     );
     assert!(
-        description.contains("\n## fs__\nread_file(path"),
+        description.contains("\n## fs__\ncreate_directory(path"),
         "{description}"
     );
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -22,5 +22,6 @@ mod procs;
 mod reload;
 mod runner;
 mod sandbox;
+mod search;
 mod sessions;
 mod startup;

@@ -96,6 +96,7 @@ fn config(python: PathBuf, runtime_dir: PathBuf) -> RunnerConfig {
         },
         max_sessions: 32,
         session_idle_ttl: Duration::from_secs(1800),
+        state_dir: None,
     }
 }
 

@@ -208,7 +208,8 @@ class SdkTest(unittest.TestCase):
         self.assert_run(
             "print(sorted(globals()))\nprint(__name__)",
             stdout="%s\n__main__\n" % sorted(
-                ["__name__", "__builtins__", "tools", "call_tool", "describe", "save_file", "ToolError",
+                ["__name__", "__builtins__", "tools", "call_tool", "describe", "search_tools", "save_file",
+                 "ToolError",
                  "ToolInputError", "asyncio", "json", "re"] + STUB_NAMES),
         )
 

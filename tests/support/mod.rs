@@ -6,6 +6,8 @@
 
 #![allow(dead_code)]
 
+pub mod synthetic;
+
 use ptc_sidecar::sources::SavedCatalog;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

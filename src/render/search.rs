@@ -1,0 +1,409 @@
+//! Tool search: `search_tools(query)` ranked over the catalog's PTC tools, BM25 over weighted
+//! fields (BM25F): the Python name, the title, the parameter names, the description.
+//!
+//! Built once per snapshot (a pure function of the catalog and its rendering) and read by the
+//! IPC bridge, so code finds the tools the budgeted description leaves out. Words are folded
+//! to a light stem and a few verbs tools are named by to one word (`remove` finds `delete_*`),
+//! since a model asks the way a user would, not in the tool's words. It must not know what a
+//! tool's results look like (the run layer adds the learned shapes to each hit).
+
+use super::description::Rendered;
+use crate::catalog::Catalog;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::OnceLock;
+
+/// Most hits one search returns: enough to choose from, few enough to print.
+pub const MAX_LIMIT: usize = 20;
+/// Longest query read, in characters: a query is a phrase, not a document.
+pub const MAX_QUERY_CHARS: usize = 500;
+/// Longest summary a hit carries: the first sentence, whole up to here.
+pub const HIT_SUMMARY_CHARS: usize = 240;
+
+/// BM25's term-frequency saturation and length normalisation (the usual values).
+const K1: f64 = 1.2;
+const B: f64 = 0.75;
+
+/// Weight of each field: a word of the name says more than a word of the prose.
+const NAME_WEIGHT: f64 = 3.0;
+const TITLE_WEIGHT: f64 = 2.0;
+const PARAM_WEIGHT: f64 = 1.5;
+const DESCRIPTION_WEIGHT: f64 = 1.0;
+
+/// One tool found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hit {
+    /// The index into [`Rendered::lines`] (catalog order of the PTC tools).
+    pub tool: usize,
+    pub score: f64,
+}
+
+/// The search index of one catalog.
+#[derive(Debug, Default)]
+pub struct Index {
+    /// Term → (tool, weighted term frequency).
+    postings: HashMap<String, Vec<(u32, f64)>>,
+    /// Weighted length of each tool's document.
+    lengths: Vec<f64>,
+    average: f64,
+}
+
+impl Index {
+    /// Indexes the PTC tools of `catalog` in the order of `rendered.lines`.
+    pub fn build(catalog: &Catalog, rendered: &Rendered) -> Index {
+        let mut postings: HashMap<String, Vec<(u32, f64)>> = HashMap::new();
+        let mut lengths = Vec::with_capacity(rendered.lines.len());
+        for (i, (name, _)) in rendered.lines.iter().enumerate() {
+            let Some(tool) = catalog.get(name) else {
+                lengths.push(0.0);
+                continue;
+            };
+            let mut tf: HashMap<String, f64> = HashMap::new();
+            let mut length = 0.0;
+            let mut add = |text: &str, weight: f64| {
+                for term in terms(text) {
+                    *tf.entry(term).or_default() += weight;
+                    length += weight;
+                }
+            };
+            add(&tool.python_name, NAME_WEIGHT);
+            add(tool.title.as_deref().unwrap_or(""), TITLE_WEIGHT);
+            add(&param_names(&tool.input_schema).join(" "), PARAM_WEIGHT);
+            add(&tool.description, DESCRIPTION_WEIGHT);
+            let mut tf: Vec<(String, f64)> = tf.into_iter().collect();
+            tf.sort_by(|a, b| a.0.cmp(&b.0));
+            for (term, f) in tf {
+                postings.entry(term).or_default().push((i as u32, f));
+            }
+            lengths.push(length);
+        }
+        let average = if lengths.is_empty() {
+            1.0
+        } else {
+            (lengths.iter().sum::<f64>() / lengths.len() as f64).max(1.0)
+        };
+        Index {
+            postings,
+            lengths,
+            average,
+        }
+    }
+
+    /// The best `limit` tools for `query` (at most [`MAX_LIMIT`]), best first; ties in catalog
+    /// order. Tools that share no word with the query are not returned.
+    pub fn search(&self, query: &str, limit: usize) -> Vec<Hit> {
+        let query: String = query.chars().take(MAX_QUERY_CHARS).collect();
+        let mut words = terms(&query);
+        words.sort();
+        words.dedup();
+        let n = self.lengths.len() as f64;
+        let mut scores = vec![0.0f64; self.lengths.len()];
+        for word in &words {
+            let Some(list) = self.postings.get(word) else {
+                continue;
+            };
+            let df = list.len() as f64;
+            let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
+            for &(tool, f) in list {
+                let norm = K1 * (1.0 - B + B * self.lengths[tool as usize] / self.average);
+                scores[tool as usize] += idf * f * (K1 + 1.0) / (f + norm);
+            }
+        }
+        let mut hits: Vec<Hit> = scores
+            .into_iter()
+            .enumerate()
+            .filter(|(_, s)| *s > 0.0)
+            .map(|(tool, score)| Hit { tool, score })
+            .collect();
+        let limit = limit.clamp(1, MAX_LIMIT);
+        let order = |a: &Hit, b: &Hit| b.score.total_cmp(&a.score).then(a.tool.cmp(&b.tool));
+        if hits.len() > limit {
+            hits.select_nth_unstable_by(limit - 1, order);
+            hits.truncate(limit);
+        }
+        hits.sort_by(order);
+        hits
+    }
+}
+
+/// The top-level parameter names of an input schema.
+fn param_names(schema: &Value) -> Vec<&str> {
+    schema
+        .get("properties")
+        .and_then(Value::as_object)
+        .map(|p| p.keys().map(String::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// The search terms of a text: words split at non-alphanumerics and `_`, lower case, stop
+/// words dropped, each folded to its stem and synonyms to one word. A camelCase word gives
+/// itself and its parts (`GitHub`: `github`, `git`, `hub`).
+pub fn terms(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for raw in text.split(|c: char| !c.is_alphanumeric()) {
+        push(&mut out, &raw.to_lowercase());
+        let mut parts = Vec::new();
+        let mut part = String::new();
+        let mut prev_lower = false;
+        for c in raw.chars() {
+            if c.is_uppercase() && prev_lower {
+                parts.push(std::mem::take(&mut part));
+            }
+            prev_lower = c.is_lowercase() || c.is_numeric();
+            part.extend(c.to_lowercase());
+        }
+        if !parts.is_empty() {
+            parts.push(part);
+            for p in &parts {
+                push(&mut out, p);
+            }
+        }
+    }
+    out
+}
+
+fn push(out: &mut Vec<String>, word: &str) {
+    if word.is_empty() || STOP_WORDS.contains(&word) {
+        return;
+    }
+    if let Some((_, words)) = EXPANSIONS.iter().find(|(short, _)| *short == word) {
+        words.iter().for_each(|w| push(out, w));
+        return;
+    }
+    let stem = stem(word);
+    out.push(synonym(word, &stem).map_or(stem, self::stem));
+}
+
+/// Words too common to tell tools apart.
+const STOP_WORDS: &[&str] = &[
+    "a", "an", "the", "of", "to", "in", "on", "for", "and", "or", "is", "are", "be", "it", "its",
+    "this", "that", "with", "by", "as", "at", "from", "me", "my", "i", "you", "your", "we", "our",
+    "can", "do", "does", "how", "what", "which", "some", "all", "any", "if", "into", "will",
+    "would", "should", "please", "want", "need", "using", "use", "tool", "tools", "then", "there",
+];
+
+/// A light stem: plural and verb endings off and a final `e`, so `issues`, `listing`, `listed`,
+/// `removing` and `remove` meet at `issu`, `list`, `remov`. Only ever compared with stems.
+fn stem(word: &str) -> String {
+    if word.len() <= 3 || !word.is_ascii() {
+        return word.to_string();
+    }
+    let mut w = word.to_string();
+    if let Some(base) = w.strip_suffix("ies").filter(|b| b.len() >= 2) {
+        w = format!("{base}y");
+    } else if w.ends_with("sses") {
+        w.truncate(w.len() - 2);
+    } else if w.ends_with('s') && !(w.ends_with("ss") || w.ends_with("us") || w.ends_with("is")) {
+        w.pop();
+    }
+    if let Some(base) = w.strip_suffix("ing").filter(|b| b.len() >= 3) {
+        w = base.to_string();
+    } else if let Some(base) = w.strip_suffix("ed").filter(|b| b.len() >= 3) {
+        w = base.to_string();
+    }
+    if w.len() > 3 && w.ends_with('e') {
+        w.pop();
+    }
+    w
+}
+
+/// The verbs (and a few nouns) tools are named by, each with the words a user says instead.
+const SYNONYMS: &[(&str, &[&str])] = &[
+    (
+        "delete",
+        &[
+            "remove", "erase", "drop", "destroy", "rm", "forget", "discard",
+        ],
+    ),
+    ("create", &["make", "new", "add"]),
+    (
+        "get",
+        &[
+            "fetch", "retrieve", "obtain", "show", "view", "display", "lookup", "download",
+        ],
+    ),
+    ("list", &["enumerate", "ls"]),
+    ("search", &["find", "query", "look", "locate", "grep"]),
+    ("update", &["edit", "modify", "change", "alter"]),
+    ("write", &["save", "store"]),
+    ("read", &["load", "cat", "inside"]),
+    ("move", &["rename", "mv"]),
+    ("log", &["history"]),
+    ("multiple", &["several", "many", "batch", "bulk"]),
+    ("relation", &["relationship", "link", "connection"]),
+    ("entity", &["person", "people", "thing"]),
+    ("memory", &["remember", "memorize", "recall", "knowledge"]),
+    ("url", &["web", "webpage", "website", "page", "internet"]),
+    ("image", &["png", "jpg", "jpeg", "picture", "photo"]),
+    ("directory", &["folder", "dir"]),
+    ("repository", &["repo"]),
+    ("issue", &["ticket", "bug"]),
+    ("size", &["large", "big", "bytes"]),
+];
+
+/// Abbreviations that stand for several words.
+const EXPANSIONS: &[(&str, &[&str])] = &[
+    ("pr", &["pull", "request"]),
+    ("prs", &["pull", "request"]),
+    ("mr", &["pull", "request"]),
+];
+
+/// The canonical word of `word` (or of its stem: `removing` is `remov`, as is `remove`).
+fn synonym(word: &str, stemmed: &str) -> Option<&'static str> {
+    static TABLE: OnceLock<HashMap<String, &'static str>> = OnceLock::new();
+    let table = TABLE.get_or_init(|| {
+        let mut table = HashMap::new();
+        for (canonical, others) in SYNONYMS {
+            for other in *others {
+                table.insert(other.to_string(), *canonical);
+                table.entry(stem(other)).or_insert(*canonical);
+            }
+        }
+        table
+    });
+    table.get(word).or_else(|| table.get(stemmed)).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::source::ToolDef;
+    use crate::catalog::{CatalogInput, Policy, ServerTools};
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    fn def(name: &str, description: &str, params: &[&str]) -> ToolDef {
+        let properties: serde_json::Map<String, Value> = params
+            .iter()
+            .map(|p| (p.to_string(), json!({"type": "string"})))
+            .collect();
+        ToolDef {
+            name: name.into(),
+            title: None,
+            description: description.into(),
+            input_schema: json!({"type": "object", "properties": properties}),
+            output_schema: None,
+            annotations: None,
+        }
+    }
+
+    fn catalog() -> Catalog {
+        let input = CatalogInput {
+            servers: vec![
+                ServerTools {
+                    server: "fs".into(),
+                    tools: vec![
+                        def(
+                            "read_file",
+                            "Read the complete contents of a file.",
+                            &["path"],
+                        ),
+                        def(
+                            "write_file",
+                            "Create a new file or overwrite one.",
+                            &["path", "content"],
+                        ),
+                        def(
+                            "list_directory",
+                            "List the entries of a directory.",
+                            &["path"],
+                        ),
+                        def(
+                            "move_file",
+                            "Move or rename files and directories.",
+                            &["source", "destination"],
+                        ),
+                    ],
+                },
+                ServerTools {
+                    server: "github".into(),
+                    tools: vec![
+                        def(
+                            "create_issue",
+                            "Create a new issue in a GitHub repository.",
+                            &["owner", "repo", "title"],
+                        ),
+                        def(
+                            "list_issues",
+                            "List issues in a GitHub repository with filtering options.",
+                            &["owner", "repo", "state"],
+                        ),
+                        def(
+                            "delete_file",
+                            "Delete a file from a repository.",
+                            &["owner", "repo", "path"],
+                        ),
+                    ],
+                },
+            ],
+            ..CatalogInput::default()
+        };
+        Catalog::build(
+            input,
+            &Policy {
+                ptc_enabled: true,
+                ..Policy::default()
+            },
+            1,
+        )
+    }
+
+    fn ranked(query: &str, limit: usize) -> Vec<String> {
+        let c = catalog();
+        let r = super::super::render(&c);
+        let index = Index::build(&c, &r);
+        index
+            .search(query, limit)
+            .into_iter()
+            .map(|h| r.lines[h.tool].0.clone())
+            .collect()
+    }
+
+    #[test]
+    fn terms_split_fold_and_drop() {
+        assert_eq!(
+            terms("listIssues of the GitHub repos; removing FILES, directories"),
+            [
+                "listissu",
+                "list",
+                "issu",
+                "github",
+                "git",
+                "hub",
+                "repository",
+                "delet",
+                "fil",
+                "directory"
+            ]
+        );
+    }
+
+    #[test]
+    fn rankings() {
+        assert_eq!(
+            ranked("open a new ticket on my GitHub repo", 3),
+            [
+                "github__create_issue",
+                "github__list_issues",
+                "github__delete_file"
+            ]
+        );
+        assert_eq!(
+            ranked("remove a file", 2),
+            ["github__delete_file", "fs__read_file"]
+        );
+        assert_eq!(
+            ranked("what is in this folder", 5),
+            ["fs__list_directory", "fs__move_file"]
+        );
+        assert_eq!(ranked("rename report.txt", 1), ["fs__move_file"]);
+        assert_eq!(ranked("zebra", 5), Vec::<String>::new());
+    }
+
+    #[test]
+    fn limits_are_kept() {
+        assert_eq!(ranked("file", 2).len(), 2);
+        assert_eq!(ranked("file", 0).len(), 1);
+        assert!(ranked(&"file ".repeat(10_000), 100).len() <= MAX_LIMIT);
+    }
+}

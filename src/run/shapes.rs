@@ -1,0 +1,504 @@
+//! Result shapes: what the results of a tool without an output schema look like (keys and
+//! types, merged across calls, bounded), learned from its calls and shown by `describe()` and
+//! `search_tools`, never in the description (whose bytes must not change with usage: the
+//! providers' prompt caches).
+//!
+//! [`Shape::of`] and [`Shape::merge`] are pure and tested on exact strings; [`Shapes`] is the
+//! shared table, kept in `PTC_STATE_DIR/shapes.json` when that is set. It must not decide
+//! which tools are recorded (the calls handle records those without an output schema).
+
+use crate::util::lock;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+/// Deepest nesting recorded: below it a value is `any`; a result 50 levels deep must not make
+/// a shape 50 levels deep.
+pub const MAX_DEPTH: usize = 4;
+/// Keys recorded per object; past them `…` (a map keyed by ids would grow without end).
+pub const MAX_KEYS: usize = 24;
+/// Elements of a list whose shapes are merged: a 100,000-element result costs no more.
+pub const MAX_ELEMENTS: usize = 20;
+/// Nodes (types and keys) one shape keeps, first come first kept; past it `any`: the depth
+/// and key bounds alone would still allow 24⁴ keys in one shape.
+pub const MAX_NODES: usize = 256;
+/// Kinds a union keeps before it becomes `any`.
+pub const MAX_UNION: usize = 4;
+/// Longest text searched for JSON inside a `str` result (many MCP tools return JSON as text).
+pub const MAX_JSON_TEXT_BYTES: usize = 256 << 10;
+/// Longest shape shown, in characters; a deeper rendering is cut a level at a time.
+pub const MAX_SHOWN_CHARS: usize = 600;
+/// Tools whose shapes are kept: a catalog that keeps changing must not grow the table forever.
+pub const MAX_TOOLS: usize = 10_000;
+/// The file in `PTC_STATE_DIR`.
+pub const FILE_NAME: &str = "shapes.json";
+
+/// The shape of JSON values.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind", content = "of")]
+pub enum Shape {
+    Any,
+    Null,
+    Bool,
+    Int,
+    Float,
+    Str,
+    /// A string holding a JSON object or array: `json.loads` it.
+    JsonStr(Box<Shape>),
+    /// A list of elements of this shape (`None`: only empty lists seen).
+    List(Option<Box<Shape>>),
+    Object(Object),
+    Union(Vec<Shape>),
+}
+
+/// An object's keys in the order first seen.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Object {
+    pub keys: Vec<Key>,
+    /// Keys were left out (past [`MAX_KEYS`]).
+    pub more: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Key {
+    pub name: String,
+    pub shape: Shape,
+    /// In every result seen; otherwise shown with `?`.
+    pub always: bool,
+}
+
+impl Shape {
+    /// The shape of one value, within [`MAX_NODES`].
+    pub fn of(value: &Value) -> Shape {
+        Shape::at(value, 0, &mut { MAX_NODES })
+    }
+
+    fn at(value: &Value, depth: usize, left: &mut usize) -> Shape {
+        if depth > MAX_DEPTH || *left == 0 {
+            return Shape::Any;
+        }
+        *left -= 1;
+        match value {
+            Value::Null => Shape::Null,
+            Value::Bool(_) => Shape::Bool,
+            Value::Number(n) if n.is_i64() || n.is_u64() => Shape::Int,
+            Value::Number(_) => Shape::Float,
+            Value::String(s) => {
+                let t = s.trim_start();
+                if s.len() <= MAX_JSON_TEXT_BYTES
+                    && (t.starts_with('{') || t.starts_with('['))
+                    && let Ok(inner @ (Value::Object(_) | Value::Array(_))) =
+                        serde_json::from_str::<Value>(s)
+                {
+                    Shape::JsonStr(Box::new(Shape::at(&inner, depth + 1, left)))
+                } else {
+                    Shape::Str
+                }
+            }
+            Value::Array(items) => Shape::List(
+                items
+                    .iter()
+                    .take(MAX_ELEMENTS)
+                    .map(|v| Shape::at(v, depth + 1, left))
+                    .reduce(Shape::merge)
+                    .map(Box::new),
+            ),
+            Value::Object(map) => {
+                let mut keys = Vec::new();
+                for (k, v) in map.iter().take(MAX_KEYS) {
+                    if *left == 0 {
+                        break;
+                    }
+                    keys.push(Key {
+                        name: k.clone(),
+                        shape: Shape::at(v, depth + 1, left),
+                        always: true,
+                    });
+                }
+                let more = map.len() > keys.len();
+                Shape::Object(Object { keys, more })
+            }
+        }
+    }
+
+    /// One shape that both values fit.
+    pub fn merge(self, other: Shape) -> Shape {
+        match (self, other) {
+            (a, b) if a == b => a,
+            (Shape::Any, _) | (_, Shape::Any) => Shape::Any,
+            (Shape::Int, Shape::Float) | (Shape::Float, Shape::Int) => Shape::Float,
+            (Shape::JsonStr(a), Shape::JsonStr(b)) => Shape::JsonStr(Box::new(a.merge(*b))),
+            (Shape::List(a), Shape::List(b)) => Shape::List(match (a, b) {
+                (Some(a), Some(b)) => Some(Box::new(a.merge(*b))),
+                (a, b) => a.or(b),
+            }),
+            (Shape::Object(a), Shape::Object(b)) => Shape::Object(a.merge(b)),
+            (Shape::Union(members), other) | (other, Shape::Union(members)) => {
+                let mut out = members;
+                add_member(&mut out, other);
+                union(out)
+            }
+            (a, b) => union(vec![a, b]),
+        }
+    }
+
+    /// This shape within `left` nodes, first come first kept (a merge may pass the bound).
+    pub fn limit(self, left: &mut usize) -> Shape {
+        if *left == 0 {
+            return Shape::Any;
+        }
+        *left -= 1;
+        match self {
+            Shape::JsonStr(inner) => Shape::JsonStr(Box::new(inner.limit(left))),
+            Shape::List(inner) => Shape::List(inner.map(|i| Box::new(i.limit(left)))),
+            Shape::Object(object) => {
+                let total = object.keys.len();
+                let mut keys = Vec::new();
+                for k in object.keys {
+                    if *left == 0 {
+                        break;
+                    }
+                    keys.push(Key {
+                        shape: k.shape.limit(left),
+                        ..k
+                    });
+                }
+                let more = object.more || keys.len() < total;
+                Shape::Object(Object { keys, more })
+            }
+            Shape::Union(members) => {
+                Shape::Union(members.into_iter().map(|m| m.limit(left)).collect())
+            }
+            other => other,
+        }
+    }
+
+    /// The shape as text, within [`MAX_SHOWN_CHARS`]: `{id: int, labels?: [str], …}`.
+    pub fn show(&self) -> String {
+        (1..=MAX_DEPTH + 2)
+            .rev()
+            .map(|depth| Shown(self, depth).to_string())
+            .find(|text| text.chars().count() <= MAX_SHOWN_CHARS)
+            .unwrap_or_else(|| "{…}".to_string())
+    }
+}
+
+impl Object {
+    fn merge(self, other: Object) -> Object {
+        let mut keys = self.keys;
+        let mut more = self.more || other.more;
+        for key in keys.iter_mut() {
+            if !other.keys.iter().any(|k| k.name == key.name) {
+                key.always = false;
+            }
+        }
+        for theirs in other.keys {
+            match keys.iter().position(|k| k.name == theirs.name) {
+                Some(i) => {
+                    let ours = &mut keys[i];
+                    let shape = std::mem::replace(&mut ours.shape, Shape::Any);
+                    ours.shape = shape.merge(theirs.shape);
+                    ours.always &= theirs.always;
+                }
+                None if keys.len() < MAX_KEYS => keys.push(Key {
+                    always: false,
+                    ..theirs
+                }),
+                None => more = true,
+            }
+        }
+        Object { keys, more }
+    }
+}
+
+/// Adds a kind to a union's members, merged into a member of its kind when there is one.
+fn add_member(members: &mut Vec<Shape>, shape: Shape) {
+    if let Shape::Union(more) = shape {
+        more.into_iter().for_each(|m| add_member(members, m));
+        return;
+    }
+    let same_kind = |m: &Shape| std::mem::discriminant(m) == std::mem::discriminant(&shape);
+    match members.iter_mut().find(|m| same_kind(m)) {
+        Some(m) => {
+            let old = std::mem::replace(m, Shape::Any);
+            *m = old.merge(shape);
+        }
+        None => members.push(shape),
+    }
+}
+
+fn union(members: Vec<Shape>) -> Shape {
+    let mut out = Vec::new();
+    members.into_iter().for_each(|m| add_member(&mut out, m));
+    if out.len() > MAX_UNION {
+        Shape::Any
+    } else if out.len() == 1 {
+        out.remove(0)
+    } else {
+        Shape::Union(out)
+    }
+}
+
+/// A shape shown down to a depth (below it objects are `{…}`).
+struct Shown<'a>(&'a Shape, usize);
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Shown(shape, depth) = *self;
+        match shape {
+            Shape::Any => write!(f, "any"),
+            Shape::Null => write!(f, "None"),
+            Shape::Bool => write!(f, "bool"),
+            Shape::Int => write!(f, "int"),
+            Shape::Float => write!(f, "float"),
+            Shape::Str => write!(f, "str"),
+            Shape::JsonStr(inner) => write!(f, "str of JSON {}", Shown(inner, depth)),
+            Shape::List(None) => write!(f, "[]"),
+            Shape::List(Some(inner)) => write!(f, "[{}]", Shown(inner, depth)),
+            Shape::Object(_) if depth == 0 => write!(f, "{{…}}"),
+            Shape::Object(object) => {
+                write!(f, "{{")?;
+                for (i, key) in object.keys.iter().enumerate() {
+                    if i > 0 {
+                        write!(f, ", ")?;
+                    }
+                    let optional = if key.always { "" } else { "?" };
+                    write!(
+                        f,
+                        "{}{optional}: {}",
+                        key.name,
+                        Shown(&key.shape, depth - 1)
+                    )?;
+                }
+                if object.more {
+                    write!(f, "{}…", if object.keys.is_empty() { "" } else { ", " })?;
+                }
+                write!(f, "}}")
+            }
+            Shape::Union(members) => {
+                for (i, m) in members.iter().enumerate() {
+                    if i > 0 {
+                        write!(f, " | ")?;
+                    }
+                    write!(f, "{}", Shown(m, depth))?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// What is known of one tool's results.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Learned {
+    pub shape: Shape,
+    /// Successful calls it was learned from.
+    pub calls: u64,
+}
+
+/// The shared table of learned shapes, by the tool's dispatched name.
+#[derive(Clone, Default)]
+pub struct Shapes {
+    inner: Arc<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    table: Mutex<BTreeMap<String, Learned>>,
+    /// `PTC_STATE_DIR/shapes.json`; `None`: in memory only.
+    file: Option<PathBuf>,
+    /// One write at a time, each of the table as it is then: the last write is the newest.
+    writing: Mutex<()>,
+}
+
+impl Shapes {
+    /// A table kept in `state_dir` (read from its file when there is one), or in memory only.
+    /// A file that cannot be read is logged and left to be overwritten: learned shapes are a
+    /// help, never a reason not to start.
+    pub fn load(state_dir: Option<PathBuf>) -> Shapes {
+        let file = state_dir.map(|d| d.join(FILE_NAME));
+        let table = match &file {
+            Some(path) => match std::fs::read(path) {
+                Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
+                    tracing::warn!(
+                        "{}: not a shapes file ({e}); starting empty",
+                        path.display()
+                    );
+                    BTreeMap::new()
+                }),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+                Err(e) => {
+                    tracing::warn!("cannot read {}: {e}; starting empty", path.display());
+                    BTreeMap::new()
+                }
+            },
+            None => BTreeMap::new(),
+        };
+        Shapes {
+            inner: Arc::new(Inner {
+                table: Mutex::new(table),
+                file,
+                writing: Mutex::new(()),
+            }),
+        }
+    }
+
+    /// What is known of a tool's results.
+    pub fn get(&self, tool: &str) -> Option<Learned> {
+        lock(&self.inner.table).get(tool).cloned()
+    }
+
+    /// Learns from one result of `tool`. Returns whether the shape changed (and so whether the
+    /// file needs writing).
+    pub fn record(&self, tool: &str, value: &Value) -> bool {
+        let shape = Shape::of(value);
+        let mut table = lock(&self.inner.table);
+        let room = table.len() < MAX_TOOLS;
+        match table.get_mut(tool) {
+            Some(learned) => {
+                learned.calls += 1;
+                let merged = learned.shape.clone().merge(shape).limit(&mut { MAX_NODES });
+                let changed = merged != learned.shape;
+                learned.shape = merged;
+                changed
+            }
+            None if room => {
+                table.insert(tool.to_string(), Learned { shape, calls: 1 });
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Writes the table to its file (blocking: call it off the async workers), through a
+    /// temporary file renamed over the old one, so a reader never sees half a file.
+    pub fn save(&self) {
+        let Some(path) = &self.inner.file else {
+            return;
+        };
+        let _one_at_a_time = lock(&self.inner.writing);
+        let bytes = match serde_json::to_vec(&*lock(&self.inner.table)) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                tracing::warn!("cannot serialise the learned shapes: {e}");
+                return;
+            }
+        };
+        let temp = path.with_extension("json.tmp");
+        let written = path
+            .parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|()| std::fs::write(&temp, bytes))
+            .and_then(|()| std::fs::rename(&temp, path));
+        if let Err(e) = written {
+            tracing::warn!("cannot write {}: {e}", path.display());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    fn learned(values: &[Value]) -> String {
+        values
+            .iter()
+            .map(Shape::of)
+            .reduce(Shape::merge)
+            .unwrap()
+            .show()
+    }
+
+    #[test]
+    fn shapes_merge_across_results() {
+        assert_eq!(
+            learned(&[
+                json!({"id": 1, "title": "a", "labels": ["x"], "closed_at": null}),
+                json!({"id": 2, "title": "b", "labels": [], "closed_at": "2026-01-01", "draft": true}),
+            ]),
+            "{id: int, title: str, labels: [str], closed_at: None | str, draft?: bool}"
+        );
+        assert_eq!(learned(&[json!([1, 2.5]), json!([])]), "[float]");
+        assert_eq!(learned(&[json!("plain text")]), "str");
+        assert_eq!(
+            learned(&[json!("{\"rows\": [{\"n\": 1}]}"), json!("[1]")]),
+            "str of JSON {rows: [{n: int}]} | [int]"
+        );
+        assert_eq!(
+            learned(&[json!(1), json!("a"), json!(true), json!(null), json!([])]),
+            "any"
+        );
+    }
+
+    #[test]
+    fn shapes_are_bounded() {
+        let wide: serde_json::Map<String, Value> =
+            (0..100).map(|i| (format!("k{i:03}"), json!(i))).collect();
+        let text = learned(&[Value::Object(wide)]);
+        assert!(text.ends_with(", k023: int, …}"), "{text}");
+        let mut deep = json!(1);
+        for _ in 0..50 {
+            deep = json!({ "a": deep });
+        }
+        assert_eq!(learned(&[deep]), "{a: {a: {a: {a: {a: any}}}}}");
+        // 24 keys of 24 keys of 24 keys: bounded by nodes, not only by keys and depth.
+        let level = |inner: Value| -> Value {
+            Value::Object((0..24).map(|i| (format!("k{i}"), inner.clone())).collect())
+        };
+        let wide_and_deep = level(level(level(json!([1]))));
+        let shape = Shape::of(&wide_and_deep);
+        assert!(nodes(&shape) <= MAX_NODES, "{}", nodes(&shape));
+        let merged = shape
+            .clone()
+            .merge(Shape::of(&level(json!("x"))))
+            .limit(&mut { MAX_NODES });
+        assert!(nodes(&merged) <= MAX_NODES, "{}", nodes(&merged));
+        let long: serde_json::Map<String, Value> = (0..24)
+            .map(|i| {
+                (
+                    format!("a_rather_long_key_name_{i}"),
+                    json!({"inner_key": [1]}),
+                )
+            })
+            .collect();
+        let text = learned(&[Value::Object(long)]);
+        assert!(text.chars().count() <= MAX_SHOWN_CHARS, "{text}");
+    }
+
+    /// Nodes charged against [`MAX_NODES`] (an `any` put where the budget ran out is free).
+    fn nodes(shape: &Shape) -> usize {
+        if *shape == Shape::Any {
+            return 0;
+        }
+        1 + match shape {
+            Shape::JsonStr(inner) | Shape::List(Some(inner)) => nodes(inner),
+            Shape::Object(o) => o.keys.iter().map(|k| nodes(&k.shape)).sum(),
+            Shape::Union(members) => members.iter().map(nodes).sum(),
+            _ => 0,
+        }
+    }
+
+    #[test]
+    fn the_table_survives_a_restart() {
+        let dir = std::env::temp_dir().join(format!("ptc-shapes-{}", crate::run::new_token()));
+        let shapes = Shapes::load(Some(dir.clone()));
+        assert!(shapes.record("t", &json!({"a": 1})));
+        assert!(!shapes.record("t", &json!({"a": 2})));
+        assert!(shapes.record("t", &json!({"a": 2, "b": "x"})));
+        shapes.save();
+        let again = Shapes::load(Some(dir.clone()));
+        let learned = again.get("t").unwrap();
+        assert_eq!(
+            (learned.shape.show(), learned.calls),
+            ("{a: int, b?: str}".into(), 3)
+        );
+        std::fs::write(dir.join(FILE_NAME), "not json").unwrap();
+        assert_eq!(Shapes::load(Some(dir.clone())).get("t"), None);
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}
