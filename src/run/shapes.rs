@@ -27,8 +27,9 @@ pub const MAX_ELEMENTS: usize = 20;
 pub const MAX_NODES: usize = 256;
 /// Kinds a union keeps before it becomes `any`.
 pub const MAX_UNION: usize = 4;
-/// Longest text searched for JSON inside a `str` result (many MCP tools return JSON as text).
-pub const MAX_JSON_TEXT_BYTES: usize = 256 << 10;
+/// Longest text searched for JSON inside a `str` result (many MCP tools return JSON as text):
+/// parsing is on the call's path, and 64 KiB costs a fraction of a millisecond.
+pub const MAX_JSON_TEXT_BYTES: usize = 64 << 10;
 /// Longest shape shown, in characters; a deeper rendering is cut a level at a time.
 pub const MAX_SHOWN_CHARS: usize = 600;
 /// Tools whose shapes are kept: a catalog that keeps changing must not grow the table forever.
