@@ -488,6 +488,10 @@ mod tests {
         assert_eq!(c.max_output_bytes, 65_536);
         assert_eq!(c.events_stream_maxlen, 10_000);
         assert!(!c.read_only_tools && !c.events_bodies);
+        assert_eq!(
+            (c.description_budget, c.state_dir.as_deref()),
+            (8_000, None)
+        );
         assert!(c.api_key.is_none() && c.redis_url.is_none());
         assert_eq!(c.sandbox, SandboxMode::BestEffort);
         assert_eq!(c.sandbox_user, SandboxUser::Name("ptc-run".into()));
@@ -599,6 +603,10 @@ mod tests {
                 "PTC_MAX_OUTPUT_BYTES=\"10\" is not valid: a whole number from 1024",
             ),
             (
+                ("PTC_DESCRIPTION_BUDGET", "100"),
+                "PTC_DESCRIPTION_BUDGET=\"100\" is not valid: a whole number from 500 to 1000000",
+            ),
+            (
                 ("PTC_DENY_TOOLS", "a b"),
                 "PTC_DENY_TOOLS=\"a b\" is not valid: comma-separated",
             ),
@@ -639,6 +647,17 @@ mod tests {
             let err = config(&[(k, v)]).unwrap_err().to_string();
             assert!(err.starts_with(want), "{k}={v}: {err}");
         }
+    }
+
+    #[test]
+    fn the_description_budget_and_the_state_dir() {
+        let c = config(&[
+            ("PTC_DESCRIPTION_BUDGET", "2000"),
+            ("PTC_STATE_DIR", "/var/lib/ptc"),
+        ])
+        .unwrap();
+        assert_eq!(c.description_budget, 2_000);
+        assert_eq!(c.state_dir, Some(PathBuf::from("/var/lib/ptc")));
     }
 
     #[test]

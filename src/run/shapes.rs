@@ -27,8 +27,9 @@ pub const MAX_ELEMENTS: usize = 20;
 pub const MAX_NODES: usize = 256;
 /// Kinds a union keeps before it becomes `any`.
 pub const MAX_UNION: usize = 4;
-/// Longest text searched for JSON inside a `str` result (many MCP tools return JSON as text).
-pub const MAX_JSON_TEXT_BYTES: usize = 256 << 10;
+/// Longest text searched for JSON inside a `str` result (many MCP tools return JSON as text):
+/// parsing is on the call's path, and 64 KiB costs a fraction of a millisecond.
+pub const MAX_JSON_TEXT_BYTES: usize = 64 << 10;
 /// Longest shape shown, in characters; a deeper rendering is cut a level at a time.
 pub const MAX_SHOWN_CHARS: usize = 600;
 /// Tools whose shapes are kept: a catalog that keeps changing must not grow the table forever.
@@ -50,6 +51,9 @@ pub enum Shape {
     JsonStr(Box<Shape>),
     /// A list of elements of this shape (`None`: only empty lists seen).
     List(Option<Box<Shape>>),
+    /// An object keyed by data (a key that does not read as a field name: `alice@example.com`,
+    /// a UUID): its values' shape, never its keys, which are another caller's data.
+    Map(Box<Shape>),
     Object(Object),
     Union(Vec<Shape>),
 }
@@ -106,6 +110,13 @@ impl Shape {
                     .reduce(Shape::merge)
                     .map(Box::new),
             ),
+            Value::Object(map) if !map.keys().all(|k| is_field_name(k)) => Shape::Map(Box::new(
+                map.values()
+                    .take(MAX_ELEMENTS)
+                    .map(|v| Shape::at(v, depth + 1, left))
+                    .reduce(Shape::merge)
+                    .unwrap_or(Shape::Any),
+            )),
             Value::Object(map) => {
                 let mut keys = Vec::new();
                 for (k, v) in map.iter().take(MAX_KEYS) {
@@ -136,6 +147,11 @@ impl Shape {
                 (a, b) => a.or(b),
             }),
             (Shape::Object(a), Shape::Object(b)) => Shape::Object(a.merge(b)),
+            (Shape::Map(a), Shape::Map(b)) => Shape::Map(Box::new(a.merge(*b))),
+            // Keyed by data once: a map from then on, its known keys forgotten.
+            (Shape::Map(a), Shape::Object(o)) | (Shape::Object(o), Shape::Map(a)) => Shape::Map(
+                Box::new(o.keys.into_iter().fold(*a, |m, k| m.merge(k.shape))),
+            ),
             (Shape::Union(members), other) | (other, Shape::Union(members)) => {
                 let mut out = members;
                 add_member(&mut out, other);
@@ -154,6 +170,7 @@ impl Shape {
         match self {
             Shape::JsonStr(inner) => Shape::JsonStr(Box::new(inner.limit(left))),
             Shape::List(inner) => Shape::List(inner.map(|i| Box::new(i.limit(left)))),
+            Shape::Map(inner) => Shape::Map(Box::new(inner.limit(left))),
             Shape::Object(object) => {
                 let total = object.keys.len();
                 let mut keys = Vec::new();
@@ -214,6 +231,19 @@ impl Object {
     }
 }
 
+/// Whether an object key reads as a field name rather than as data: a letter or `_` first,
+/// then letters, digits, `_` or `-`, at most 40 characters, and at most 3 digits (`line2`,
+/// `sha256` are names; `user_8b1f42c9`, emails, paths and sentences are data).
+fn is_field_name(key: &str) -> bool {
+    let mut chars = key.chars();
+    key.len() <= 40
+        && chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        && key.chars().filter(char::is_ascii_digit).count() <= 3
+}
+
 /// Adds a kind to a union's members, merged into a member of its kind when there is one.
 fn add_member(members: &mut Vec<Shape>, shape: Shape) {
     if let Shape::Union(more) = shape {
@@ -258,6 +288,7 @@ impl fmt::Display for Shown<'_> {
             Shape::JsonStr(inner) => write!(f, "str of JSON {}", Shown(inner, depth)),
             Shape::List(None) => write!(f, "[]"),
             Shape::List(Some(inner)) => write!(f, "[{}]", Shown(inner, depth)),
+            Shape::Map(inner) => write!(f, "dict[str, {}]", Shown(inner, depth)),
             Shape::Object(_) if depth == 0 => write!(f, "{{…}}"),
             Shape::Object(object) => {
                 write!(f, "{{")?;
@@ -436,6 +467,24 @@ mod tests {
     }
 
     #[test]
+    fn keys_that_are_data_are_never_kept() {
+        assert_eq!(
+            learned(&[
+                json!({"alice@example.com": {"role": "admin"}, "bob@example.com": {"role": "dev"}}),
+                json!({"f47ac10b-58cc-4372-a567-0e02b2c3d479": {"role": "ops", "since": 2020}}),
+            ]),
+            "dict[str, {role: str, since?: int}]"
+        );
+        assert_eq!(
+            learned(&[
+                json!({"line2": "x", "sha256": "y"}),
+                json!({"user_8b1f42c9": "z"})
+            ]),
+            "dict[str, str]"
+        );
+    }
+
+    #[test]
     fn shapes_are_bounded() {
         let wide: serde_json::Map<String, Value> =
             (0..100).map(|i| (format!("k{i:03}"), json!(i))).collect();
@@ -476,7 +525,7 @@ mod tests {
             return 0;
         }
         1 + match shape {
-            Shape::JsonStr(inner) | Shape::List(Some(inner)) => nodes(inner),
+            Shape::JsonStr(inner) | Shape::List(Some(inner)) | Shape::Map(inner) => nodes(inner),
             Shape::Object(o) => o.keys.iter().map(|k| nodes(&k.shape)).sum(),
             Shape::Union(members) => members.iter().map(nodes).sum(),
             _ => 0,

@@ -8,7 +8,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
-pub use support::TestRedis;
+pub use support::{TestRedis, synthetic};
 
 use ptc_sidecar::app::{self, Listener, Sidecar};
 use ptc_sidecar::config::{Config, Listen};

@@ -236,3 +236,46 @@ print(post("/describe", c.token, b'{"tool": "nothing"}'))
     .await
     .unwrap();
 }
+
+/// A synthetic 1,000-tool catalog (the bench's generator): the description within the budget,
+/// the same whatever order the servers and their tools come in, and a tool it leaves out found
+/// by the search.
+#[test]
+fn a_thousand_tools_stay_within_the_budget_and_are_found() {
+    use crate::common::{corpus, synthetic};
+    use ptc_sidecar::catalog::{Catalog, CatalogInput, Policy};
+    use ptc_sidecar::render::Snapshot;
+
+    let build = |reverse: bool| {
+        let mut servers = synthetic::catalog(&corpus(), 1_000);
+        if reverse {
+            servers.reverse();
+            servers.iter_mut().for_each(|s| s.tools.reverse());
+        }
+        let policy = Policy {
+            ptc_enabled: true,
+            description_budget: Some(2_000),
+            ..Policy::default()
+        };
+        let input = CatalogInput {
+            servers,
+            ..CatalogInput::default()
+        };
+        Snapshot::new(Catalog::build(input, &policy, 1))
+    };
+    let (a, b) = (build(false), build(true));
+    assert_eq!(a.rendered.description, b.rendered.description);
+    assert!(tokens::count(&a.rendered.description) <= 2_000);
+    assert!(a.rendered.listed < 1_000);
+    let wanted = "wonka_github__create_issue_wonka";
+    assert!(!a.rendered.description.contains("create_issue_wonka"));
+    let hits: Vec<&str> = a
+        .search
+        .search("open a bug report in the wonka workspace on GitHub", 3)
+        .iter()
+        .map(|h| a.rendered.lines[h.tool].0.as_str())
+        .collect();
+    // Among the first three (the bench's measure): the copies of 15 other workspaces are not.
+    assert!(hits.contains(&wanted), "{hits:?}");
+    assert!(hits.iter().all(|h| h.ends_with("_wonka")), "{hits:?}");
+}
