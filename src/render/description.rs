@@ -82,8 +82,10 @@ struct Section {
 /// description budget (or there is none), else [`budgeted`].
 pub fn render(catalog: &Catalog) -> Rendered {
     let (mut rendered, sections) = render_full(catalog);
+    // Loaded only if a count is needed, dropped when this rendering ends.
+    let _vocabulary = tokens::scope();
     if let Some(budget) = catalog.description_budget
-        && tokens::count(&rendered.description) > budget
+        && !tokens::within(&rendered.description, budget)
     {
         let (description, listed) = budgeted(&rendered, &sections, budget);
         rendered.description = description;
@@ -175,7 +177,7 @@ fn render_full(catalog: &Catalog) -> (Rendered, Vec<Section>) {
 /// allows no budget that small).
 fn budgeted(full: &Rendered, sections: &[Section], budget: usize) -> (String, usize) {
     let refs = references(full);
-    let fits = |plan: &Plan| tokens::count(&plan.assemble(full, sections, &refs)) <= budget;
+    let fits = |plan: &Plan| tokens::within(&plan.assemble(full, sections, &refs), budget);
     // Each step is the largest that fits, found by bisection on the real count (more shown is
     // more tokens); whatever it settles on was measured to fit, or is the floor.
     let largest = |most: usize, plan: &dyn Fn(usize) -> Plan| -> usize {
@@ -582,6 +584,7 @@ mod tests {
 
     #[test]
     fn within_the_budget_the_description_is_whole() {
+        let _vocabulary = tokens::scope();
         let sig = "(id: int, assignee?, milestone?, due_date?, labels?: list[str])";
         let whole = format!(
             "## tickets__\nassign_ticket{sig} — Assign a ticket.\nclose_ticket{sig} — Close a ticket.\n\
@@ -596,6 +599,7 @@ mod tests {
 
     #[test]
     fn past_the_budget_signatures_in_catalog_order_then_names_then_headers() {
+        let _vocabulary = tokens::scope();
         let full = tokens::count(&render(&catalog(Some(1 << 20))).description);
         let head = format!("{PREAMBLE}\n\n{SEARCH_NOTE}\n\n");
         let cases = [
