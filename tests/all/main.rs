@@ -22,4 +22,5 @@ mod reload;
 mod runner;
 mod sandbox;
 mod sessions;
+mod shutdown;
 mod startup;
