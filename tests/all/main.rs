@@ -18,6 +18,7 @@ mod librechat;
 mod mcp;
 mod metrics;
 mod procs;
+mod props;
 mod reload;
 mod runner;
 mod sandbox;
