@@ -56,6 +56,8 @@ def main():
     os.set_blocking(wake_w, False)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
+    # The sidecar's death (PR_SET_PDEATHSIG) or its stop: leave as at the end of requests.
+    signal.signal(signal.SIGTERM, lambda *_: _leave())
 
     try:
         _serve(ctl, (wake_r, wake_w), runs, prepared, spec, (filters, exec_filters), server_pid,
@@ -175,6 +177,7 @@ def _child(request, fds, ctl, wake, resource):
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
         os.setpgid(0, 0)
         limits = request.get("limits") or {}
         for name, key in (("RLIMIT_AS", "as"), ("RLIMIT_CPU", "cpu"),

@@ -30,8 +30,12 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-/// How long in-flight requests get to finish once shutdown starts.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// Once the runs are over, how long the requests still open get to finish (a run's answer being
+/// written, an event stream) before the server stops: the HTTP side must not hold up the exit.
+pub const REQUESTS_GRACE: Duration = Duration::from_secs(3);
+/// After the shutdown grace, how long the runs that were stopped get to give their results
+/// (their processes are killed at once; this is their output read and their answer made).
+pub const STOPPED_RUNS_WAIT: Duration = Duration::from_secs(2);
 /// Name of the runtime directory made under the temp directory when `PTC_RUNTIME_DIR` is
 /// unset (a random suffix follows).
 pub const RUNTIME_DIR_PREFIX: &str = "ptc-sidecar";
@@ -280,12 +284,56 @@ impl Sidecar {
 }
 
 impl Sidecar {
-    /// Sends the spans still queued for OTLP (bounded by the exporter's own timeout), off the
-    /// async workers: call it once serving has stopped.
+    /// Sends the events still held to Redis (within [`events::FLUSH_AT_EXIT`]) and the spans
+    /// still queued for OTLP (bounded by the exporter's own timeout), off the async workers:
+    /// call it once serving has stopped and the shutdown token is cancelled.
+    ///
+    /// [`events::FLUSH_AT_EXIT`]: crate::events::FLUSH_AT_EXIT
     pub async fn flush(&self) {
+        self.shutdown.cancel();
+        self.state.events.written().await;
         if let Some(otel) = self.otel.clone() {
             let _ = tokio::task::spawn_blocking(move || otel.shutdown()).await;
         }
+    }
+}
+
+/// The first half of a graceful shutdown (SIGTERM, SIGINT): the runner takes no new runs (the
+/// control API answers 503 `shutting_down`, `/healthz` says `shutting_down`), the runs going
+/// on get `grace` to finish, then those still going are stopped (their process groups killed)
+/// and get [`STOPPED_RUNS_WAIT`] to give their results. The API keeps serving meanwhile: a
+/// run's host tool results and continuations still arrive. `stop_now` ends the grace early
+/// (a second signal). Then cancel the shutdown token: the server, MCP servers, fork servers
+/// and warm children stop, and [`Sidecar::flush`] sends the last events.
+pub async fn drain(state: &AppState, grace: Duration, stop_now: impl std::future::Future) {
+    let Some(runner) = &state.runner else {
+        return;
+    };
+    runner.close();
+    let running = runner.running();
+    tracing::info!(
+        running,
+        "shutting down: no new runs; the running ones get up to {} s (PTC_SHUTDOWN_GRACE)",
+        grace.as_secs()
+    );
+    tokio::select! {
+        _ = tokio::time::timeout(grace, runner.finished()) => {}
+        _ = stop_now => {}
+    }
+    let left = runner.running();
+    if left == 0 {
+        return;
+    }
+    tracing::warn!(left, "stopping the runs still going");
+    runner.stop_runs();
+    if tokio::time::timeout(STOPPED_RUNS_WAIT, runner.finished())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            left = runner.running(),
+            "runs still had no result {STOPPED_RUNS_WAIT:?} after they were stopped"
+        );
     }
 }
 
@@ -329,7 +377,7 @@ impl Listener {
 }
 
 /// Serves the control API on `listener` until `shutdown` is cancelled, then lets in-flight
-/// requests finish for at most [`SHUTDOWN_GRACE`].
+/// requests finish for at most [`REQUESTS_GRACE`].
 pub async fn run(
     listener: Listener,
     state: AppState,
@@ -356,8 +404,8 @@ pub async fn run(
     };
     tokio::select! {
         result = serve => result,
-        _ = async { shutdown.cancelled().await; tokio::time::sleep(SHUTDOWN_GRACE).await } => {
-            tracing::warn!("in-flight requests did not finish within {SHUTDOWN_GRACE:?}; stopping");
+        _ = async { shutdown.cancelled().await; tokio::time::sleep(REQUESTS_GRACE).await } => {
+            tracing::warn!("in-flight requests did not finish within {REQUESTS_GRACE:?}; stopping");
             Ok(())
         }
     }

@@ -60,6 +60,7 @@ pub struct RawConfig {
     ptc_artifact_ttl: Option<String>,
     ptc_metrics_public: Option<String>,
     ptc_metrics: Option<String>,
+    ptc_shutdown_grace: Option<String>,
     ptc_log_format: Option<String>,
     path: Option<String>,
     otel_exporter_otlp_endpoint: Option<String>,
@@ -191,6 +192,9 @@ pub struct Config {
     pub metrics_public: bool,
     /// Keep metrics at all (`PTC_METRICS`; off: no observation, `/metrics` answers 404).
     pub metrics: bool,
+    /// After SIGTERM or SIGINT, how long running runs may go on before they are stopped
+    /// (`PTC_SHUTDOWN_GRACE`); new runs are refused from the signal on.
+    pub shutdown_grace: Duration,
     /// How the log is written (`PTC_LOG_FORMAT`).
     pub log_format: LogFormat,
     /// Where spans go over OTLP/HTTP (`OTEL_EXPORTER_OTLP_ENDPOINT`, the base URL); none: no
@@ -227,6 +231,12 @@ const DEFAULT_MAX_SESSIONS: u64 = 32;
 const DEFAULT_SESSION_IDLE_TTL_SECS: u64 = 1800;
 /// `PTC_ARTIFACT_TTL`'s default: long enough for a runtime to fetch a run's full output.
 const DEFAULT_ARTIFACT_TTL_SECS: u64 = 3600;
+/// `PTC_SHUTDOWN_GRACE`'s default: runs get 20 s to finish, which leaves the rest of
+/// Kubernetes' default 30 s `terminationGracePeriodSeconds` for stopping what is left, the MCP
+/// servers and the last events before the kubelet's SIGKILL.
+pub const DEFAULT_SHUTDOWN_GRACE_SECS: u64 = 20;
+/// Largest `PTC_SHUTDOWN_GRACE`: the longest run (`PTC_TIMEOUT` at most a day) could need it.
+const MAX_SHUTDOWN_GRACE_SECS: u64 = 86_400;
 /// Largest `PTC_SCRATCH_MAX_FILES`: past it a file count is no longer a limit worth the name.
 const MAX_SCRATCH_FILES: u64 = 10_000_000;
 /// Tokens of the `exec_code` description by default: every catalog of a few hundred tools is
@@ -425,6 +435,13 @@ impl RawConfig {
             .map(Duration::from_secs)?,
             metrics_public: parse_bool("PTC_METRICS_PUBLIC", self.ptc_metrics_public, false)?,
             metrics: parse_bool("PTC_METRICS", self.ptc_metrics, true)?,
+            shutdown_grace: parse_range(
+                "PTC_SHUTDOWN_GRACE",
+                self.ptc_shutdown_grace,
+                DEFAULT_SHUTDOWN_GRACE_SECS,
+                (0, MAX_SHUTDOWN_GRACE_SECS),
+            )
+            .map(Duration::from_secs)?,
             log_format: match non_empty(self.ptc_log_format).as_deref() {
                 None | Some("text") => LogFormat::Text,
                 Some("json") => LogFormat::Json,
@@ -500,6 +517,18 @@ mod tests {
         assert_eq!(c.path_env, DEFAULT_PATH);
         assert_eq!(c.home, Some(PathBuf::from("/root")));
         assert_eq!(c.temp_dir, PathBuf::from("/tmp"));
+        assert_eq!(c.shutdown_grace, Duration::from_secs(20));
+    }
+
+    #[test]
+    fn the_shutdown_grace_may_be_zero_and_no_more_than_a_day() {
+        let grace = |v: &str| config(&[("PTC_SHUTDOWN_GRACE", v)]).map(|c| c.shutdown_grace);
+        assert_eq!(grace("0"), Ok(Duration::ZERO));
+        assert_eq!(grace("25"), Ok(Duration::from_secs(25)));
+        assert_eq!(
+            grace("20s").unwrap_err().to_string(),
+            "PTC_SHUTDOWN_GRACE=\"20s\" is not valid: a whole number from 0 to 86400"
+        );
     }
 
     #[test]

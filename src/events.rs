@@ -37,6 +37,9 @@ pub const LINGER: Duration = Duration::from_millis(5);
 pub const LIVE_CAPACITY: usize = 4096;
 /// One connect or one batch to Redis may take this long: a slow Redis is treated as away.
 pub const REDIS_TIMEOUT: Duration = Duration::from_secs(3);
+/// At shutdown, how long the writer may take to send what it still holds (one connect and a
+/// few batches): a Redis that is away must not hold up the exit past Kubernetes' grace.
+pub const FLUSH_AT_EXIT: Duration = Duration::from_secs(3);
 /// Reconnect backoff, doubling from the first to the second.
 pub const BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
 
@@ -207,6 +210,8 @@ struct Inner {
     live: broadcast::Sender<Arc<str>>,
     stats: Arc<Stats>,
     observer: std::sync::OnceLock<Arc<dyn Observer>>,
+    /// Cancelled when the writer has ended (at once when there is none).
+    written: CancellationToken,
 }
 
 impl Events {
@@ -221,6 +226,7 @@ impl Events {
                     error,
                 })?;
                 let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
+                let written = CancellationToken::new();
                 let writer = Writer {
                     client,
                     channel: format!("ptc:events:{}", cfg.agent_id),
@@ -229,8 +235,12 @@ impl Events {
                     hold: cfg.hold.max(1),
                     stats: stats.clone(),
                 };
-                tokio::spawn(writer.run(rx, shutdown));
-                Some(tx)
+                let ended = written.clone().drop_guard();
+                tokio::spawn(async move {
+                    writer.run(rx, shutdown).await;
+                    drop(ended);
+                });
+                Some((tx, written))
             }
             None => None,
         };
@@ -243,13 +253,22 @@ impl Events {
         Events::new(agent_id.into(), false, None, Arc::default())
     }
 
+    /// `queue`: the writer's queue and the token it cancels when it ends.
     fn new(
         agent_id: String,
         bodies: bool,
-        queue: Option<mpsc::Sender<Arc<str>>>,
+        queue: Option<(mpsc::Sender<Arc<str>>, CancellationToken)>,
         stats: Arc<Stats>,
     ) -> Events {
         let (live, _) = broadcast::channel(LIVE_CAPACITY);
+        let (queue, written) = match queue {
+            Some((queue, written)) => (Some(queue), written),
+            None => {
+                let none = CancellationToken::new();
+                none.cancel();
+                (None, none)
+            }
+        };
         Events {
             inner: Arc::new(Inner {
                 agent_id,
@@ -260,8 +279,15 @@ impl Events {
                 live,
                 stats,
                 observer: std::sync::OnceLock::new(),
+                written,
             }),
         }
+    }
+
+    /// Resolves once the writer has ended: after the shutdown token was cancelled, when it has
+    /// sent what it held to Redis or given up after [`FLUSH_AT_EXIT`]. At once without Redis.
+    pub async fn written(&self) {
+        self.inner.written.cancelled().await;
     }
 
     /// Hands every later event to `observer` too (once; a second observer is ignored).
@@ -532,7 +558,7 @@ impl Writer {
                         Some(e) => held.push_back(e),
                         None => return,
                     },
-                    _ = shutdown.cancelled() => return,
+                    _ = shutdown.cancelled() => return self.last_flush(&mut rx, held, conn).await,
                 }
                 if rx.len() < BATCH_MAX {
                     tokio::select! {
@@ -561,7 +587,9 @@ impl Writer {
                         loop {
                             tokio::select! {
                                 _ = &mut sleep => break,
-                                _ = shutdown.cancelled() => return,
+                                _ = shutdown.cancelled() => {
+                                    return self.last_flush(&mut rx, held, None).await;
+                                }
                                 event = rx.recv() => match event {
                                     Some(e) => self.hold(&mut held, e),
                                     None => return,
@@ -573,38 +601,82 @@ impl Writer {
                 }
                 continue;
             };
-            let n = held.len().min(BATCH_MAX);
-            let mut pipe = redis::pipe();
-            for event in held.iter().take(n) {
-                pipe.cmd("PUBLISH")
-                    .arg(&self.channel)
-                    .arg(event.as_ref())
-                    .ignore();
-                pipe.cmd("XADD")
-                    .arg(&self.stream)
-                    .arg("MAXLEN")
-                    .arg("~")
-                    .arg(self.maxlen)
-                    .arg("*")
-                    .arg("event")
-                    .arg(event.as_ref())
-                    .ignore();
+            if let Err(e) = self.send_batch(c, &mut held).await {
+                self.fail(&e);
+                conn = None;
             }
-            match tokio::time::timeout(REDIS_TIMEOUT, pipe.query_async::<()>(c)).await {
-                Ok(Ok(())) => {
-                    held.drain(..n);
-                    self.stats.published.fetch_add(n as u64, Ordering::Relaxed);
-                    self.stats.held.store(held.len() as u64, Ordering::Relaxed);
-                }
-                Ok(Err(e)) => {
-                    self.fail(&e.to_string());
-                    conn = None;
-                }
-                Err(_) => {
-                    self.fail(&format!("Redis did not answer within {REDIS_TIMEOUT:?}"));
-                    conn = None;
-                }
+            if shutdown.is_cancelled() {
+                return self.last_flush(&mut rx, held, conn).await;
             }
+        }
+    }
+
+    /// At shutdown: what is queued and held goes to Redis, in order, within [`FLUSH_AT_EXIT`];
+    /// what cannot is counted as dropped and said in the log.
+    async fn last_flush(
+        &self,
+        rx: &mut mpsc::Receiver<Arc<str>>,
+        mut held: VecDeque<Arc<str>>,
+        conn: Option<redis::aio::MultiplexedConnection>,
+    ) {
+        self.take_queued(rx, &mut held);
+        if held.is_empty() {
+            return;
+        }
+        let flushed = tokio::time::timeout(FLUSH_AT_EXIT, async {
+            let mut conn = match conn {
+                Some(c) => c,
+                None => self.connect().await.map_err(|e| e.to_string())?,
+            };
+            while !held.is_empty() {
+                self.send_batch(&mut conn, &mut held).await?;
+            }
+            Ok::<(), String>(())
+        })
+        .await
+        .unwrap_or_else(|_| Err(format!("not done within {FLUSH_AT_EXIT:?}")));
+        if let Err(e) = flushed {
+            let left = held.len() as u64;
+            self.stats.dropped.fetch_add(left, Ordering::Relaxed);
+            tracing::warn!(
+                "events: {left} events were not written to Redis at shutdown: {}",
+                redact_urls(&e)
+            );
+        }
+    }
+
+    /// One pipelined batch of the oldest held events; they leave `held` once Redis has them.
+    async fn send_batch(
+        &self,
+        c: &mut redis::aio::MultiplexedConnection,
+        held: &mut VecDeque<Arc<str>>,
+    ) -> Result<(), String> {
+        let n = held.len().min(BATCH_MAX);
+        let mut pipe = redis::pipe();
+        for event in held.iter().take(n) {
+            pipe.cmd("PUBLISH")
+                .arg(&self.channel)
+                .arg(event.as_ref())
+                .ignore();
+            pipe.cmd("XADD")
+                .arg(&self.stream)
+                .arg("MAXLEN")
+                .arg("~")
+                .arg(self.maxlen)
+                .arg("*")
+                .arg("event")
+                .arg(event.as_ref())
+                .ignore();
+        }
+        match tokio::time::timeout(REDIS_TIMEOUT, pipe.query_async::<()>(c)).await {
+            Ok(Ok(())) => {
+                held.drain(..n);
+                self.stats.published.fetch_add(n as u64, Ordering::Relaxed);
+                self.stats.held.store(held.len() as u64, Ordering::Relaxed);
+                Ok(())
+            }
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("Redis did not answer within {REDIS_TIMEOUT:?}")),
         }
     }
 

@@ -357,8 +357,12 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let state = sidecar.state.clone();
     let shutdown = sidecar.shutdown.clone();
     let signal = shutdown.clone();
+    let draining = state.clone();
     tokio::spawn(async move {
         wait_for_signal().await;
+        // The runs get PTC_SHUTDOWN_GRACE; a second signal stops them at once.
+        let grace = draining.config.shutdown_grace;
+        app::drain(&draining, grace, wait_for_signal()).await;
         tracing::info!("shutting down");
         signal.cancel();
     });

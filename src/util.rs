@@ -1,5 +1,6 @@
 //! Small pieces every layer uses: a poison-tolerant lock, hex, the wall clock in milliseconds,
-//! the process-group kill guard, URL redaction for messages, and private temporary directories.
+//! the process-group kill guard, children tied to the sidecar's life (`spawn_tied`), URL
+//! redaction for messages, and private temporary directories.
 //!
 //! Owns nothing of the product's logic and imports nothing of the crate: any module may use it.
 
@@ -112,6 +113,69 @@ impl Drop for GroupKill {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// A job for the spawning thread.
+type SpawnJob = Box<dyn FnOnce() + Send>;
+
+/// Starts `cmd` so that it dies with the sidecar: `PR_SET_PDEATHSIG` with `signal`, set last
+/// before exec (a change of user clears it, so it comes after any switch the caller's own
+/// `pre_exec` makes). The kernel sends the signal when the *thread* that forked exits, not the
+/// process; tokio's blocking threads come and go, so every child is forked by one thread that
+/// lives as long as the process ([`spawning_thread`]), with the caller's runtime entered.
+/// A sidecar killed with SIGKILL leaves no child of this behind.
+pub fn spawn_tied(
+    mut cmd: tokio::process::Command,
+    signal: i32,
+) -> std::io::Result<tokio::process::Child> {
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs between fork and exec and calls only prctl and getppid, both
+    // async-signal-safe; it allocates nothing (an error is a raw errno).
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, signal as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // Gone before the prctl: nothing would ever send the signal.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        });
+    }
+    let runtime = tokio::runtime::Handle::try_current().map_err(std::io::Error::other)?;
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let job: SpawnJob = Box::new(move || {
+        let _entered = runtime.enter();
+        let _ = tx.send(cmd.spawn());
+    });
+    let gone = || std::io::Error::other("the thread that starts child processes is gone");
+    spawning_thread()
+        .ok_or_else(gone)?
+        .send(job)
+        .map_err(|_| gone())?;
+    rx.recv().map_err(|_| gone())?
+}
+
+/// The one thread every child is forked from ([`spawn_tied`]); it never exits. `None` when it
+/// could not be started.
+fn spawning_thread() -> Option<&'static std::sync::mpsc::Sender<SpawnJob>> {
+    static THREAD: std::sync::OnceLock<Option<std::sync::mpsc::Sender<SpawnJob>>> =
+        std::sync::OnceLock::new();
+    THREAD
+        .get_or_init(|| {
+            let (tx, rx) = std::sync::mpsc::channel::<SpawnJob>();
+            std::thread::Builder::new()
+                .name("ptc-spawner".into())
+                .spawn(move || {
+                    for job in rx {
+                        job();
+                    }
+                })
+                .ok()
+                .map(|_| tx)
+        })
+        .as_ref()
 }
 
 /// `text` with every URL's userinfo (`user:pass@`), query string (`?api_key=...`) and fragment

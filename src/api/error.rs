@@ -59,6 +59,10 @@ pub enum ApiError {
     /// LibreChat client reads both keys.
     #[error("too many open runs; retry after {retry_after_seconds} s")]
     RateLimited { retry_after_seconds: u64 },
+    /// 503 `shutting_down`: the sidecar got SIGTERM or SIGINT; it finishes the runs it has and
+    /// takes no new ones.
+    #[error(transparent)]
+    ShuttingDown(#[from] crate::run::ShuttingDown),
 }
 
 /// A continuation's `tool_results` against the calls its round asked for.
@@ -90,6 +94,7 @@ impl ApiError {
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             ApiError::UnsupportedLang { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::ShuttingDown(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -108,6 +113,7 @@ impl ApiError {
             ApiError::Internal(_) => "internal",
             ApiError::UnsupportedLang { .. } => "unsupported_capability",
             ApiError::RateLimited { .. } => "rate_limited",
+            ApiError::ShuttingDown(_) => "shutting_down",
         }
     }
 }
@@ -163,6 +169,13 @@ mod tests {
             (
                 429,
                 r#"{"error":"rate_limited","retry_after_seconds":1}"#.into()
+            )
+        );
+        assert_eq!(
+            wire(crate::run::ShuttingDown.into()).await,
+            (
+                503,
+                r#"{"error":{"type":"shutting_down","message":"ptc-sidecar is shutting down and takes no new runs; send the run to another instance"}}"#.into()
             )
         );
         assert_eq!(

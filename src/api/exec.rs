@@ -108,6 +108,7 @@ async fn exec_code(State(exec): State<Exec>, request: Request) -> Result<Respons
     let runner = exec.runner.ok_or(ApiError::PtcDisabled(
         "PTC_ENABLED is false on this sidecar: every tool is direct and there is no exec_code",
     ))?;
+    runner.check_open()?;
     let body: ExecBody = json_body(
         request,
         MAX_EXEC_BYTES,

@@ -91,8 +91,17 @@ async fn not_found() -> ApiError {
 async fn healthz(State(state): State<AppState>) -> Response {
     let snap = state.current();
     let reload = lock(&state.reload).clone();
-    Json(json!({
-        "status": "ok",
+    // Shutting down: a readiness probe takes the sidecar out of rotation while its runs finish.
+    let closing = state
+        .runner
+        .as_ref()
+        .is_some_and(|r| r.check_open().is_err());
+    let status = match closing {
+        true => StatusCode::SERVICE_UNAVAILABLE,
+        false => StatusCode::OK,
+    };
+    let body = Json(json!({
+        "status": if closing { "shutting_down" } else { "ok" },
         "ptc_enabled": snap.catalog.ptc_enabled,
         "catalog": {
             "version": snap.catalog.version,
@@ -115,8 +124,8 @@ async fn healthz(State(state): State<AppState>) -> Response {
             "max_live": r.sessions().max,
             "stored": state.sessions.as_ref().map_or(0, |s| s.list().len()),
         })),
-    }))
-    .into_response()
+    }));
+    (status, body).into_response()
 }
 
 /// `GET /metrics`: the Prometheus text format (README, "Metrics").

@@ -89,7 +89,8 @@ pub(super) fn spawn_stdio(
         .stderr(Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
-    let mut process = cmd.spawn()?;
+    // It dies with the sidecar, even one killed with SIGKILL.
+    let mut process = crate::util::spawn_tied(cmd, libc::SIGKILL)?;
     let group = GroupKill::of(process.id());
     let missing = || std::io::Error::other("a piped stdio stream is missing");
     let stdout = process.stdout.take().ok_or_else(missing)?;

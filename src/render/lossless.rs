@@ -121,9 +121,17 @@ pub struct Fact {
 pub type Facts = BTreeMap<Vec<String>, Fact>;
 
 fn compare(tool: &str, side: &str, want: &Facts, found: &Facts) -> Vec<String> {
+    let (want, found) = (&collapse_any(want), &collapse_any(found));
     let mut out = Vec::new();
     for path in want.keys().chain(found.keys()).collect::<BTreeSet<_>>() {
-        let (w, f) = (want.get(path), found.get(path));
+        // Items or values of any type say nothing: `list` and `dict` are `list[Any]` and
+        // `dict[str, Any]`, whether the schema says `{}` or a `$ref` to a schema that allows all.
+        let element = matches!(path.last().map(String::as_str), Some("[]" | ".*"));
+        let says = |fact: &Fact| !(element && only_any(fact));
+        let (w, f) = (
+            want.get(path).filter(|x| says(x)),
+            found.get(path).filter(|x| says(x)),
+        );
         if w != f {
             out.push(format!(
                 "{tool} {side} at {:?}: schema says {w:?}, line says {f:?}",
@@ -134,6 +142,67 @@ fn compare(tool: &str, side: &str, want: &Facts, found: &Facts) -> Vec<String> {
     out
 }
 
+/// The facts with every union that holds `any` made just `any`: a value that may be anything
+/// may be anything, whatever else the union lists (its values and the fields below it say
+/// nothing more). What a property's `required` says stays.
+fn collapse_any(facts: &Facts) -> Facts {
+    let mut out = Facts::new();
+    let mut anything: Vec<&Vec<String>> = Vec::new();
+    // Sorted, so a path comes before the paths below it.
+    for (path, fact) in facts {
+        if anything
+            .iter()
+            .any(|p| path.len() > p.len() && path.starts_with(p))
+        {
+            continue;
+        }
+        let mut fact = fact.clone();
+        if fact.types.contains("any") {
+            fact.types = BTreeSet::from(["any"]);
+            fact.values.clear();
+            anything.push(path);
+        }
+        out.insert(path.clone(), fact);
+    }
+    out
+}
+
+/// What holds where both `a` and `b` hold (allOf): where one allows any type, the other's
+/// types; a property required by either is required. Types that contradict (a string that
+/// is a number) are kept side by side: no value satisfies them, and no line can say so.
+fn meet(mut a: Facts, b: Facts) -> Facts {
+    // No types: a name another member's `required` lists, which says only that.
+    let any_type = |f: &Fact| f.types.is_empty() || (f.types.len() == 1 && f.types.contains("any"));
+    for (path, fb) in b {
+        let Some(fa) = a.get_mut(&path) else {
+            a.insert(path, fb);
+            continue;
+        };
+        if any_type(fa) {
+            if !fb.types.is_empty() {
+                fa.types = fb.types;
+            }
+        } else if !any_type(&fb) {
+            fa.types.extend(fb.types);
+        }
+        if fa.required.contains(&true) || fb.required.contains(&true) {
+            fa.required = BTreeSet::from([true]);
+        } else {
+            fa.required.extend(fb.required);
+        }
+        fa.values.extend(fb.values);
+    }
+    a
+}
+
+/// Any type, nothing more: what `{}` says.
+fn only_any(fact: &Fact) -> bool {
+    fact.types.len() == 1
+        && fact.types.contains("any")
+        && fact.required.is_empty()
+        && fact.values.is_empty()
+}
+
 // ---------------------------------------------------------------------------------------------
 // Facts of a schema
 
@@ -142,14 +211,20 @@ pub fn schema_facts(schema: &Value) -> Facts {
     SchemaWalk {
         root: schema,
         stack: Vec::new(),
+        member: false,
     }
     .walk(schema, &mut Vec::new(), &mut facts, 0, false);
+    // A name `required` lists that no `properties` (of any allOf member) declares.
+    facts.retain(|_, f| !f.types.is_empty());
     facts
 }
 
 struct SchemaWalk<'a> {
     root: &'a Value,
     stack: Vec<String>,
+    /// The schema walked next is an allOf member (through `$ref`s): its `required` names
+    /// count for the other members' properties too.
+    member: bool,
 }
 
 impl<'a> SchemaWalk<'a> {
@@ -162,6 +237,7 @@ impl<'a> SchemaWalk<'a> {
         depth: usize,
         cut: bool,
     ) {
+        let member = std::mem::take(&mut self.member);
         if depth > MAX_DEPTH {
             return;
         }
@@ -186,6 +262,7 @@ impl<'a> SchemaWalk<'a> {
                         fact(facts, path).values.insert(RECURSION.into());
                     }
                     self.stack.push(pointer.to_string());
+                    self.member = member;
                     self.walk(target, path, facts, depth + 1, cut || again);
                     self.stack.pop();
                 }
@@ -193,13 +270,43 @@ impl<'a> SchemaWalk<'a> {
             return;
         }
         if let Some(members) = obj.get("allOf").and_then(Value::as_array) {
-            for m in members {
-                self.walk(m, path, facts, depth + 1, cut);
-            }
             let mut rest = obj.clone();
             rest.remove("allOf");
-            if TYPEFUL.iter().any(|k| rest.contains_key(*k)) {
-                self.walk(&Value::Object(rest), path, facts, depth + 1, cut);
+            // Recorded above: beside allOf it adds null to the members' types, no type of its own.
+            rest.remove("nullable");
+            // A member that constrains no type (`{}`) adds nothing to the others.
+            let typed: Vec<Value> = members
+                .iter()
+                .chain(std::iter::once(&Value::Object(rest)))
+                .filter(|m| {
+                    m.as_object()
+                        .is_some_and(|o| TYPEFUL.iter().any(|k| o.contains_key(*k)))
+                })
+                .cloned()
+                .collect();
+            if typed.is_empty() {
+                fact(facts, path).types.insert("any");
+            }
+            // Every member holds: each is walked alone and the facts are met, not pooled.
+            let mut met: Option<Facts> = None;
+            for m in &typed {
+                let mut own = Facts::new();
+                self.member = true;
+                self.walk(m, path, &mut own, depth + 1, cut);
+                met = Some(match met {
+                    None => own,
+                    Some(acc) => meet(acc, own),
+                });
+            }
+            // A required name no member declares says nothing beyond this allOf.
+            for (p, f) in met.unwrap_or_default() {
+                if f.types.is_empty() {
+                    continue;
+                }
+                let into = facts.entry(p).or_default();
+                into.types.extend(f.types);
+                into.required.extend(f.required);
+                into.values.extend(f.values);
             }
             return;
         }
@@ -213,15 +320,24 @@ impl<'a> SchemaWalk<'a> {
             record_value(facts, path, v);
             return;
         }
-        let branches: Vec<&Value> = ["anyOf", "oneOf"]
+        let every: Vec<&Value> = ["anyOf", "oneOf"]
             .iter()
             .filter_map(|k| obj.get(*k).and_then(Value::as_array))
             .flatten()
+            .collect();
+        let branches: Vec<&Value> = every
+            .iter()
+            .copied()
             .filter(|b| {
                 b.as_object()
                     .is_some_and(|o| TYPEFUL.iter().any(|k| o.contains_key(*k)))
             })
             .collect();
+        // A branch that constrains no type (`{}`, `true`) lets any value through the union.
+        if !branches.is_empty() && branches.len() < every.len() {
+            fact(facts, path).types.insert("any");
+            return;
+        }
         if !branches.is_empty() {
             for b in branches {
                 self.walk(b, path, facts, depth + 1, cut);
@@ -247,7 +363,7 @@ impl<'a> SchemaWalk<'a> {
                 continue;
             }
             match t {
-                "object" => self.walk_object(obj, path, facts, depth),
+                "object" => self.walk_object(obj, path, facts, depth, member),
                 "array" => match obj.get("items") {
                     Some(Value::Array(items)) => {
                         for item in items {
@@ -257,7 +373,8 @@ impl<'a> SchemaWalk<'a> {
                     Some(item @ Value::Object(o)) if TYPEFUL.iter().any(|k| o.contains_key(*k)) => {
                         self.child(item, path, "[]", facts, depth)
                     }
-                    _ => {}
+                    // Items of any type, as `list` says.
+                    _ => self.child(&Value::Bool(true), path, "[]", facts, depth),
                 },
                 _ => {}
             }
@@ -270,14 +387,29 @@ impl<'a> SchemaWalk<'a> {
         path: &mut Vec<String>,
         facts: &mut Facts,
         depth: usize,
+        member: bool,
     ) {
-        match obj.get("properties").and_then(Value::as_object) {
+        match obj
+            .get("properties")
+            .and_then(Value::as_object)
+            .filter(|p| {
+                !p.is_empty() || !matches!(obj.get("additionalProperties"), Some(Value::Object(_)))
+            }) {
             Some(props) => {
                 let required: Vec<&str> = obj
                     .get("required")
                     .and_then(Value::as_array)
                     .map(|r| r.iter().filter_map(Value::as_str).collect())
                     .unwrap_or_default();
+                // Required here and declared by another allOf member: `meet` joins them.
+                let undeclared = required
+                    .iter()
+                    .filter(|n| member && !props.contains_key(**n));
+                for name in undeclared {
+                    path.push(format!(".{name}"));
+                    fact(facts, path).required.insert(true);
+                    path.pop();
+                }
                 for (name, prop) in props {
                     let seg = format!(".{name}");
                     path.push(seg);
@@ -288,13 +420,13 @@ impl<'a> SchemaWalk<'a> {
                     self.child(prop, path, &format!(".{name}"), facts, depth);
                 }
             }
-            None => {
-                if let Some(extra @ Value::Object(o)) = obj.get("additionalProperties")
-                    && TYPEFUL.iter().any(|k| o.contains_key(*k))
-                {
+            None => match obj.get("additionalProperties") {
+                Some(extra @ Value::Object(o)) if TYPEFUL.iter().any(|k| o.contains_key(*k)) => {
                     self.child(extra, path, ".*", facts, depth);
                 }
-            }
+                // Values of any type, as `dict` says.
+                _ => self.child(&Value::Bool(true), path, ".*", facts, depth),
+            },
         }
     }
 
@@ -404,16 +536,30 @@ impl TyWalk<'_> {
             Ty::Float => add("number", facts),
             Ty::Bool => add("boolean", facts),
             Ty::Null => add("null", facts),
+            // `list` and `dict` hold items of any type: said, so that a union with a typed
+            // `list[str]` says any too (found by the property tests).
             Ty::List(item) => {
                 add("array", facts);
-                if let (Some(item), false) = (item, cut) {
-                    self.child(item, path, "[]", facts, depth);
+                if !cut {
+                    self.child(
+                        item.as_deref().unwrap_or(&Ty::Any),
+                        path,
+                        "[]",
+                        facts,
+                        depth,
+                    );
                 }
             }
             Ty::Dict(value) => {
                 add("object", facts);
-                if let (Some(value), false) = (value, cut) {
-                    self.child(value, path, ".*", facts, depth);
+                if !cut {
+                    self.child(
+                        value.as_deref().unwrap_or(&Ty::Any),
+                        path,
+                        ".*",
+                        facts,
+                        depth,
+                    );
                 }
             }
             Ty::Object(fields) => {
@@ -502,6 +648,41 @@ mod tests {
         ] {
             assert!(!facts_equal(schema.clone(), wrong), "{wrong} should differ");
         }
+    }
+
+    /// Found by `props::generated_schemas_render_read_back_and_are_lossless`: a union with a
+    /// branch that constrains nothing (`{}`) accepts anything, as `Any` says; the check took
+    /// only the typed branches and called the rendering lossy.
+    #[test]
+    fn a_union_with_an_unconstrained_branch_is_any() {
+        let schema = json!({"type": "object", "properties": {
+            "a": {"anyOf": [{"anyOf": [{"type": "string"}, {}]}]},
+            "b": {"oneOf": [{"type": "integer"}, true]},
+        }});
+        assert!(facts_equal(schema.clone(), "{a?: Any, b?: Any}"));
+        assert!(!facts_equal(schema, "{a?: str, b?: int}"));
+        // Also found by it: values of a `$ref` to a schema that allows all are a plain `dict`.
+        let schema = json!({"type": "object", "properties": {
+            "a": {"type": "object", "additionalProperties": {"$ref": "#/$defs/D"}},
+        }, "$defs": {"D": {"oneOf": [{}]}}});
+        let catalog_line = parse_ty("{a?: dict}").unwrap();
+        let problems = compare(
+            "t",
+            "input",
+            &schema_facts(&schema),
+            &ty_facts(&catalog_line, &HashMap::new()),
+        );
+        assert_eq!(problems, Vec::<String>::new());
+        let wrong = parse_ty("{a?: dict[str, int]}").unwrap();
+        assert_ne!(
+            compare(
+                "t",
+                "input",
+                &schema_facts(&schema),
+                &ty_facts(&wrong, &HashMap::new())
+            ),
+            Vec::<String>::new()
+        );
     }
 
     #[test]

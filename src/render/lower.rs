@@ -181,7 +181,10 @@ impl<'a> Lowerer<'a> {
 
         let mut members = Vec::new();
         if let Some(values) = obj.get("enum").and_then(Value::as_array) {
-            members.push(literal(values.iter().filter(|v| !v.is_null()).cloned()));
+            // `[null]` is `None` alone (found by the property tests: it was shown as `Any`).
+            if values.iter().any(|v| !v.is_null()) || values.is_empty() {
+                members.push(literal(values.iter().filter(|v| !v.is_null()).cloned()));
+            }
             if values.iter().any(Value::is_null) {
                 members.push(Ty::Null);
             }
@@ -200,7 +203,9 @@ impl<'a> Lowerer<'a> {
                 members.push(self.lower_kind(kind, obj, depth));
             }
         }
-        if is_nullable(obj) {
+        // `nullable` adds null to the types a schema names; one that names none allows any
+        // value already (found by the property tests: `{"nullable": true}` was shown as `None`).
+        if is_nullable(obj) && !members.is_empty() {
             members.push(Ty::Null);
         }
         union(members)
@@ -233,7 +238,16 @@ impl<'a> Lowerer<'a> {
     }
 
     fn lower_object(&mut self, obj: &Map<String, Value>, depth: usize) -> Ty {
-        let Some(properties) = obj.get("properties").and_then(Value::as_object) else {
+        // `properties: {}` beside `additionalProperties` names no key: the values' type is
+        // what there is to show (found by the property tests: it was shown as `{}`). Alone,
+        // it is a tool without parameters.
+        let Some(properties) = obj
+            .get("properties")
+            .and_then(Value::as_object)
+            .filter(|p| {
+                !p.is_empty() || !matches!(obj.get("additionalProperties"), Some(Value::Object(_)))
+            })
+        else {
             return match obj.get("additionalProperties") {
                 Some(value @ Value::Object(_)) => match self.lower(value, depth + 1) {
                     Ty::Any => Ty::Dict(None),
@@ -263,7 +277,12 @@ impl<'a> Lowerer<'a> {
             if !self.recursive.iter().any(|p| p == pointer) {
                 self.recursive.push(pointer.to_string());
             }
-            return Ty::Named(self.shapes.name_for(self.owner, pointer));
+            let named = Ty::Named(self.shapes.name_for(self.owner, pointer));
+            // Found by the property tests: `{"$ref": <itself>, "nullable": true}` lost its None.
+            return match is_nullable(obj) {
+                true => union(vec![named, Ty::Null]),
+                false => named,
+            };
         }
         let Some(target) = resolve_pointer(self.root, pointer) else {
             self.note(format!(
@@ -359,7 +378,17 @@ fn merge_into(merged: &mut Map<String, Value>, member: &Map<String, Value>) {
             ("properties", Some(Value::Object(props))) => {
                 if let Value::Object(more) = value {
                     for (k, v) in more {
-                        props.entry(k.clone()).or_insert_with(|| v.clone());
+                        match props.get_mut(k) {
+                            None => {
+                                props.insert(k.clone(), v.clone());
+                            }
+                            // Declared by two members: it must satisfy both (found by the
+                            // property tests: the first was kept, `{}` hid an object).
+                            Some(kept) if kept != v => {
+                                *kept = serde_json::json!({"allOf": [kept.clone(), v.clone()]});
+                            }
+                            Some(_) => {}
+                        }
                     }
                 }
             }
@@ -474,6 +503,14 @@ mod tests {
                 "dict[str, int]",
             ),
             (json!({"type": "frobnicate"}), "Any"),
+            // Null added to no type at all is still any value, not only None.
+            (json!({"nullable": true}), "Any"),
+            (json!({"allOf": [{}], "nullable": true}), "Any"),
+            (json!({"enum": [null]}), "None"),
+            (
+                json!({"type": "object", "properties": {}, "additionalProperties": {"type": "string"}}),
+                "dict[str, str]",
+            ),
         ];
         for (schema, want) in cases {
             assert_eq!(lower(schema.clone()).0, want, "{schema}");
@@ -522,6 +559,16 @@ mod tests {
             defs[0].1.to_string(),
             "{value: int, children?: list[TreeNode]}"
         );
+    }
+
+    /// Found by the property tests: a recursive reference marked nullable lost its `None`.
+    #[test]
+    fn a_nullable_recursive_reference_keeps_its_none() {
+        let schema = json!({"$ref": "#/$defs/D", "$defs": {"D": {"type": "object", "properties": {
+            "next": {"$ref": "#/$defs/D", "nullable": true}}}}});
+        let (ty, defs) = lower(schema);
+        assert_eq!(ty, "D");
+        assert_eq!(defs[0].1.to_string(), "{next?: D | None}");
     }
 
     #[test]

@@ -184,7 +184,8 @@ pub fn spawn(
             Ok(())
         });
     }
-    let spawned = cmd.spawn();
+    // It dies with the sidecar, even one killed with SIGKILL.
+    let spawned = crate::util::spawn_tied(cmd, libc::SIGKILL);
     // The child has its own copy (or none, if the spawn failed): ours closes now.
     drop(ruleset);
     let mut process = match spawned {

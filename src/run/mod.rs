@@ -52,6 +52,6 @@ pub use live::{LiveInfo, Lost};
 pub use output::OutputChunk;
 pub use runner::{
     ExecRequest, ExecResult, ExecStatus, Lang, MODEL_DATA_DIR, Runner, RunnerConfig, SessionState,
-    StateChange, Workspace,
+    ShuttingDown, StateChange, Workspace,
 };
 pub use scratch::ScratchQuota;

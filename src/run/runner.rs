@@ -34,6 +34,21 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 use tokio::sync::{Semaphore, mpsc, watch};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// What a run that asks to start after [`Runner::close`] is told (the control API answers 503
+/// with [`ShuttingDown`] before it gets here; this is for any other way in).
+pub const CLOSED_MESSAGE: &str =
+    "ptc-sidecar is shutting down and takes no new runs; send the run to another instance";
+
+/// What a run stopped by [`Runner::stop_runs`] says on its stderr.
+pub const STOPPED_MESSAGE: &str =
+    "stopped: the sidecar is shutting down and the run did not finish within PTC_SHUTDOWN_GRACE";
+
+/// The runner takes no new runs: the sidecar is shutting down (SIGTERM or SIGINT).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("{CLOSED_MESSAGE}")]
+pub struct ShuttingDown;
 
 /// Extra seconds the SDK waits for a `/call` answer beyond `PTC_TOOL_TIMEOUT`, so the sidecar's
 /// own timeout (with its clear message) fires first.
@@ -205,6 +220,10 @@ struct Inner {
     live: Interpreters,
     /// Runs waiting for a slot now.
     queued: std::sync::atomic::AtomicUsize,
+    /// Every run from `exec` to its result: closed at shutdown, then waited for.
+    runs: TaskTracker,
+    /// Stops the runs still going when the shutdown grace is over.
+    stop: CancellationToken,
 }
 
 impl Runner {
@@ -277,6 +296,8 @@ impl Runner {
                 counter: AtomicU64::new(0),
                 live,
                 queued: std::sync::atomic::AtomicUsize::new(0),
+                runs: TaskTracker::new(),
+                stop: CancellationToken::new(),
             }),
         })
     }
@@ -320,10 +341,44 @@ impl Runner {
         &self.inner.live
     }
 
+    /// Takes no new runs from now on (shutdown): `exec` answers with [`CLOSED_MESSAGE`] and
+    /// [`Runner::check_open`] with [`ShuttingDown`]. Runs already started go on.
+    pub fn close(&self) {
+        self.inner.runs.close();
+    }
+
+    /// `Err(ShuttingDown)` once [`Runner::close`] was called: how the control API refuses a new
+    /// run before it reads the request.
+    pub fn check_open(&self) -> Result<(), ShuttingDown> {
+        match self.inner.runs.is_closed() {
+            true => Err(ShuttingDown),
+            false => Ok(()),
+        }
+    }
+
+    /// Runs started and not finished (each from `exec` to its result, waiting for a slot
+    /// included).
+    pub fn running(&self) -> usize {
+        self.inner.runs.len()
+    }
+
+    /// Resolves once the runner is closed and every run has its result.
+    pub async fn finished(&self) {
+        self.inner.runs.wait().await;
+    }
+
+    /// Stops every run still going (its process group killed, status `error` with
+    /// [`STOPPED_MESSAGE`]) and every one waiting for a slot: the shutdown grace is over.
+    pub fn stop_runs(&self) {
+        self.inner.stop.cancel();
+    }
+
     /// Runs code to completion, timeout or error. Never panics on the code's behalf and leaves
     /// no process behind, even if this future is dropped. Reports `exec.started` and
     /// `exec.finished` (also when the future is dropped: `cancelled`).
     pub async fn exec(&self, req: ExecRequest) -> ExecResult {
+        // Counted from here to its result, so that shutdown waits for its `exec.finished`.
+        let _running = self.inner.runs.token();
         let id = format!("r{}", self.inner.counter.fetch_add(1, Ordering::Relaxed));
         let events = self.inner.calls.events();
         let span = SpanContext::for_run(req.traceparent.as_deref());
@@ -365,6 +420,9 @@ impl Runner {
             content: Vec::new(),
         };
 
+        if self.inner.runs.is_closed() {
+            return fail(ExecStatus::Error, CLOSED_MESSAGE.to_string());
+        }
         if req.lang == Lang::Bash && req.code.len() > bash::MAX_CODE_BYTES {
             return fail(
                 ExecStatus::Error,
@@ -377,7 +435,13 @@ impl Runner {
             );
         }
         let waiting = Waiting::on(&self.inner.queued);
-        let slot = tokio::time::timeout_at(deadline, self.inner.slots.acquire()).await;
+        let stop = &self.inner.stop;
+        let slot = tokio::select! {
+            slot = tokio::time::timeout_at(deadline, self.inner.slots.acquire()) => slot,
+            _ = stop.cancelled() => {
+                return fail(ExecStatus::Error, format!("{STOPPED_MESSAGE}; it was waiting for a run slot"));
+            }
+        };
         drop(waiting);
         let Ok(Ok(_slot)) = slot else {
             return fail(
@@ -563,6 +627,7 @@ impl Runner {
                 ),
             },
             why = quota => (ExecStatus::Error, None, Some(format!("stopped: {why}"))),
+            _ = stop.cancelled() => (ExecStatus::Error, None, Some(STOPPED_MESSAGE.into())),
         };
         if let Some(why) = stopped {
             child.kill_group();
@@ -723,6 +788,7 @@ impl Runner {
                     format!("stopped after {:.1} s (timeout)", run.timeout.as_secs_f64()),
                 )),
                 why = quota => Err((Lost::Quota, None, format!("stopped: {why}"))),
+                _ = self.inner.stop.cancelled() => Err((Lost::Crashed, None, STOPPED_MESSAGE.into())),
             }
         };
         match ended {

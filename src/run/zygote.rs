@@ -89,7 +89,10 @@ impl Zygote {
                 None => Ok(()),
             });
         }
-        let process = cmd.spawn()?;
+        // A sidecar that dies (even by SIGKILL) closes the control socket, and the server
+        // leaves, killing its children; SIGTERM at the sidecar's death does the same if the
+        // server is somehow not reading it.
+        let process = crate::util::spawn_tied(cmd, libc::SIGTERM)?;
         let group = GroupKill::of(process.id());
         set_nonblocking(ours.as_raw_fd())?;
         // SAFETY: an OwnedFd keeps its fd open and unchanged for as long as it lives, and the

@@ -199,6 +199,8 @@ async fn programmatic(State(lc): State<Lc>, request: Request) -> Result<Response
         continuation(lc, body, &headers).await
     } else {
         let body = serde_json::from_value::<FirstBody>(body).map_err(bad)?;
+        // A continuation goes on (its run is one shutdown waits for); a new run does not start.
+        runner.check_open()?;
         first(lc, runner, body, &headers).await
     }
 }
@@ -441,6 +443,7 @@ struct PlainBody {
 /// (top-level await is already on), so the wrapper is taken off again.
 async fn plain(State(lc): State<Lc>, request: Request) -> Result<Response, ApiError> {
     let runner = lc.runner()?;
+    runner.check_open()?;
     let traceparent = crate::trace::from_headers(request.headers());
     let body: PlainBody = json_body(
         request,

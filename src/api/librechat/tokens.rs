@@ -109,6 +109,46 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 512,
+            failure_persistence: None,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// Any claims come back as they went; any change of one character is refused.
+        #[test]
+        fn minted_tokens_verify_and_any_edit_is_refused(
+            run in ".{0,40}",
+            round in proptest::prelude::any::<u32>(),
+            session in ".{0,40}",
+            exp in 1u64..,
+            at in proptest::prelude::any::<usize>(),
+            with in proptest::prelude::any::<char>(),
+        ) {
+            let tokens = Tokens::random();
+            let claims = Claims { run, round, session, exp };
+            let token = tokens.mint(&claims);
+            proptest::prop_assert_eq!(tokens.verify(&token, exp - 1), Ok(claims));
+            let mut chars: Vec<char> = token.chars().collect();
+            let at = at % chars.len();
+            proptest::prop_assume!(chars[at] != with);
+            chars[at] = with;
+            let edited: String = chars.into_iter().collect();
+            // Hex reads either case: `A` for `a` is the same token (its round is used once).
+            proptest::prop_assume!(edited.to_ascii_lowercase() != token);
+            proptest::prop_assert_eq!(tokens.verify(&edited, 0), Err(TokenError::Invalid));
+        }
+
+        /// Whatever a client sends as a token, the answer is `Invalid`, never a panic.
+        #[test]
+        fn any_string_is_refused(token in ".{0,300}", hexish in "[0-9a-f.]{0,300}") {
+            let tokens = Tokens::random();
+            proptest::prop_assert_eq!(tokens.verify(&token, 0), Err(TokenError::Invalid));
+            proptest::prop_assert_eq!(tokens.verify(&hexish, 0), Err(TokenError::Invalid));
+        }
+    }
+
     /// The claims travel as JSON in the clear: their hex is exactly the JSON the client could
     /// decode (docs/protocols.md says so).
     #[test]

@@ -1,0 +1,322 @@
+//! Load: C concurrent `exec_code` runs (default 100) against one sidecar for S seconds, each run
+//! gathering 20 calls of a no-op host tool (callback protocol, served here) and making 5 calls
+//! of the demo MCP server's `noop` (stdio), with events to a Redis of our own when
+//! `redis-server` is installed. Runs beyond `PTC_MAX_RUNS` (32) wait for a slot.
+//!
+//! Prints: runs/s, p50/p99 run latency (client side), failures (and the first messages), the
+//! sidecar's peak RSS (VmHWM), and its open fds and descendant processes before, and after the
+//! load once they settle (they must come back to the baseline: the warm pool's children are in
+//! both).
+//!
+//! Run: `cargo bench --bench load` (10 s), `cargo bench --bench load -- --secs 60` for the
+//! README figure, `-- --concurrency N` to change C.
+
+// A benchmark stops at the first broken step: unwrap/expect are its assertions.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use serde_json::{Value, json};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+use support::TestRedis;
+
+/// The code of every run: 20 host calls gathered, then 5 MCP calls in sequence.
+const CODE: &str = "r = await asyncio.gather(*[noop() for _ in range(20)])\n\
+                    for _ in range(5):\n    await demo__noop()\n\
+                    print(len(r))\n";
+/// How long fds and processes get to come back to the baseline after the load: the sidecar
+/// keeps idle connections to the host callback for `CALLBACK_POOL_IDLE` (30 s), then 15 s more.
+const SETTLE: Duration =
+    Duration::from_secs(ptc_sidecar::run::dispatch::CALLBACK_POOL_IDLE.as_secs() + 15);
+/// Failure messages kept for the report.
+const KEEP_FAILURES: usize = 5;
+
+fn arg(args: &[String], name: &str, default: u64) -> u64 {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let secs = arg(&args, "--secs", 10);
+    let concurrency = arg(&args, "--concurrency", 100) as usize;
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let figures = rt.block_on(load(Duration::from_secs(secs), concurrency));
+    println!("{}", serde_json::to_string_pretty(&figures).unwrap());
+}
+
+async fn load(duration: Duration, concurrency: usize) -> Value {
+    let host = start_host().await;
+    let redis = TestRedis::try_own();
+    let sidecar = start_sidecar(host, redis.as_ref().map(|r| r.url.as_str()));
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .pool_max_idle_per_host(concurrency)
+        .build()
+        .unwrap();
+    // Warm up: the fork server and the MCP server are ready, the first runs are done.
+    for _ in 0..5 {
+        let (_, r) = exec(&http, &sidecar.url).await;
+        assert_eq!(r.map(|r| r["status"].clone()).ok(), Some(json!("ok")));
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let baseline = (fds(sidecar.pid), descendants(sidecar.pid).len());
+
+    let failures = Arc::new(AtomicUsize::new(0));
+    let messages = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let started = Instant::now();
+    let deadline = started + duration;
+    let mut workers = Vec::new();
+    for _ in 0..concurrency {
+        let (http, url) = (http.clone(), sidecar.url.clone());
+        let (failures, messages) = (failures.clone(), messages.clone());
+        workers.push(tokio::spawn(async move {
+            let mut latencies = Vec::new();
+            while Instant::now() < deadline {
+                let (took, answer) = exec(&http, &url).await;
+                match answer {
+                    Ok(r) if r["status"] == "ok" && r["stdout"] == "20\n" => {
+                        latencies.push(took.as_secs_f64() * 1e3);
+                    }
+                    other => {
+                        failures.fetch_add(1, Ordering::Relaxed);
+                        let mut m = messages.lock().unwrap();
+                        if m.len() < KEEP_FAILURES {
+                            m.push(format!("{other:?}"));
+                        }
+                    }
+                }
+            }
+            latencies
+        }));
+    }
+    let mut latencies = Vec::new();
+    for w in workers {
+        latencies.extend(w.await.unwrap());
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    let peak_rss = vm_hwm_mb(sidecar.pid);
+
+    // Our keep-alive connections go, so the sidecar's side of them can close.
+    drop(http);
+    // fds and processes back to the baseline (the warm pool refills in the meantime).
+    let settle_until = Instant::now() + SETTLE;
+    let after = loop {
+        let now = (fds(sidecar.pid), descendants(sidecar.pid).len());
+        if now == baseline || Instant::now() > settle_until {
+            break now;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let runs = latencies.len();
+    json!({
+        "concurrency": concurrency,
+        "seconds": round(elapsed),
+        "runs_ok": runs,
+        "runs_per_s": round(runs as f64 / elapsed),
+        "calls_per_run": {"host": 20, "mcp": 5},
+        "p50_ms": round(percentile(&mut latencies, 50.0)),
+        "p99_ms": round(percentile(&mut latencies, 99.0)),
+        "failures": failures.load(Ordering::Relaxed),
+        "first_failures": *messages.lock().unwrap(),
+        "peak_rss_mb": peak_rss.map(round),
+        "events_to_redis": redis.is_some(),
+        "fds": {"before": baseline.0, "after": after.0, "after_by_kind": fd_kinds(sidecar.pid)},
+        "processes": {"before": baseline.1, "after": after.1},
+    })
+}
+
+/// One run, timed by the client: the answer, or what went wrong with the request.
+async fn exec(http: &reqwest::Client, url: &str) -> (Duration, Result<Value, String>) {
+    let t = Instant::now();
+    let answer = async {
+        let response = http
+            .post(format!("{url}/v1/exec_code"))
+            .json(&json!({ "code": CODE }))
+            .send()
+            .await
+            .map_err(|e| e.to_string())?;
+        response.json::<Value>().await.map_err(|e| e.to_string())
+    }
+    .await;
+    (t.elapsed(), answer)
+}
+
+async fn start_host() -> std::net::SocketAddr {
+    use axum::{Json, Router, routing::post};
+    let router = Router::new().route(
+        "/tools",
+        post(|Json(_): Json<Value>| async { Json(json!({"result": null})) }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind host tool server");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    addr
+}
+
+struct Sidecar {
+    child: std::process::Child,
+    pid: u32,
+    url: String,
+    dir: PathBuf,
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The release sidecar on `127.0.0.1:0` with the no-op host tool and the demo MCP server.
+fn start_sidecar(host: std::net::SocketAddr, redis_url: Option<&str>) -> Sidecar {
+    use std::io::BufRead;
+    let dir = std::env::temp_dir().join(format!("ptc-load-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("bench dir");
+    let manifest = json!({
+        "callback": {"url": format!("http://{host}/tools")},
+        "tools": [{"name": "noop", "description": "Does nothing.", "input_schema": {"type": "object", "properties": {}}}]
+    });
+    let tools = dir.join("tools.json");
+    std::fs::write(&tools, manifest.to_string()).expect("write manifest");
+    let mcp = dir.join("mcp.json");
+    let servers = json!({"mcpServers": {"demo": {"command": env!("CARGO_BIN_EXE_ptc-demo-mcp")}}});
+    std::fs::write(&mcp, servers.to_string()).expect("write MCP config");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ptc-sidecar"));
+    cmd.arg("serve")
+        .env("PTC_ENABLED", "true")
+        .env("PTC_TOOLS_FILE", &tools)
+        .env("PTC_MCP_CONFIG", &mcp)
+        .env("PTC_LISTEN", "127.0.0.1:0")
+        .env("PTC_RUNTIME_DIR", dir.join("rt"))
+        .env("RUST_LOG", "warn,ptc_sidecar=info")
+        .env("PTC_AGENT_ID", format!("load-{}", std::process::id()))
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped());
+    if let Some(url) = redis_url {
+        cmd.env("REDIS_URL", url);
+    }
+    let mut child = cmd.spawn().expect("start ptc-sidecar");
+    let pid = child.id();
+    let stderr = std::io::BufReader::new(child.stderr.take().expect("piped stderr"));
+    let mut sidecar = Sidecar {
+        child,
+        pid,
+        url: String::new(),
+        dir,
+    };
+    let (serving_tx, serving_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut serving = Some(serving_tx);
+        for line in stderr.lines().map_while(Result::ok) {
+            match serving.take() {
+                Some(tx) if line.contains("ptc-sidecar serving") => {
+                    let _ = tx.send(line);
+                }
+                waiting => {
+                    serving = waiting;
+                    if line.contains("WARN") || line.contains("ERROR") {
+                        eprintln!("{line}");
+                    }
+                }
+            }
+        }
+    });
+    let line = serving_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("ptc-sidecar did not print its serving line");
+    let addr = line
+        .split("listen=")
+        .nth(1)
+        .and_then(|rest| rest.split_whitespace().next())
+        .expect("listen= in the serving line");
+    sidecar.url = format!("http://{addr}");
+    sidecar
+}
+
+/// Open fds of a process.
+fn fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// Open fds of a process by what they are (`socket`, `pipe`, `anon_inode`, a file's path).
+fn fd_kinds(pid: u32) -> std::collections::BTreeMap<String, usize> {
+    let mut kinds = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let target =
+            std::fs::read_link(entry.path()).map_or("?".into(), |t| t.display().to_string());
+        let kind = target.split(':').next().unwrap_or("?").to_string();
+        *kinds.entry(kind).or_default() += 1;
+    }
+    kinds
+}
+
+/// Live descendants of a process (zombies not counted).
+fn descendants(root: u32) -> Vec<u32> {
+    let mut parent_of = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let mut fields = rest.split_whitespace();
+        let state = fields.next().unwrap_or("Z");
+        let ppid: u32 = fields.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+        if state != "Z" && state != "X" {
+            parent_of.push((pid, ppid));
+        }
+    }
+    let mut out = Vec::new();
+    let mut todo = vec![root];
+    while let Some(p) = todo.pop() {
+        for (child, _) in parent_of.iter().filter(|(_, pp)| *pp == p) {
+            out.push(*child);
+            todo.push(*child);
+        }
+    }
+    out
+}
+
+fn vm_hwm_mb(pid: u32) -> Option<f64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb / 1024.0)
+}
+
+fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((p / 100.0) * (v.len() - 1) as f64).round() as usize;
+    v[i.min(v.len() - 1)]
+}
+
+fn round(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}
