@@ -16,6 +16,10 @@ pub const MAX_PATTERN_CHARS: usize = 24;
 /// Longest `format` shown; a custom format longer than this is prose, not a name.
 pub const MAX_FORMAT_CHARS: usize = 24;
 
+/// A bound at or past this magnitude (2^53 - 1, JavaScript's `Number.MAX_SAFE_INTEGER`) only
+/// restates the number type's own limit: it is left out rather than spent as 7 tokens.
+pub const UNBOUNDED: f64 = 9_007_199_254_740_991.0;
+
 /// Unit words looked for in a numeric parameter's description, and how the note writes them.
 /// Plurals and abbreviations only: `second` is as often an ordinal as a unit.
 pub const UNITS: &[(&str, &str)] = &[
@@ -113,7 +117,11 @@ fn bounds(
     xmax: &str,
 ) -> Option<String> {
     let side = |inclusive: &str, exclusive: &str| -> Option<(String, bool)> {
-        let number = |k: &str| obj.get(k).filter(|v| v.is_number()).map(Value::to_string);
+        let number = |k: &str| {
+            obj.get(k)
+                .filter(|v| v.as_f64().is_some_and(|n| n.abs() < UNBOUNDED))
+                .map(Value::to_string)
+        };
         match (number(exclusive), number(inclusive)) {
             (Some(x), _) => Some((x, true)),
             (None, Some(n)) => Some((n, obj.get(exclusive) == Some(&Value::Bool(true)))),
@@ -196,6 +204,12 @@ mod tests {
             "p: > 0, <= 10"
         );
         assert_eq!(note(json!({"type": "integer", "minimum": "1"})), "");
+        // A bound that is only the type's limit says nothing.
+        assert_eq!(
+            note(json!({"type": "integer", "minimum": 1, "maximum": 9_007_199_254_740_991_u64})),
+            "p: >= 1"
+        );
+        assert_eq!(note(json!({"type": "integer", "maximum": i64::MAX})), "");
     }
 
     #[test]
