@@ -9,9 +9,12 @@
 //!    `benches/search-queries.json` (phrased as a user asks, each with the tool that answers),
 //!    the set the synonyms were tuned on and a held-out set that was not.
 //! 3. Summary choices on the corpus: tokens of the whole description with no summaries, with
-//!    the summaries cut at `MAX_SUMMARY_CHARS` (today's), and with whole first sentences.
+//!    the summaries cut at `MAX_SUMMARY_CHARS` (the compact level), with whole first sentences
+//!    (up to `MAX_RICH_SUMMARY_CHARS`), and with whole first sentences and parameter notes (the
+//!    rich level, what `render` gives when it fits the budget).
 //!
-//! Exits non-zero when a budgeted description is over its budget, search p50 at 5,000 tools is
+//! Exits non-zero when a budgeted description is over its budget, the corpus's rich description
+//! is over the default budget, search p50 at 5,000 tools is
 //! over 1 ms, or the top-3 rate is under 90%.
 //!
 //! Run: `cargo bench --bench catalogs` (`cargo test --bench catalogs` runs it unoptimised:
@@ -25,7 +28,9 @@ mod support;
 
 use ptc_sidecar::catalog::{Catalog, CatalogInput, Policy, ServerTools};
 use ptc_sidecar::config::DEFAULT_DESCRIPTION_BUDGET;
-use ptc_sidecar::render::signature::{MAX_SUMMARY_CHARS, summary};
+use ptc_sidecar::render::notes;
+use ptc_sidecar::render::parse::parse_signature;
+use ptc_sidecar::render::signature::{MAX_RICH_SUMMARY_CHARS, MAX_SUMMARY_CHARS, summary};
 use ptc_sidecar::render::{Snapshot, search, tokens};
 use serde_json::Value;
 use std::path::PathBuf;
@@ -203,6 +208,14 @@ fn main() -> ExitCode {
     let none = variant(&|bare, _| bare.to_string());
     let cut = tokens::count(&rendered.description);
     let whole = variant(&|bare, d| {
+        let s = summary(d, MAX_RICH_SUMMARY_CHARS);
+        if s.is_empty() {
+            bare.to_string()
+        } else {
+            format!("{bare} — {s}")
+        }
+    });
+    let uncapped = variant(&|bare, d| {
         let s = summary(d, usize::MAX);
         if s.is_empty() {
             bare.to_string()
@@ -210,13 +223,33 @@ fn main() -> ExitCode {
             format!("{bare} — {s}")
         }
     });
+    // The rich level as `render` gives it when it fits: whole first sentences and notes.
+    let rich_snapshot = snapshot(support::synthetic::originals(&corpus), Some(usize::MAX));
+    let rich = tokens::count(&rich_snapshot.rendered.description);
+    let noted = rendered
+        .lines
+        .iter()
+        .filter(|(name, line)| {
+            let tool = corpus_snapshot.catalog.get(name).unwrap();
+            let sig = parse_signature(line).unwrap();
+            !notes::notes(&tool.input_schema, &sig.params).is_empty()
+        })
+        .count();
     println!(
         "\nsummaries over the corpus description (76 tools): none {none} tokens; first sentence \
-         cut at {MAX_SUMMARY_CHARS} chars (at a word) {cut} (+{}); whole first sentence {whole} \
-         (+{})",
+         cut at {MAX_SUMMARY_CHARS} chars (at a word; compact, what renders without a budget or \
+         when the rich level does not fit) {cut} (+{}); whole first sentence (up to \
+         {MAX_RICH_SUMMARY_CHARS} chars) {whole} (+{}; uncapped {uncapped}); whole first \
+         sentence + parameter notes (rich, what the default budget gives) {rich} (+{}; notes on \
+         {noted} tools)",
         cut - none,
-        whole - none
+        whole - none,
+        rich - none
     );
+    if rich > budget {
+        println!("    the rich corpus description is over the default budget");
+        ok = false;
+    }
 
     if ok {
         ExitCode::SUCCESS

@@ -3,10 +3,12 @@
 //!
 //! Every token here is paid on every LLM turn, so the text is tight: shapes that repeat across
 //! tools are named once (`Entity = {…}`) where that is shorter than writing them out, and the
-//! details of each parameter are left to `describe()`.
+//! details of each parameter are left to `describe()`. Three levels, the richest that fits the
+//! catalog's token budget: rich (whole first sentences and parameter notes), compact (summaries
+//! cut at 44 characters), budgeted (some signatures, the rest by name for `search_tools`).
 
 use super::lower::{Shapes, is_reserved, shape_name};
-use super::signature::signature;
+use super::signature::{rich_summary, signature};
 use super::tokens;
 use super::ty::{Params, Signature, Ty};
 use crate::catalog::Catalog;
@@ -78,23 +80,81 @@ struct Section {
     prefix: usize,
 }
 
-/// Renders the description of a catalog: every signature when it fits the catalog's
-/// description budget (or there is none), else [`budgeted`].
+/// Renders the description of a catalog at the richest level that fits the catalog's
+/// description budget: [`rich`] (whole first sentences and parameter notes) when it fits, else
+/// every signature with its summary cut at [`MAX_SUMMARY_CHARS`], else [`budgeted`]. Without a
+/// budget, the compact whole: code that renders with no budget sees what it always saw.
+///
+/// [`MAX_SUMMARY_CHARS`]: super::signature::MAX_SUMMARY_CHARS
 pub fn render(catalog: &Catalog) -> Rendered {
-    let (mut rendered, sections) = render_full(catalog);
+    let (mut rendered, sections, sigs) = render_full(catalog);
+    let Some(budget) = catalog.description_budget else {
+        return rendered;
+    };
     // Loaded only if a count is needed, dropped when this rendering ends.
     let _vocabulary = tokens::scope();
-    if let Some(budget) = catalog.description_budget
-        && !tokens::within(&rendered.description, budget)
-    {
+    // The compact whole first: the rich one says all it says and more, so when the compact one
+    // is over, the rich one is too, and a large catalog is counted once, not twice.
+    if !tokens::within(&rendered.description, budget) {
         let (description, listed) = budgeted(&rendered, &sections, budget);
         rendered.description = description;
         rendered.listed = listed;
+    } else {
+        let rich = rich(catalog, &rendered, &sections, &sigs);
+        if tokens::within(&rich, budget) {
+            rendered.description = rich;
+        }
     }
     rendered
 }
 
-fn render_full(catalog: &Catalog) -> (Rendered, Vec<Section>) {
+/// The rich description: the compact whole with each line's summary replaced by the whole
+/// first sentence and the parameter notes ([`rich_summary`]). Its lines read back as the same
+/// signatures: the summary is the rest of a line after ` — `.
+fn rich(catalog: &Catalog, full: &Rendered, sections: &[Section], sigs: &[Signature]) -> String {
+    let lines: Vec<String> = catalog
+        .ptc()
+        .zip(sigs)
+        .map(|(tool, sig)| {
+            let summary = rich_summary(tool, sig);
+            Signature {
+                summary,
+                ..sig.clone()
+            }
+            .to_string()
+        })
+        .collect();
+    whole(&full.definitions, sections, &lines)
+}
+
+/// A whole description: the preamble, the named shapes, every section with every line.
+fn whole(definitions: &[(String, Ty)], sections: &[Section], lines: &[String]) -> String {
+    let mut out = String::from(PREAMBLE);
+    if lines.is_empty() {
+        out.push_str("\n\n");
+        out.push_str(NO_TOOLS);
+    }
+    if !definitions.is_empty() {
+        out.push_str("\n\n");
+        out.push_str(TYPES_HEADER);
+        for (name, ty) in definitions {
+            out.push_str(&format!("\n{name} = {ty}"));
+        }
+    }
+    for section in sections {
+        out.push_str("\n\n");
+        out.push_str(&section.header);
+        for line in &lines[section.tools.clone()] {
+            out.push('\n');
+            // The section header says the prefix once; each line leaves it out.
+            out.push_str(&line[section.prefix..]);
+        }
+    }
+    out
+}
+
+/// The compact whole, its sections, and each tool's signature (in catalog order).
+fn render_full(catalog: &Catalog) -> (Rendered, Vec<Section>, Vec<Signature>) {
     let mut shapes = Shapes::default();
     let mut notes = Vec::new();
     let mut sigs: Vec<Signature> = Vec::new();
@@ -111,19 +171,11 @@ fn render_full(catalog: &Catalog) -> (Rendered, Vec<Section>) {
     let mut definitions = shapes.definitions;
     share_shapes(&mut sigs, &mut definitions);
 
-    let mut out = String::from(PREAMBLE);
-    if tools.is_empty() {
-        out.push_str("\n\n");
-        out.push_str(NO_TOOLS);
-    }
-    if !definitions.is_empty() {
-        out.push_str("\n\n");
-        out.push_str(TYPES_HEADER);
-        for (name, ty) in &definitions {
-            out.push_str(&format!("\n{name} = {ty}"));
-        }
-    }
-    let mut lines = Vec::with_capacity(tools.len());
+    let lines: Vec<(String, String)> = tools
+        .iter()
+        .zip(&sigs)
+        .map(|(tool, sig)| (tool.name.clone(), sig.to_string()))
+        .collect();
     let mut sections = Vec::new();
     let mut start = 0;
     while start < tools.len() {
@@ -133,22 +185,14 @@ fn render_full(catalog: &Catalog) -> (Rendered, Vec<Section>) {
                 .iter()
                 .take_while(|t| t.server() == server)
                 .count();
-        let group = &sigs[start..end];
-        let prefix = server.and_then(|_| section_prefix(group)).unwrap_or("");
+        let prefix = server
+            .and_then(|_| section_prefix(&sigs[start..end]))
+            .unwrap_or("");
         let header = match (server, prefix) {
             (_, p) if !p.is_empty() => format!("## {p}"),
             (Some(server), _) => format!("## {server}"),
             (None, _) => HOST_HEADER.to_string(),
         };
-        out.push_str("\n\n");
-        out.push_str(&header);
-        for (tool, sig) in tools[start..end].iter().zip(group) {
-            let line = sig.to_string();
-            out.push('\n');
-            // The section header says the prefix once; each line leaves it out.
-            out.push_str(&line[prefix.len()..]);
-            lines.push((tool.name.clone(), line));
-        }
         sections.push(Section {
             header,
             tools: start..end,
@@ -156,15 +200,15 @@ fn render_full(catalog: &Catalog) -> (Rendered, Vec<Section>) {
         });
         start = end;
     }
-    let listed = lines.len();
+    let texts: Vec<String> = lines.iter().map(|(_, line)| line.clone()).collect();
     let rendered = Rendered {
-        description: out,
+        description: whole(&definitions, &sections, &texts),
+        listed: lines.len(),
         lines,
         definitions,
         notes,
-        listed,
     };
-    (rendered, sections)
+    (rendered, sections, sigs)
 }
 
 /// The description within `budget` tokens, and how many signatures it shows. Always: the
@@ -527,7 +571,7 @@ mod tests {
             title: None,
             description: description.into(),
             input_schema: json!({"type": "object", "properties": {
-                "id": {"type": "integer"}, "assignee": {"type": "string"},
+                "id": {"type": "integer", "minimum": 1}, "assignee": {"type": "string"},
                 "milestone": {"type": "string"}, "due_date": {"type": "string"},
                 "labels": {"type": "array", "items": {"type": "string"}}
             }, "required": ["id"]}),
@@ -595,6 +639,41 @@ mod tests {
         assert_eq!(body(None), (whole.clone(), 8));
         let full = tokens::count(&render(&catalog(None)).description);
         assert_eq!(body(Some(full)), (whole, 8));
+    }
+
+    #[test]
+    fn the_rich_description_when_it_fits() {
+        let _vocabulary = tokens::scope();
+        let sig = "(id: int, assignee?, milestone?, due_date?, labels?: list[str])";
+        let line = |name: &str, what: &str| format!("{name}{sig} — {what} a ticket. [id: >= 1]");
+        let rich = format!(
+            "## tickets__\n{}\n{}\n{}\n{}\n\n## wiki__\n{}\n{}\n{}\n{}",
+            line("assign_ticket", "Assign"),
+            line("close_ticket", "Close"),
+            line("label_ticket", "Label"),
+            line("open_ticket", "Open"),
+            line("delete_page", "Delete").replace("ticket", "page"),
+            line("edit_page", "Edit").replace("ticket", "page"),
+            line("move_page", "Move").replace("ticket", "page"),
+            line("read_page", "Read").replace("ticket", "page"),
+        );
+        let size = tokens::count(&format!("{PREAMBLE}\n\n{rich}"));
+        // A budget of exactly its size: rich. One less: the compact whole, as without a budget.
+        assert_eq!(body(Some(size)), (rich, 8));
+        assert_eq!(body(Some(size - 1)), body(None));
+        assert!(tokens::count(&render(&catalog(None)).description) < size - 1);
+        // The lines (search, describe, the SDK) are the compact ones at every level.
+        assert_eq!(
+            render(&catalog(Some(size))).lines,
+            render(&catalog(None)).lines
+        );
+        // The rich description reads back: every signature, nothing lost.
+        let c = catalog(Some(size));
+        let r = render(&c);
+        assert_eq!(
+            super::super::lossless::check_catalog(&c, &r.description),
+            Vec::<String>::new()
+        );
     }
 
     #[test]

@@ -5,7 +5,8 @@
 //! (`.edits[].oldText`), the JSON types allowed there, whether the property is required, and
 //! the enum/const values — and the two fact sets must be equal. A parameter lost, made
 //! optional, retyped or missing an enum value anywhere is a difference. Validation-only keywords
-//! (`minimum`, `format`, …) and descriptions are not facts: `describe()` carries them.
+//! (`minimum`, `format`, …) and descriptions are not facts: `describe()` carries them (and the
+//! rich description's bracketed notes, which read back as part of the summary).
 
 use super::description::{SECTION_PREFIX_END, TYPES_HEADER};
 use super::lower::resolve_pointer;

@@ -4,7 +4,8 @@
 //! `allOf`, `$ref`/`$defs`, `nullable`, `items`, `properties`, `additionalProperties`). It keeps
 //! every parameter name, its requiredness, its type and every enum/const value; the `lossless`
 //! module checks that independently. Validation-only keywords (`minimum`, `format`, `pattern`…)
-//! are left to `describe()` and to argument validation.
+//! are left to `describe()`, to argument validation and to the rich description's notes
+//! (`notes`).
 //!
 //! Must not panic on any JSON: unknown keywords are ignored, a cyclic `$ref` becomes a named
 //! shape, and nesting beyond [`MAX_DEPTH`] degrades to `Any` with a note.

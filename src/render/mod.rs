@@ -2,7 +2,7 @@
 //!
 //! `ty` is the signature language (`parse` reads it back), `lower` turns JSON Schema into it
 //! (`schema` holds the JSON Schema look-ups it needs), `signature` makes one
-//! line per tool, `description` the whole `exec_code` description (within the catalog's token
+//! line per tool (`notes` the parameter notes of its rich form), `description` the whole `exec_code` description (within the catalog's token
 //! budget, counted by `tokens`), `llm` the provider-shaped tool list, `search` the index behind
 //! `search_tools`, and `lossless` checks that nothing a call needs was lost. All pure.
 
@@ -10,6 +10,7 @@ pub mod description;
 pub mod llm;
 pub mod lossless;
 pub mod lower;
+pub mod notes;
 pub mod parse;
 pub mod schema;
 pub mod search;

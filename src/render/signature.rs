@@ -9,6 +9,10 @@ use crate::catalog::Tool;
 /// Longest summary kept from a tool's description; the whole text is in `describe()`.
 pub const MAX_SUMMARY_CHARS: usize = 44;
 
+/// Longest summary of the rich description (the whole first sentence where the budget allows):
+/// a first "sentence" that runs on past this is a paragraph, which `describe()` has.
+pub const MAX_RICH_SUMMARY_CHARS: usize = 200;
+
 /// Lowers a tool to its signature. Recursive shapes go into `shapes`; notes worth reporting
 /// (unresolvable refs, depth cuts) are returned.
 pub fn signature(tool: &Tool, shapes: &mut Shapes) -> (Signature, Vec<String>) {
@@ -27,18 +31,36 @@ pub fn signature(tool: &Tool, shapes: &mut Shapes) -> (Signature, Vec<String>) {
         notes.append(&mut lowerer.notes);
         ty
     });
-    let text = if tool.description.trim().is_empty() {
-        tool.title.as_deref().unwrap_or("")
-    } else {
-        &tool.description
-    };
     let sig = Signature {
         name: tool.python_name.clone(),
         params,
         returns,
-        summary: summary(text, MAX_SUMMARY_CHARS),
+        summary: summary(summarized(tool), MAX_SUMMARY_CHARS),
     };
     (sig, notes)
+}
+
+/// The text a tool's summary is taken from: its description, else its title.
+fn summarized(tool: &Tool) -> &str {
+    if tool.description.trim().is_empty() {
+        tool.title.as_deref().unwrap_or("")
+    } else {
+        &tool.description
+    }
+}
+
+/// The summary of a tool's line in the rich description: the whole first sentence (up to
+/// [`MAX_RICH_SUMMARY_CHARS`], never cut inside a word), then its parameter notes in brackets
+/// (`Sleep for a while. [ms: 0..60000 ms]`). `sig` is the tool's signature, for the order of
+/// its parameters.
+pub fn rich_summary(tool: &Tool, sig: &Signature) -> String {
+    let sentence = summary(summarized(tool), MAX_RICH_SUMMARY_CHARS);
+    let notes = super::notes::notes(&tool.input_schema, &sig.params);
+    match (sentence.is_empty(), notes.is_empty()) {
+        (_, true) => sentence,
+        (true, false) => format!("[{notes}]"),
+        (false, false) => format!("{sentence} [{notes}]"),
+    }
 }
 
 /// The first sentence of a description, on one line, at most `max_chars` characters (cut
@@ -197,6 +219,33 @@ mod tests {
             None,
         );
         assert_eq!(line(&quoted), "q('x-api-key'?)");
+    }
+
+    #[test]
+    fn rich_summaries() {
+        let rich = |description: &str, input: Value| {
+            let t = tool("t", description, input, None);
+            let sig = signature(&t, &mut Shapes::default()).0;
+            rich_summary(&t, &sig)
+        };
+        let sleep = json!({"type": "object", "properties": {
+            "label": {"type": "string", "maxLength": 32},
+            "pause": {"type": "integer", "minimum": 0, "maximum": 60000, "description": "in milliseconds"}
+        }, "required": ["pause"]});
+        assert_eq!(
+            rich(
+                "Sleep for a while, then wake up and report how long the sleep was. More.",
+                sleep.clone()
+            ),
+            "Sleep for a while, then wake up and report how long the sleep was. [pause: 0..60000 ms; label: len <= 32]"
+        );
+        assert_eq!(rich("", sleep), "[pause: 0..60000 ms; label: len <= 32]");
+        let plain = json!({"type": "object", "properties": {"q": {"type": "string"}}});
+        assert_eq!(rich("Find things. More.", plain.clone()), "Find things.");
+        let long = format!("{}end.", "word ".repeat(60));
+        let cut = rich(&long, plain);
+        assert_eq!(cut.chars().count(), MAX_RICH_SUMMARY_CHARS);
+        assert!(cut.ends_with("word…"), "{cut}");
     }
 
     #[test]

@@ -43,8 +43,26 @@ fn the_whole_corpus_renders_losslessly() {
     let snapshot = sources::first_snapshot(&c, &corpus(), None).unwrap();
     assert_eq!(snapshot.catalog.ptc().count(), 76);
     assert_eq!(snapshot.catalog.report(), Vec::<String>::new());
+    // The default budget holds the rich description of the whole corpus: its notes and whole
+    // first sentences leave every signature reading back.
+    assert!(
+        snapshot
+            .rendered
+            .description
+            .contains(" [paths: len >= 1]\n"),
+        "not the rich level"
+    );
     let problems = lossless::check_catalog(&snapshot.catalog, &snapshot.rendered.description);
     assert_eq!(problems, Vec::<String>::new());
+    // The compact whole too.
+    let mut unbudgeted = snapshot.catalog.clone();
+    unbudgeted.description_budget = None;
+    let compact = render::render(&unbudgeted);
+    assert_ne!(compact.description, snapshot.rendered.description);
+    assert_eq!(
+        lossless::check_catalog(&snapshot.catalog, &compact.description),
+        Vec::<String>::new()
+    );
     // Each catalog alone too (shapes are named per description).
     for saved in corpus() {
         let s = sources::first_snapshot(&c, std::slice::from_ref(&saved), None).unwrap();
@@ -72,7 +90,9 @@ fn the_corpus_description_is_what_we_expect() {
         d.contains("\n## filesystem__\ncreate_directory(path) "),
         "{d}"
     );
-    assert!(d.contains("\nread_file(path, tail?: float, head?: float) -> Content — Read the complete contents of a file as…\n"), "{d}");
+    // Within the default budget: the rich level, whole first sentences and parameter notes.
+    assert!(d.contains("\nread_file(path, tail?: float, head?: float) -> Content — Read the complete contents of a file as text.\n"), "{d}");
+    assert!(d.contains("\nread_multiple_files(paths: list[str]) -> Content — Read the contents of multiple files simultaneously. [paths: len >= 1]\n"), "{d}");
     assert!(d.contains("\nedit_file(path, edits: list[{oldText, newText}], dryRun?: bool = False) -> Content — Make line-based edits to a text file.\n"), "{d}");
     assert_eq!(
         snapshot.rendered.line("filesystem__move_file"),
