@@ -25,6 +25,11 @@ pub const MAX_CALLBACK_BYTES: usize = 16 << 20;
 /// carry a run's calls one after another, short enough not to hold sockets a host has dropped.
 pub const CALLBACK_POOL_IDLE: Duration = Duration::from_secs(30);
 
+/// Idle connections kept per host callback URL: a burst of gathered calls opens one
+/// connection per call in flight, and without a cap all of them stayed open after the burst,
+/// past `CALLBACK_POOL_IDLE` (the load bench found 250-300 held 45 s later).
+pub const CALLBACK_POOL_MAX_IDLE: usize = 32;
+
 /// The error a model's code sees for one call (`ToolError` / `ToolInputError` in Python).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum CallError {
@@ -220,6 +225,7 @@ impl Backends {
         let http = reqwest::Client::builder()
             .no_proxy()
             .pool_idle_timeout(CALLBACK_POOL_IDLE)
+            .pool_max_idle_per_host(CALLBACK_POOL_MAX_IDLE)
             .build()
             .expect("reqwest client builds");
         Backends {
