@@ -568,3 +568,41 @@ async fn policy_leaves_tools_out_of_the_description_and_out_of_reach() {
     .await
     .unwrap();
 }
+
+/// A run over `PTC_MAX_RUNS` waits for a slot within its own deadline; one that gets none in
+/// time ends `timeout`, saying it waited for a slot, and never started (its code did not run).
+#[tokio::test]
+async fn a_run_that_gets_no_slot_before_its_deadline_times_out_saying_so() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let f = std::sync::Arc::new(fixture(&[("PTC_MAX_RUNS", "1")]).await);
+        let holder = {
+            let f = f.clone();
+            tokio::spawn(async move { f.s.exec("import time\ntime.sleep(3)\nprint('held')").await })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        let calls_before = f.host.calls.load(std::sync::atomic::Ordering::SeqCst);
+        let r =
+            f.s.exec_body(json!({"code": "await noop()\nprint('ran')", "timeout_ms": 700}))
+                .await;
+        assert_eq!(r["status"], "timeout", "{r}");
+        assert!(
+            stderr(&r)
+                .contains("waited 0.7 s for one of the 1 run slots and timed out before starting"),
+            "{r}"
+        );
+        assert_eq!(r["stdout"], "", "{r}");
+        assert_eq!(
+            f.host.calls.load(std::sync::atomic::Ordering::SeqCst),
+            calls_before
+        );
+        // The run that held the slot was not disturbed, and the slot is free again after it.
+        let held = holder.await.unwrap();
+        assert_eq!(held["stdout"], "held\n", "{held}");
+        let r =
+            f.s.exec_body(json!({"code": "print('ran')", "timeout_ms": 5000}))
+                .await;
+        assert_eq!(r["stdout"], "ran\n", "{r}");
+    })
+    .await
+    .unwrap();
+}
