@@ -372,24 +372,19 @@ except ToolError as e:
 
 #[tokio::test]
 async fn a_tool_timeout_cancels_the_call_and_the_server_keeps_serving() {
-    // The demo logs "slow call cancelled" when notifications/cancelled reaches it; the sidecar
-    // forwards the demo's stderr to its log at debug level, which this test captures.
-    let log = Captured::default();
-    let subscriber = tracing_subscriber::fmt()
-        .with_writer(log.clone())
-        .with_env_filter("ptc_sidecar::mcp=debug")
-        .with_ansi(false)
-        .finish();
-    let _guard = tracing::subscriber::set_default(subscriber);
-    // Other tests' threads may have cached "nobody listens" for the MCP callsites while this
-    // thread's subscriber was being registered; recompute it now that it is.
-    tracing::callsite::rebuild_interest_cache();
+    // The demo logs "slow call cancelled" to its stderr when notifications/cancelled reaches
+    // it; a shell in front of it sends that stderr to a file this test reads (a log captured
+    // through a thread's tracing subscriber missed it once in CI).
+    let dir = TempDir::new("cancel");
+    let stderr_file = dir.0.join("demo.stderr");
+    let server = json!({
+        "command": "/bin/sh",
+        "args": ["-c", "exec \"$0\" 2>>\"$1\"", DEMO, stderr_file.to_str().unwrap()],
+        "env": {"PTC_TEST_MARK": mark("timeout")},
+    });
+    let demo_log = || std::fs::read_to_string(&stderr_file).unwrap_or_default();
     tokio::time::timeout(TEST_TIMEOUT, async {
-        let t = start(
-            json!({"demo": demo(&mark("timeout"))}),
-            &[("PTC_TOOL_TIMEOUT", "1")],
-        )
-        .await;
+        let t = start(json!({"demo": server}), &[("PTC_TOOL_TIMEOUT", "1")]).await;
         let code = r#"
 try:
     await demo__slow(ms=30000)
@@ -407,45 +402,17 @@ print(await demo__add(a=1, b=1))
         );
         assert_eq!(t.s.health().await["mcp_servers"]["demo"]["restarts"], 0);
         let deadline = Instant::now() + SETTLE;
-        while !log.text().contains("slow call cancelled") {
+        while !demo_log().contains("slow call cancelled") {
             assert!(
                 Instant::now() < deadline,
                 "the server never saw the cancel: {}",
-                log.text()
+                demo_log()
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     })
     .await
     .unwrap();
-}
-
-/// This thread's log. `#[tokio::test]` runs on one thread, so the actors and the stderr
-/// forwarders of the sidecar under test log here.
-#[derive(Clone, Default)]
-struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
-
-impl Captured {
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
-    }
-}
-
-impl std::io::Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0.lock().unwrap().extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Captured {
-    type Writer = Captured;
-    fn make_writer(&'a self) -> Captured {
-        self.clone()
-    }
 }
 
 /// A fake MCP server written for this test only, because the demo (a correct rmcp server)
