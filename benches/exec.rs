@@ -34,11 +34,14 @@
 // A benchmark stops at the first broken step: unwrap/expect are its assertions.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "shared/mod.rs"]
+mod shared;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
+use shared::{Sidecar, median, percentile, round, start_host, vm_hwm_mb};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 use support::TestRedis;
@@ -100,106 +103,14 @@ fn main() {
     print_table(&ours, &peer);
 }
 
-async fn start_host() -> std::net::SocketAddr {
-    use axum::{Json, Router, routing::post};
-    let router = Router::new().route(
-        "/tools",
-        post(|Json(_): Json<Value>| async { Json(json!({"result": null})) }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind host tool server");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, router).await });
-    addr
-}
-
-struct Sidecar {
-    child: std::process::Child,
-    url: String,
-    _dir: PathBuf,
-}
-
-impl Drop for Sidecar {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self._dir);
-    }
-}
-
 fn start_sidecar(host: std::net::SocketAddr, redis_url: Option<&str>) -> Sidecar {
     let redis = redis_url.map(|u| ("REDIS_URL", u.to_string()));
     start_sidecar_with(host, redis.as_slice())
 }
 
-/// A sidecar on `127.0.0.1:0` (its serving line says the port it got) with `env` on top of the
-/// benchmark's settings; its log after that line goes to our stderr.
+/// A sidecar for this benchmark with `env` on top of its settings.
 fn start_sidecar_with(host: std::net::SocketAddr, env: &[(&str, String)]) -> Sidecar {
-    use std::io::BufRead;
-    static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("ptc-bench-{}-{n}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("bench dir");
-    let manifest = json!({
-        "callback": {"url": format!("http://{host}/tools")},
-        "tools": [{"name": "noop", "description": "Does nothing.", "input_schema": {"type": "object", "properties": {}}}]
-    });
-    let tools = dir.join("tools.json");
-    std::fs::write(&tools, manifest.to_string()).expect("write manifest");
-    // The demo MCP server over stdio, for the MCP workloads (its `noop` is `demo__noop`).
-    let mcp = dir.join("mcp.json");
-    let servers = json!({"mcpServers": {"demo": {"command": env!("CARGO_BIN_EXE_ptc-demo-mcp")}}});
-    std::fs::write(&mcp, servers.to_string()).expect("write MCP config");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_ptc-sidecar"))
-        .arg("serve")
-        .env("PTC_ENABLED", "true")
-        .env("PTC_TOOLS_FILE", &tools)
-        .env("PTC_MCP_CONFIG", &mcp)
-        .env("PTC_LISTEN", "127.0.0.1:0")
-        .env("PTC_RUNTIME_DIR", dir.join("rt"))
-        .env("PTC_WARM_WORKERS", "2")
-        .env("RUST_LOG", "warn,ptc_sidecar=info")
-        .env("PTC_AGENT_ID", format!("bench-{}-{n}", std::process::id()))
-        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start ptc-sidecar");
-    let stderr = std::io::BufReader::new(child.stderr.take().expect("piped stderr"));
-    // Owned from here: a failure below kills it (Drop) instead of leaving it running.
-    let mut sidecar = Sidecar {
-        child,
-        url: String::new(),
-        _dir: dir,
-    };
-    let (serving_tx, serving_rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut serving = Some(serving_tx);
-        for line in stderr.lines().map_while(Result::ok) {
-            match serving.take() {
-                Some(tx) if line.contains("ptc-sidecar serving") => {
-                    let _ = tx.send(line);
-                }
-                waiting => {
-                    serving = waiting;
-                    if line.contains("WARN") || line.contains("ERROR") {
-                        eprintln!("{line}");
-                    }
-                }
-            }
-        }
-    });
-    let line = serving_rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("ptc-sidecar did not print its serving line");
-    let addr = line
-        .split("listen=")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .expect("listen= in the serving line");
-    sidecar.url = format!("http://{addr}");
-    sidecar
+    shared::start_sidecar_with(host, "bench", env)
 }
 
 async fn exec(http: &reqwest::Client, url: &str, code: &str) -> (Duration, Value) {
@@ -271,7 +182,7 @@ async fn bench_sidecar(p: &Params) -> Value {
 
     let (seq_calls, gather_calls) = call_workloads(&http, &sidecar.url, empty_ms, "noop", p).await;
     // Read before the MCP workloads, so the host figures stay comparable with the peer's.
-    let rss = vm_hwm_mb(sidecar.child.id());
+    let rss = vm_hwm_mb(sidecar.pid);
     let (mcp_seq_calls, mcp_gather_calls) =
         call_workloads(&http, &sidecar.url, empty_ms, "demo__noop", p).await;
     let bash = bash_vs_python(&http, &sidecar.url, p).await;
@@ -592,30 +503,6 @@ async fn call_workloads(
         json!({"k": p.seq_k, "per_call_ms": round(median(&mut per_call)), "runs_per_call_ms": per_call.iter().map(|v| round(*v)).collect::<Vec<_>>()}),
         json!({"g": p.gather_g, "calls_per_s": median(&mut rates).round(), "runs_calls_per_s": rates.iter().map(|v| v.round()).collect::<Vec<_>>()}),
     )
-}
-
-fn vm_hwm_mb(pid: u32) -> Option<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb / 1024.0)
-}
-
-fn percentile(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((p / 100.0) * (v.len() - 1) as f64).round() as usize;
-    v[i.min(v.len() - 1)]
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    percentile(v, 50.0)
-}
-
-fn round(v: f64) -> f64 {
-    (v * 1000.0).round() / 1000.0
 }
 
 fn run_peer(p: &Params, quick: bool) -> Value {

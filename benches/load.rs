@@ -14,12 +14,13 @@
 // A benchmark stops at the first broken step: unwrap/expect are its assertions.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "shared/mod.rs"]
+mod shared;
 #[path = "../tests/support/mod.rs"]
 mod support;
 
 use serde_json::{Value, json};
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use shared::{Sidecar, percentile, round, start_host, start_sidecar_with, vm_hwm_mb};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -154,99 +155,10 @@ async fn exec(http: &reqwest::Client, url: &str) -> (Duration, Result<Value, Str
     (t.elapsed(), answer)
 }
 
-async fn start_host() -> std::net::SocketAddr {
-    use axum::{Json, Router, routing::post};
-    let router = Router::new().route(
-        "/tools",
-        post(|Json(_): Json<Value>| async { Json(json!({"result": null})) }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind host tool server");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move { axum::serve(listener, router).await });
-    addr
-}
-
-struct Sidecar {
-    child: std::process::Child,
-    pid: u32,
-    url: String,
-    dir: PathBuf,
-}
-
-impl Drop for Sidecar {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// The release sidecar on `127.0.0.1:0` with the no-op host tool and the demo MCP server.
+/// The release sidecar with events to `redis_url` when there is one.
 fn start_sidecar(host: std::net::SocketAddr, redis_url: Option<&str>) -> Sidecar {
-    use std::io::BufRead;
-    let dir = std::env::temp_dir().join(format!("ptc-load-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("bench dir");
-    let manifest = json!({
-        "callback": {"url": format!("http://{host}/tools")},
-        "tools": [{"name": "noop", "description": "Does nothing.", "input_schema": {"type": "object", "properties": {}}}]
-    });
-    let tools = dir.join("tools.json");
-    std::fs::write(&tools, manifest.to_string()).expect("write manifest");
-    let mcp = dir.join("mcp.json");
-    let servers = json!({"mcpServers": {"demo": {"command": env!("CARGO_BIN_EXE_ptc-demo-mcp")}}});
-    std::fs::write(&mcp, servers.to_string()).expect("write MCP config");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ptc-sidecar"));
-    cmd.arg("serve")
-        .env("PTC_ENABLED", "true")
-        .env("PTC_TOOLS_FILE", &tools)
-        .env("PTC_MCP_CONFIG", &mcp)
-        .env("PTC_LISTEN", "127.0.0.1:0")
-        .env("PTC_RUNTIME_DIR", dir.join("rt"))
-        .env("RUST_LOG", "warn,ptc_sidecar=info")
-        .env("PTC_AGENT_ID", format!("load-{}", std::process::id()))
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped());
-    if let Some(url) = redis_url {
-        cmd.env("REDIS_URL", url);
-    }
-    let mut child = cmd.spawn().expect("start ptc-sidecar");
-    let pid = child.id();
-    let stderr = std::io::BufReader::new(child.stderr.take().expect("piped stderr"));
-    let mut sidecar = Sidecar {
-        child,
-        pid,
-        url: String::new(),
-        dir,
-    };
-    let (serving_tx, serving_rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut serving = Some(serving_tx);
-        for line in stderr.lines().map_while(Result::ok) {
-            match serving.take() {
-                Some(tx) if line.contains("ptc-sidecar serving") => {
-                    let _ = tx.send(line);
-                }
-                waiting => {
-                    serving = waiting;
-                    if line.contains("WARN") || line.contains("ERROR") {
-                        eprintln!("{line}");
-                    }
-                }
-            }
-        }
-    });
-    let line = serving_rx
-        .recv_timeout(Duration::from_secs(60))
-        .expect("ptc-sidecar did not print its serving line");
-    let addr = line
-        .split("listen=")
-        .nth(1)
-        .and_then(|rest| rest.split_whitespace().next())
-        .expect("listen= in the serving line");
-    sidecar.url = format!("http://{addr}");
-    sidecar
+    let redis = redis_url.map(|u| ("REDIS_URL", u.to_string()));
+    start_sidecar_with(host, "load", redis.as_slice())
 }
 
 /// Open fds of a process.
@@ -299,24 +211,4 @@ fn descendants(root: u32) -> Vec<u32> {
         }
     }
     out
-}
-
-fn vm_hwm_mb(pid: u32) -> Option<f64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb / 1024.0)
-}
-
-fn percentile(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((p / 100.0) * (v.len() - 1) as f64).round() as usize;
-    v[i.min(v.len() - 1)]
-}
-
-fn round(v: f64) -> f64 {
-    (v * 1000.0).round() / 1000.0
 }
