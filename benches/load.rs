@@ -24,7 +24,7 @@ use shared::{Sidecar, percentile, round, start_host, start_sidecar_with, vm_hwm_
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
-use support::TestRedis;
+use support::{TestRedis, procs};
 
 /// The code of every run: 20 host calls gathered, then 5 MCP calls in sequence.
 const CODE: &str = "r = await asyncio.gather(*[noop() for _ in range(20)])\n\
@@ -73,7 +73,7 @@ async fn load(duration: Duration, concurrency: usize) -> Value {
         assert_eq!(r.map(|r| r["status"].clone()).ok(), Some(json!("ok")));
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let baseline = (fds(sidecar.pid), descendants(sidecar.pid).len());
+    let baseline = (fds(sidecar.pid), descendants(sidecar.pid));
 
     let failures = Arc::new(AtomicUsize::new(0));
     let messages = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -115,7 +115,7 @@ async fn load(duration: Duration, concurrency: usize) -> Value {
     // fds and processes back to the baseline (the warm pool refills in the meantime).
     let settle_until = Instant::now() + SETTLE;
     let after = loop {
-        let now = (fds(sidecar.pid), descendants(sidecar.pid).len());
+        let now = (fds(sidecar.pid), descendants(sidecar.pid));
         if now == baseline || Instant::now() > settle_until {
             break now;
         }
@@ -183,32 +183,6 @@ fn fd_kinds(pid: u32) -> std::collections::BTreeMap<String, usize> {
 }
 
 /// Live descendants of a process (zombies not counted).
-fn descendants(root: u32) -> Vec<u32> {
-    let mut parent_of = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-            continue;
-        };
-        let mut fields = rest.split_whitespace();
-        let state = fields.next().unwrap_or("Z");
-        let ppid: u32 = fields.next().and_then(|p| p.parse().ok()).unwrap_or(0);
-        if state != "Z" && state != "X" {
-            parent_of.push((pid, ppid));
-        }
-    }
-    let mut out = Vec::new();
-    let mut todo = vec![root];
-    while let Some(p) = todo.pop() {
-        for (child, _) in parent_of.iter().filter(|(_, pp)| *pp == p) {
-            out.push(*child);
-            todo.push(*child);
-        }
-    }
-    out
+fn descendants(root: u32) -> usize {
+    procs::descendants(&procs::processes(), root as i32).len()
 }

@@ -6,7 +6,7 @@
 #![allow(dead_code)]
 
 #[path = "../support/mod.rs"]
-mod support;
+pub mod support;
 
 pub use support::{TestRedis, synthetic};
 

@@ -18,7 +18,7 @@ mod host;
 mod librechat;
 mod mcp;
 mod metrics;
-mod procs;
+use common::support::procs;
 mod props;
 mod reload;
 mod runner;

@@ -1,11 +1,13 @@
 //! What the integration tests and the benchmarks share, included by both with `#[path]`: a
-//! free port, a Redis of their own, and the saved catalogs of a corpus directory.
+//! free port, a Redis of their own, the saved catalogs of a corpus directory, and the process
+//! table (`procs`).
 //!
 //! Must stay free of anything only one of them uses (the test harness is `tests/all/common.rs`,
 //! the benchmarks' setup is in each bench).
 
 #![allow(dead_code)]
 
+pub mod procs;
 pub mod synthetic;
 
 use ptc_sidecar::sources::SavedCatalog;

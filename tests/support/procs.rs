@@ -1,5 +1,5 @@
 //! Processes as root sees them in `/proc`: the table, a process's family, whether it is gone.
-//! For the tests that check nothing of a run outlives it.
+//! For the tests that check nothing of a run outlives it, and the load bench.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
