@@ -194,16 +194,7 @@ impl ScriptedModel {
                 "/v1/chat/completions",
                 post(turn).with_state((Wire::OpenAi, script.clone())),
             );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let shutdown = tokio_util::sync::CancellationToken::new();
-        let stop = shutdown.clone();
-        tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(async move { stop.cancelled().await })
-                .await
-                .unwrap();
-        });
+        let (addr, shutdown) = crate::common::serve(router).await;
         ScriptedModel {
             addr,
             script,

@@ -202,16 +202,7 @@ impl HostServer {
                 ),
             )
             .with_state(state);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let shutdown = tokio_util::sync::CancellationToken::new();
-        let stop = shutdown.clone();
-        tokio::spawn(async move {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(async move { stop.cancelled().await })
-                .await
-                .unwrap();
-        });
+        let (addr, shutdown) = serve(router).await;
         HostServer {
             addr,
             calls,
@@ -223,6 +214,21 @@ impl HostServer {
     pub fn url(&self) -> String {
         format!("http://{}/tools", self.addr)
     }
+}
+
+/// Serves `router` on `127.0.0.1:0` until the returned token is cancelled.
+pub async fn serve(router: axum::Router) -> (SocketAddr, tokio_util::sync::CancellationToken) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await
+            .unwrap();
+    });
+    (addr, shutdown)
 }
 
 impl Drop for HostServer {
