@@ -916,7 +916,7 @@ def _learned_shape(name):
     """The line describe() adds for a tool without an output schema once calls taught the
     sidecar what its results look like; None when nothing is known (or the sidecar cannot say)."""
     try:
-        reply = _lookup("/describe", {"tool": name})
+        reply = _lookup("/describe", {"tool": name}, "describe")
     except ToolError:
         return None
     returns = reply.get("returns")
@@ -934,34 +934,43 @@ _MAX_LOOKUP_ANSWER = 256 * 1024
 _LOOKUP_TIMEOUT = 10.0
 
 
-def _lookup(path, payload):
-    """POSTs `payload` to the bridge's `path` on a connection of its own; the answer's dict."""
+def _post_once(path, content_type, body, max_answer, timeout, what):
+    """POSTs `body` to the bridge's `path` on a connection of its own (not the calls' kept-alive
+    one) and reads at most `max_answer` bytes back; the answer's dict, or the error it carries
+    raised. `what` names the request in errors."""
     c = _client
-    body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
     head = (
         "POST %s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"
-        "Content-Type: application/json\r\nContent-Length: %d\r\n"
-        "Connection: close\r\n\r\n" % (path, c.ipc, c.token, len(body))
+        "Content-Type: %s\r\nContent-Length: %d\r\n"
+        "Connection: close\r\n\r\n" % (path, c.ipc, c.token, content_type, len(body))
     ).encode("latin-1")
     try:
-        with socket.create_connection((c.host, c.port), timeout=c.timeout or _LOOKUP_TIMEOUT) as sock:
-            sock.sendall(head + body)
+        with socket.create_connection((c.host, c.port), timeout=timeout) as sock:
+            sock.sendall(head)
+            sock.sendall(body)
             answer = b""
-            while len(answer) <= _MAX_LOOKUP_ANSWER:
+            while len(answer) <= max_answer:
                 chunk = sock.recv(65536)
                 if not chunk:
                     break
                 answer += chunk
     except OSError as e:
-        raise ToolError("could not reach the sidecar: %s" % (e,), "ipc") from None
+        raise ToolError("%s could not reach the sidecar: %s" % (what, e), "ipc") from None
     _, _, raw = answer.partition(_HEAD_END)
     try:
         reply = json.loads(raw)
     except ValueError:
-        raise ToolError("malformed answer from the sidecar to %s" % path, "ipc") from None
+        raise ToolError("malformed answer from the sidecar to %s" % what, "ipc") from None
     if not isinstance(reply, dict) or not reply.get("ok"):
         raise _error_from(reply.get("error") if isinstance(reply, dict) else reply)
     return reply
+
+
+def _lookup(path, payload, what):
+    """A `/search` or `/describe` request: `payload` as JSON, the answer's dict."""
+    body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
+    timeout = _client.timeout or _LOOKUP_TIMEOUT
+    return _post_once(path, "application/json", body, _MAX_LOOKUP_ANSWER, timeout, what)
 
 
 def search_tools(query, limit=5):
@@ -972,7 +981,7 @@ def search_tools(query, limit=5):
         raise ToolInputError("search_tools(query, limit=5): query must be a non-empty str")
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ToolInputError("search_tools(query, limit=5): limit must be a positive int")
-    return _lookup("/search", {"query": query, "limit": limit}).get("results") or []
+    return _lookup("/search", {"query": query, "limit": limit}, "search_tools").get("results") or []
 
 
 # Longest answer to a `save_file` request read: a file entry, not a file.
@@ -994,31 +1003,9 @@ def save_file(name, data, /):
         raise TypeError("save_file(name, data): name must be a non-empty str")
     from urllib.parse import quote
 
-    c = _client
-    head = (
-        "POST /file?name=%s HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"
-        "Content-Type: application/octet-stream\r\nContent-Length: %d\r\n"
-        "Connection: close\r\n\r\n" % (quote(name, safe=""), c.ipc, c.token, len(data))
-    ).encode("latin-1")
-    try:
-        with socket.create_connection((c.host, c.port), timeout=c.timeout) as sock:
-            sock.sendall(head)
-            sock.sendall(data)
-            answer = b""
-            while len(answer) <= _MAX_SAVE_ANSWER:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                answer += chunk
-    except OSError as e:
-        raise ToolError("save_file could not reach the sidecar: %s" % (e,), "ipc") from None
-    _, _, body = answer.partition(_HEAD_END)
-    try:
-        reply = json.loads(body)
-    except ValueError:
-        raise ToolError("malformed answer from the sidecar to save_file", "ipc") from None
-    if not isinstance(reply, dict) or not reply.get("ok"):
-        raise _error_from(reply.get("error") if isinstance(reply, dict) else reply)
+    path = "/file?name=%s" % quote(name, safe="")
+    reply = _post_once(path, "application/octet-stream", data, _MAX_SAVE_ANSWER,
+                       _client.timeout, "save_file")
     return reply.get("file")
 
 
