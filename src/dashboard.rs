@@ -284,10 +284,26 @@ impl Model {
     /// `limit` runs that pass the filters (newest first), per-tool statistics of the agents
     /// the filter admits, and the reloads.
     pub fn view(&self, now_ms: u64, filter: &Filter, limit: usize) -> Value {
+        // Each agent's runs in one pass over them, newest first.
+        let mut runs_of: HashMap<&str, AgentRuns> = HashMap::new();
+        for r in self.runs.iter().rev() {
+            let a = runs_of.entry(r.agent.as_str()).or_default();
+            match r.status.as_deref() {
+                None => a.running += 1,
+                Some(_) if a.recent == HEALTH_RUNS => {}
+                Some(status) => {
+                    a.recent += 1;
+                    a.failed += usize::from(status != "ok");
+                }
+            }
+        }
         let agents: BTreeMap<&String, Value> = self
             .agents
             .iter()
-            .map(|(a, t)| (a, self.health(a, now_ms.saturating_sub(*t))))
+            .map(|(a, t)| {
+                let runs = runs_of.get(a.as_str()).copied().unwrap_or_default();
+                (a, self.health(a, runs, now_ms.saturating_sub(*t)))
+            })
             .collect();
         let runs: Vec<Value> = self
             .runs
@@ -341,20 +357,17 @@ impl Model {
     /// `degraded` when its latest catalog reload failed or half or more of its latest
     /// [`HEALTH_RUNS`] finished runs did not end `ok`; else `idle` after [`IDLE_AFTER_MS`]
     /// without an event; else `ok`.
-    fn health(&self, agent: &str, quiet_ms: u64) -> Value {
-        let mine = self.runs.iter().rev().filter(|r| r.agent == agent);
-        let running = mine.clone().filter(|r| r.status.is_none()).count();
-        let latest: Vec<&str> = mine
-            .filter_map(|r| r.status.as_deref())
-            .take(HEALTH_RUNS)
-            .collect();
-        let failed = latest.iter().filter(|s| **s != "ok").count();
+    fn health(&self, agent: &str, runs: AgentRuns, quiet_ms: u64) -> Value {
+        let AgentRuns {
+            running,
+            recent,
+            failed,
+        } = runs;
         let reload_error = match self.last_reload.get(agent) {
             Some(Err(why)) => Some(why.as_str()),
             _ => None,
         };
-        let health = if reload_error.is_some() || (!latest.is_empty() && failed * 2 >= latest.len())
-        {
+        let health = if reload_error.is_some() || (recent > 0 && failed * 2 >= recent) {
             "degraded"
         } else if quiet_ms >= IDLE_AFTER_MS {
             "idle"
@@ -365,11 +378,20 @@ impl Model {
             "health": health,
             "last_event_ms_ago": quiet_ms,
             "running": running,
-            "recent_runs": latest.len(),
+            "recent_runs": recent,
             "recent_failed": failed,
             "reload_error": reload_error,
         })
     }
+}
+
+/// An agent's kept runs as its health counts them: in flight, and of its latest
+/// [`HEALTH_RUNS`] finished ones, how many and how many did not end `ok`.
+#[derive(Debug, Default, Clone, Copy)]
+struct AgentRuns {
+    running: usize,
+    recent: usize,
+    failed: usize,
 }
 
 /// What the page asks to see.
