@@ -137,6 +137,26 @@ impl Serving {
         }
     }
 
+    /// The sidecar's descendants once they include a process of each of `expect` (a run counts
+    /// as in flight before its child is started, so the child may not be there yet).
+    async fn family_with(&self, expect: &[&str]) -> Vec<(i32, String)> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let family = self.family();
+            if expect
+                .iter()
+                .all(|what| family.iter().any(|(_, cmd)| cmd.contains(what)))
+            {
+                return family;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not all of {expect:?} among the sidecar's processes: {family:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// The sidecar's descendants now, with their command lines.
     fn family(&self) -> Vec<(i32, String)> {
         let table = procs::processes();
@@ -201,7 +221,7 @@ async fn sigterm_lets_the_run_finish_refuses_new_ones_and_exits_clean() {
         // The MCP server still answers after the signal: the run's call comes after it.
         let run = s.exec("import time\ntime.sleep(1.5)\nprint(await demo__multiply(a=6, b=7))\n");
         s.until_running().await;
-        let family = s.family();
+        let family = s.family_with(&["ptc-demo-mcp", "ptc_zygote.py"]).await;
         s.signal(libc::SIGTERM);
 
         // Until the signal is handled a run may still start; from then on, 503.
@@ -261,7 +281,7 @@ async fn a_run_past_the_grace_is_stopped_and_says_why() {
         let mut s = Serving::start(&dir, &redis, &[("PTC_SHUTDOWN_GRACE", "1")]).await;
         let run = s.exec("import time\nprint('started', flush=True)\ntime.sleep(60)\n");
         s.until_running().await;
-        let family = s.family();
+        let family = s.family_with(&["ptc-demo-mcp", "python3"]).await;
         let signalled = Instant::now();
         s.signal(libc::SIGTERM);
         let (status, result) = run.await.unwrap().unwrap();
@@ -299,7 +319,7 @@ async fn sigkill_leaves_no_process_behind() {
             let mut s = Serving::start(&dir, &redis, &[("PTC_WARM_WORKERS", warm)]).await;
             let run = s.exec("import time\ntime.sleep(60)\n");
             s.until_running().await;
-            let family = s.family();
+            let family = s.family_with(expect).await;
             s.signal(libc::SIGKILL);
             assert_eq!(s.exit_code().await, None);
             assert!(
