@@ -438,3 +438,237 @@ async fn generated_bodies_get_4xx_or_an_answer_never_5xx() {
     .await
     .unwrap();
 }
+
+/// Bodies for the IPC bridge: generated JSON with the keys its routes read (naming a tool of
+/// the catalog, one it lacks, or a generated name), or bytes.
+fn ipc_body() -> impl Strategy<Value = Vec<u8>> {
+    let keys = prop::sample::select(vec!["tool", "args", "input", "query", "limit", "name"]);
+    let tool = prop::sample::select(vec!["echo", "done", "nope", "", "echo\u{0}", "__init__"])
+        .prop_map(Value::from);
+    let fields = prop::collection::btree_map(
+        keys.prop_map(str::to_string),
+        prop_oneof![json_value(), tool, (0u64..100_000).prop_map(Value::from)],
+        0..4,
+    );
+    prop_oneof![
+        fields.prop_map(|m| serde_json::to_vec(&m).unwrap()),
+        json_value().prop_map(|v| serde_json::to_vec(&v).unwrap()),
+        prop::collection::vec(any::<u8>(), 0..200),
+    ]
+}
+
+/// With a live run's own token, generated bodies reach the IPC routes' parsing and the tools
+/// behind them: never a 5xx, a body over the limit refused before it is read, and the run that
+/// lent its token goes on undisturbed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generated_ipc_bodies_with_a_runs_token_get_4xx_or_an_answer_never_5xx() {
+    use crate::common::{HostServer, TempDir, tool};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    tokio::time::timeout(TEST_TIMEOUT * 2, async {
+        let token: Arc<Mutex<Option<String>>> = Arc::default();
+        let finished = Arc::new(AtomicBool::new(false));
+        let host = {
+            let (token, finished) = (token.clone(), finished.clone());
+            HostServer::start(vec![
+                (
+                    "lend_token",
+                    tool(move |input| {
+                        let lent = input["token"].as_str().map(str::to_string);
+                        token.lock().unwrap().get_or_insert_with(|| lent.unwrap_or_default());
+                        json!({"result": "ok"})
+                    }),
+                ),
+                (
+                    "done",
+                    tool(move |_| json!({"result": finished.load(Ordering::SeqCst)})),
+                ),
+                ("echo", tool(|input| json!({"result": input}))),
+            ])
+            .await
+        };
+        let object = json!({"type": "object"});
+        let manifest = json!({
+            "callback": {"url": host.url()},
+            "tools": [
+                {"name": "lend_token", "description": "Hand the run's token to the test.",
+                 "input_schema": {"type": "object", "properties": {"token": {"type": "string"}},
+                                  "required": ["token"]}},
+                {"name": "done", "description": "Whether the test is done.", "input_schema": object},
+                {"name": "echo", "description": "Answer the input.", "input_schema": object},
+            ]
+        });
+        let dir = TempDir::new("props-ipc");
+        let path = dir.write("tools.json", &manifest.to_string());
+        let s = TestSidecar::start(&[
+            ("PTC_ENABLED", "true"),
+            ("PTC_WARM_WORKERS", "0"),
+            ("PTC_TIMEOUT", "100"),
+            ("PTC_TOOLS_FILE", path.to_str().unwrap()),
+        ])
+        .await;
+        let ipc = s.sidecar.state.runner.as_ref().unwrap().ipc_addr();
+        let lender = {
+            let (http, url) = (s.http.clone(), s.url("/v1/exec_code"));
+            let code = "import ptc_sdk, asyncio\n\
+                        await lend_token(token=ptc_sdk._client.token)\n\
+                        while not await done():\n    await asyncio.sleep(0.05)\n\
+                        print('undisturbed')\n";
+            tokio::spawn(async move {
+                let body = json!({"code": code, "timeout_ms": 100_000});
+                let response = http.post(url).json(&body).send().await.unwrap();
+                response.json::<Value>().await.unwrap()
+            })
+        };
+        let token = loop {
+            if let Some(t) = token.lock().unwrap().clone() {
+                break t;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        };
+        assert!(!token.is_empty(), "the run lent no token");
+        let auth = format!("Bearer {token}");
+        let routes = [
+            "/call",
+            "/tool_call",
+            "/bash/echo",
+            "/bash/nope",
+            "/file?name=out.txt",
+            "/file?name=../x",
+            "/file",
+            "/search",
+            "/describe",
+        ];
+        let mut runner = TestRunner::new(config(HTTP_CASES));
+        let mut answered = std::collections::BTreeMap::<u16, usize>::new();
+        for route in routes {
+            let url = format!("http://{ipc}{route}");
+            for _ in 0..HTTP_CASES {
+                let body = ipc_body().new_tree(&mut runner).unwrap().current();
+                let response = s
+                    .http
+                    .post(&url)
+                    .header("authorization", &auth)
+                    .body(body.clone())
+                    .send()
+                    .await
+                    .unwrap();
+                let status = response.status();
+                let text = response.text().await.unwrap();
+                assert!(
+                    !status.is_server_error(),
+                    "{route} answered {status} {text} to {}",
+                    String::from_utf8_lossy(&body)
+                );
+                *answered.entry(status.as_u16()).or_default() += 1;
+            }
+        }
+        eprintln!("IPC answers by status: {answered:?}");
+        // The bodies got past the token: some were answered, some refused for what they said.
+        assert!(answered.contains_key(&200), "{answered:?}");
+        assert!(answered.contains_key(&400), "{answered:?}");
+        assert!(!answered.contains_key(&401), "{answered:?}");
+        // Over the limit: refused, not buffered.
+        let huge = vec![b' '; ptc_sidecar::run::ipc::MAX_CALL_BYTES + 1];
+        let response = s
+            .http
+            .post(format!("http://{ipc}/call"))
+            .header("authorization", &auth)
+            .body(huge)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 413);
+
+        finished.store(true, Ordering::SeqCst);
+        let r = lender.await.unwrap();
+        assert_eq!(r["status"], "ok", "{r}");
+        assert_eq!(r["stdout"], "undisturbed\n", "{r}");
+        let r = s.exec("print(1)").await;
+        assert_eq!(r["stdout"], "1\n", "{r}");
+    })
+    .await
+    .unwrap();
+}
+
+/// One generated result: for the pending call (or another id), the result, `is_error`.
+type GeneratedResult = (bool, Value, Value);
+
+/// One generated continuation: results, and what to spoil (0: nothing, 1: the token's last
+/// character, 2: `tool_results` replaced by the generated JSON, 3: the body by the bytes).
+fn continuation() -> impl Strategy<Value = (Vec<GeneratedResult>, u8, Value, Vec<u8>)> {
+    let is_error = prop_oneof![any::<bool>().prop_map(Value::from), json_value()];
+    (
+        prop::collection::vec((any::<bool>(), json_value(), is_error), 0..3),
+        0u8..4,
+        json_value(),
+        prop::collection::vec(any::<u8>(), 0..100),
+    )
+}
+
+/// The continuation protocol with real tokens: generated results for the pending call, spoilt
+/// tokens and junk bodies are answered (the run goes on) or refused with a 4xx, never a 5xx.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn generated_continuations_with_real_tokens_get_4xx_or_an_answer_never_5xx() {
+    use crate::librechat::{PROGRAMMATIC, post, sidecar, tools};
+    tokio::time::timeout(TEST_TIMEOUT * 2, async {
+        let s = sidecar(&[]).await;
+        let first = json!({
+            "code": "for i in range(100):\n    try:\n        print(await add(a=i, b=1))\n    except ToolError as e:\n        print(e)\n",
+            "tools": tools(),
+            "timeout": 20000,
+        });
+        let mut runner = TestRunner::new(config(HTTP_CASES * 2));
+        let mut answered = std::collections::BTreeMap::<u16, usize>::new();
+        let mut pending = Value::Null;
+        for _ in 0..HTTP_CASES * 2 {
+            if pending["status"] != "tool_call_required" {
+                let (status, r) = post(&s, PROGRAMMATIC, &first).await;
+                assert_eq!(status, 200, "{r}");
+                pending = r;
+            }
+            let (results, spoil, junk, bytes) =
+                continuation().new_tree(&mut runner).unwrap().current();
+            let id = &pending["tool_calls"][0]["id"];
+            let results: Vec<Value> = results
+                .into_iter()
+                .map(|(real, result, is_error)| {
+                    let call_id = if real { id.clone() } else { json!("call_nope") };
+                    json!({"call_id": call_id, "result": result, "is_error": is_error})
+                })
+                .collect();
+            let mut token = pending["continuation_token"].as_str().unwrap().to_string();
+            if spoil == 1 {
+                let last = token.pop().unwrap();
+                token.push(if last == 'a' { 'b' } else { 'a' });
+            }
+            let mut body = json!({"continuation_token": token, "tool_results": results});
+            if spoil == 2 {
+                body["tool_results"] = junk;
+            }
+            let request = s.http.post(s.url(PROGRAMMATIC));
+            let request = if spoil == 3 {
+                request.body(bytes.clone())
+            } else {
+                request.json(&body)
+            };
+            let response = request.send().await.unwrap();
+            let status = response.status();
+            let text = response.text().await.unwrap();
+            assert!(
+                !status.is_server_error(),
+                "{status} {text} to {body} (spoil {spoil})"
+            );
+            *answered.entry(status.as_u16()).or_default() += 1;
+            if status == 200 {
+                pending = serde_json::from_str(&text).unwrap();
+            }
+        }
+        eprintln!("continuation answers by status: {answered:?}");
+        // Some rounds went on with the real token, and some bodies were refused.
+        assert!(answered.get(&200).is_some_and(|n| *n > 1), "{answered:?}");
+        assert!(answered.keys().any(|s| (400..500).contains(s)), "{answered:?}");
+    })
+    .await
+    .unwrap();
+}
