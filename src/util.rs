@@ -122,9 +122,10 @@ type SpawnJob = Box<dyn FnOnce() + Send>;
 /// before exec (a change of user clears it, so it comes after any switch the caller's own
 /// `pre_exec` makes). The kernel sends the signal when the *thread* that forked exits, not the
 /// process; tokio's blocking threads come and go, so every child is forked by one thread that
-/// lives as long as the process ([`spawning_thread`]), with the caller's runtime entered.
+/// lives as long as the process ([`spawning_thread`]), with the caller's runtime entered; the
+/// caller awaits its answer, so no worker of the runtime waits on a fork.
 /// A sidecar killed with SIGKILL leaves no child of this behind.
-pub fn spawn_tied(
+pub async fn spawn_tied(
     mut cmd: tokio::process::Command,
     signal: i32,
 ) -> std::io::Result<tokio::process::Child> {
@@ -144,7 +145,7 @@ pub fn spawn_tied(
         });
     }
     let runtime = tokio::runtime::Handle::try_current().map_err(std::io::Error::other)?;
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let (tx, rx) = tokio::sync::oneshot::channel();
     let job: SpawnJob = Box::new(move || {
         let _entered = runtime.enter();
         let _ = tx.send(cmd.spawn());
@@ -154,7 +155,7 @@ pub fn spawn_tied(
         .ok_or_else(gone)?
         .send(job)
         .map_err(|_| gone())?;
-    rx.recv().map_err(|_| gone())?
+    rx.await.map_err(|_| gone())?
 }
 
 /// The one thread every child is forked from ([`spawn_tied`]); it never exits. `None` when it
@@ -347,6 +348,45 @@ pub fn mime_of(name: &str) -> &'static str {
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
+
+    /// A child that takes a while to exec (its pre_exec sleeps): the task that started it
+    /// awaits the spawning thread, so other tasks of a one-thread runtime go on meanwhile.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_slow_spawn_holds_up_no_other_task() {
+        const SLOW_EXEC: std::time::Duration = std::time::Duration::from_millis(400);
+        const TICK: std::time::Duration = std::time::Duration::from_millis(10);
+        let mut cmd = tokio::process::Command::new("true");
+        // SAFETY: nanosleep is async-signal-safe and the closure allocates nothing.
+        unsafe {
+            cmd.pre_exec(|| {
+                let pause = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: SLOW_EXEC.as_nanos() as libc::c_long,
+                };
+                libc::nanosleep(&pause, std::ptr::null_mut());
+                Ok(())
+            });
+        }
+        let ticks = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let ticker = {
+            let ticks = ticks.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(TICK).await;
+                    ticks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            })
+        };
+        let mut child = spawn_tied(cmd, libc::SIGKILL).await.unwrap();
+        let during = ticks.load(std::sync::atomic::Ordering::Relaxed);
+        ticker.abort();
+        assert!(child.wait().await.unwrap().success());
+        // A blocked thread would have ticked 0 times; allow for a slow machine.
+        assert!(
+            during >= 10,
+            "only {during} ticks during a {SLOW_EXEC:?} spawn"
+        );
+    }
 
     #[test]
     fn redact_urls_removes_credentials_and_queries() {

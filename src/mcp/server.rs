@@ -494,10 +494,12 @@ async fn connect(
                 env,
             };
             let (child, stdout, stdin) =
-                spawn_stdio(&stdio, options).map_err(|source| ConnectError::Spawn {
-                    command: command.clone(),
-                    source,
-                })?;
+                spawn_stdio(&stdio, options)
+                    .await
+                    .map_err(|source| ConnectError::Spawn {
+                        command: command.clone(),
+                        source,
+                    })?;
             let transport =
                 AsyncRwTransport::new_client(stdout, stdin).with_max_line_length(MAX_MESSAGE_BYTES);
             match handler.serve(transport).await {

@@ -68,7 +68,7 @@ pub(super) struct StdioSpec<'a> {
 
 /// Starts a stdio server: only `PATH`, `HOME` (the sidecar's, from [`HubOptions`]) and its own
 /// `env`, its own process group, stdio piped (stderr forwarded to the log, never to our stderr).
-pub(super) fn spawn_stdio(
+pub(super) async fn spawn_stdio(
     spec: &StdioSpec<'_>,
     options: &HubOptions,
 ) -> std::io::Result<(
@@ -90,7 +90,7 @@ pub(super) fn spawn_stdio(
         .process_group(0)
         .kill_on_drop(true);
     // It dies with the sidecar, even one killed with SIGKILL.
-    let mut process = crate::util::spawn_tied(cmd, libc::SIGKILL)?;
+    let mut process = crate::util::spawn_tied(cmd, libc::SIGKILL).await?;
     let group = GroupKill::of(process.id());
     let missing = || std::io::Error::other("a piped stdio stream is missing");
     let stdout = process.stdout.take().ok_or_else(missing)?;

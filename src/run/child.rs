@@ -139,7 +139,7 @@ enum Exit {
 /// Starts `python -I -u -B SDK_DIR/ptc_bootstrap.py` (see docs/runner-protocol.md).
 /// The child confines itself (`ptc_sandbox.confine`) before it reads its job: its Landlock
 /// ruleset is inherited at [`sandbox::COLD_RULESET_FD`], and it starts as the run user.
-pub fn spawn(
+pub async fn spawn(
     spec: &SpawnSpec,
     sdk_dir: &Path,
     id: &str,
@@ -185,7 +185,7 @@ pub fn spawn(
         });
     }
     // It dies with the sidecar, even one killed with SIGKILL.
-    let spawned = crate::util::spawn_tied(cmd, libc::SIGKILL);
+    let spawned = crate::util::spawn_tied(cmd, libc::SIGKILL).await;
     // The child has its own copy (or none, if the spawn failed): ours closes now.
     drop(ruleset);
     let mut process = match spawned {

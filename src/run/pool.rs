@@ -31,6 +31,12 @@ pub const ZYGOTE_RETRY_AFTER: Duration = Duration::from_secs(10);
 /// nothing else would notice until a run found it dead.
 pub const REFILL_LOOK_AGAIN: Duration = Duration::from_secs(5);
 
+/// Whether a fork server may be started now ([`Pool::current_zygote`]).
+enum MayStart {
+    Yes,
+    No,
+}
+
 /// The fork server of one catalog, and when starting one last failed.
 #[derive(Default)]
 struct ZygoteSlot {
@@ -46,6 +52,9 @@ pub struct Pool {
     /// Wakes the refill loop (shared with it so it does not keep the pool alive).
     refill: Arc<Notify>,
     zygote: Mutex<ZygoteSlot>,
+    /// Held while a fork server starts: the runs that want one meanwhile wait for it and share
+    /// it, instead of each starting its own.
+    zygote_start: tokio::sync::Mutex<()>,
     /// Numbers the warm children's scratch directories (`w0`, `w1`, ...).
     workers: AtomicU64,
 }
@@ -58,6 +67,7 @@ impl Pool {
             warm: Mutex::new(VecDeque::new()),
             refill: Arc::new(Notify::new()),
             zygote: Mutex::new(ZygoteSlot::default()),
+            zygote_start: tokio::sync::Mutex::new(()),
             workers: AtomicU64::new(0),
         }
     }
@@ -122,14 +132,15 @@ impl Pool {
         program: &Program,
         workspace: Option<&Path>,
     ) -> std::io::Result<Child> {
-        let mut child = match self.zygote_for(prepared) {
+        let mut child = match self.zygote_for(prepared).await {
             Some(zygote) => {
                 zygote
                     .fork(&self.spec, id, Some(program), workspace)
                     .await?
             }
             None => {
-                self.one_run_server(prepared)?
+                self.one_run_server(prepared)
+                    .await?
                     .fork(&self.spec, id, Some(program), workspace)
                     .await?
             }
@@ -162,7 +173,7 @@ impl Pool {
         id: &str,
         workspace: Option<&Path>,
     ) -> std::io::Result<Child> {
-        if let Some(zygote) = self.zygote_for(prepared) {
+        if let Some(zygote) = self.zygote_for(prepared).await {
             match zygote.fork(&self.spec, id, None, workspace).await {
                 Ok(c) => return Ok(c),
                 // A cold start would meet the same limit.
@@ -186,57 +197,76 @@ impl Pool {
     ) -> std::io::Result<Child> {
         if !self.spec.sandbox.runs_may_fork() {
             checked(prepared)?;
-            return child::spawn(&self.spec, &prepared.sdk_dir, id, workspace);
+            return child::spawn(&self.spec, &prepared.sdk_dir, id, workspace).await;
         }
         // The child holds the server; dropping the child stops it.
-        self.one_run_server(prepared)?
+        self.one_run_server(prepared)
+            .await?
             .fork(&self.spec, id, None, workspace)
             .await
     }
 
     /// A fork server for one run, from an SDK directory that still holds what was written.
-    fn one_run_server(&self, prepared: &Prepared) -> std::io::Result<Arc<Zygote>> {
+    async fn one_run_server(&self, prepared: &Prepared) -> std::io::Result<Arc<Zygote>> {
         checked(prepared)?;
-        Ok(Arc::new(Zygote::start(&self.spec, &prepared.sdk_dir)?))
+        Ok(Arc::new(
+            Zygote::start(&self.spec, &prepared.sdk_dir).await?,
+        ))
     }
 
     /// The fork server of this catalog, started on first use; none without a warm pool, and
     /// none for [`ZYGOTE_RETRY_AFTER`] after one failed.
-    fn zygote_for(&self, prepared: &Prepared) -> Option<Arc<Zygote>> {
+    async fn zygote_for(&self, prepared: &Prepared) -> Option<Arc<Zygote>> {
         if self.warm_workers == 0 {
             return None;
         }
-        let mut slot = lock(&self.zygote);
-        if let Some((k, z)) = &slot.current
-            && *k == prepared.key
-            && z.is_alive()
-        {
-            return Some(z.clone());
+        if let Ok(z) = self.current_zygote(prepared) {
+            return Some(z);
         }
-        slot.current = None;
-        if slot
-            .failed_at
-            .is_some_and(|failed| failed.elapsed() < ZYGOTE_RETRY_AFTER)
-        {
-            return None;
+        let _starting = self.zygote_start.lock().await;
+        match self.current_zygote(prepared) {
+            Ok(z) => return Some(z),
+            Err(MayStart::No) => return None,
+            Err(MayStart::Yes) => {}
         }
         // A fork server serves every later run of its catalog: it starts only from an SDK
         // directory that still holds what was written.
         if !prepared.check() {
             return None;
         }
-        match Zygote::start(&self.spec, &prepared.sdk_dir) {
+        match Zygote::start(&self.spec, &prepared.sdk_dir).await {
             Ok(z) => {
                 let z = Arc::new(z);
-                slot.current = Some((prepared.key, z.clone()));
+                lock(&self.zygote).current = Some((prepared.key, z.clone()));
                 Some(z)
             }
             Err(e) => {
                 tracing::warn!("cannot start the fork server ({e}); children start directly");
-                slot.failed_at = Some(Instant::now());
+                lock(&self.zygote).failed_at = Some(Instant::now());
                 None
             }
         }
+    }
+
+    /// The live fork server of `prepared`'s catalog, or whether one may be started (not within
+    /// [`ZYGOTE_RETRY_AFTER`] of a failed start). One of another catalog, or dead, is dropped.
+    fn current_zygote(&self, prepared: &Prepared) -> Result<Arc<Zygote>, MayStart> {
+        let mut slot = lock(&self.zygote);
+        if let Some((k, z)) = &slot.current
+            && *k == prepared.key
+            && z.is_alive()
+        {
+            return Ok(z.clone());
+        }
+        slot.current = None;
+        let failed_lately = slot
+            .failed_at
+            .is_some_and(|failed| failed.elapsed() < ZYGOTE_RETRY_AFTER);
+        Err(if failed_lately {
+            MayStart::No
+        } else {
+            MayStart::Yes
+        })
     }
 
     /// Ready children of this catalog, after dropping the others and the dead.

@@ -70,7 +70,7 @@ pub struct Zygote {
 
 impl Zygote {
     /// Starts `python -I -u -B SDK_DIR/ptc_zygote.py` with the control socket as its stdin.
-    pub fn start(spec: &SpawnSpec, sdk_dir: &Path) -> io::Result<Zygote> {
+    pub async fn start(spec: &SpawnSpec, sdk_dir: &Path) -> io::Result<Zygote> {
         let (ours, theirs) = seqpacket_pair()?;
         let mut cmd = spec.command(&sdk_dir.join("ptc_zygote.py"));
         cmd.current_dir(sdk_dir)
@@ -92,7 +92,7 @@ impl Zygote {
         // A sidecar that dies (even by SIGKILL) closes the control socket, and the server
         // leaves, killing its children; SIGTERM at the sidecar's death does the same if the
         // server is somehow not reading it.
-        let process = crate::util::spawn_tied(cmd, libc::SIGTERM)?;
+        let process = crate::util::spawn_tied(cmd, libc::SIGTERM).await?;
         let group = GroupKill::of(process.id());
         set_nonblocking(ours.as_raw_fd())?;
         // SAFETY: an OwnedFd keeps its fd open and unchanged for as long as it lives, and the
