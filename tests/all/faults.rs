@@ -3,9 +3,12 @@
 //! storm, an interpreter killed mid-run. Each test makes the fault happen for real, asserts that
 //! it did, and then asserts what must hold.
 
-use crate::common::{Sse, TEST_TIMEOUT, TestSidecar};
+use crate::common::{HostServer, HostTool, Sse, TEST_TIMEOUT, TempDir, TestSidecar, tool};
 use crate::procs;
 use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 
 /// Starts an attached run of `body`, reads its stdout until the code prints `pid N`, and
 /// SIGKILLs that process once it is sure it is the run's interpreter (a python3 descended from
@@ -88,6 +91,145 @@ async fn an_interpreter_killed_mid_run_says_so_and_keeps_its_output() {
             "{r}"
         );
         assert_eq!(s.health().await["status"], "ok");
+    })
+    .await
+    .unwrap();
+}
+
+/// A manifest of host tools, each `{name, input_schema}` with no parameters, answered at `url`.
+fn host_manifest(url: &str, tools: &[&str]) -> String {
+    let tools: Vec<Value> = tools
+        .iter()
+        .map(|name| json!({"name": name, "input_schema": {"type": "object", "properties": {}}}))
+        .collect();
+    json!({"callback": {"url": url}, "tools": tools}).to_string()
+}
+
+/// How long the slow host tool takes: well past the test's `PTC_TOOL_TIMEOUT` of 1 s.
+const SLOW_HOST_TOOL: Duration = Duration::from_secs(4);
+
+/// A host callback slower than `PTC_TOOL_TIMEOUT`: the call fails with a `timeout` ToolError at
+/// the timeout (not when the host answers), the code catches it and goes on, the run ends ok.
+#[tokio::test]
+async fn a_slow_host_callback_times_out_one_call_and_the_run_goes_on() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let slow_started = Arc::new(AtomicUsize::new(0));
+        let slow: HostTool = {
+            let started = slow_started.clone();
+            Arc::new(move |_| {
+                started.fetch_add(1, Ordering::SeqCst);
+                Box::pin(async {
+                    tokio::time::sleep(SLOW_HOST_TOOL).await;
+                    json!({"result": "too late"})
+                })
+            })
+        };
+        let host = HostServer::start(vec![
+            ("slow", slow),
+            ("fast", tool(|_| json!({"result": "fast"}))),
+        ])
+        .await;
+        let dir = TempDir::new("faults-slow");
+        let manifest = dir.write("tools.json", &host_manifest(&host.url(), &["slow", "fast"]));
+        let s = TestSidecar::start(&[
+            ("PTC_ENABLED", "true"),
+            ("PTC_TOOLS_FILE", manifest.to_str().unwrap()),
+            ("PTC_TOOL_TIMEOUT", "1"),
+        ])
+        .await;
+        let code = r#"
+import time
+t = time.monotonic()
+try:
+    print("answered", await slow())
+except ToolError as e:
+    print(e.type, round(time.monotonic() - t, 1), e)
+print(await fast())
+"#;
+        let r = s.exec(code).await;
+        assert_eq!(r["status"], "ok", "{r}");
+        let stdout = r["stdout"].as_str().unwrap();
+        let (first, rest) = stdout.split_once('\n').unwrap();
+        let mut words = first.splitn(3, ' ');
+        assert_eq!(words.next(), Some("timeout"), "{r}");
+        let waited: f64 = words.next().unwrap().parse().unwrap();
+        assert!(
+            (0.9..2.5).contains(&waited),
+            "the call ended at the timeout, not the answer: {r}"
+        );
+        assert_eq!(
+            words.next(),
+            Some("slow did not answer within 1 s (PTC_TOOL_TIMEOUT)")
+        );
+        assert_eq!(rest, "fast\n", "{r}");
+        assert_eq!(
+            slow_started.load(Ordering::SeqCst),
+            1,
+            "the slow call reached the host"
+        );
+        let calls: Vec<(&str, bool)> = r["tool_calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (c["tool"].as_str().unwrap(), c["ok"].as_bool().unwrap()))
+            .collect();
+        assert_eq!(calls, [("slow", false), ("fast", true)]);
+    })
+    .await
+    .unwrap();
+}
+
+/// A host callback that refuses connections: the call fails at once as `unavailable`, naming the
+/// callback, and the run goes on. The port is held for the whole test by a socket bound and
+/// never listening, so nothing else can take it meanwhile.
+#[tokio::test]
+async fn a_refusing_host_callback_is_unavailable_at_once() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let refusing = tokio::net::TcpSocket::new_v4().unwrap();
+        refusing.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let port = refusing.local_addr().unwrap().port();
+        let refused = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap_err();
+        assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+
+        let url = format!("http://127.0.0.1:{port}/tools");
+        let dir = TempDir::new("faults-refusing");
+        let manifest = dir.write("tools.json", &host_manifest(&url, &["lookup"]));
+        let s = TestSidecar::start(&[
+            ("PTC_ENABLED", "true"),
+            ("PTC_TOOLS_FILE", manifest.to_str().unwrap()),
+        ])
+        .await;
+        let code = r#"
+import time
+t = time.monotonic()
+try:
+    await lookup()
+except ToolError as e:
+    print(e.type, time.monotonic() - t)
+    print(e)
+print("went on")
+"#;
+        let r = s.exec(code).await;
+        assert_eq!(r["status"], "ok", "{r}");
+        let stdout = r["stdout"].as_str().unwrap();
+        let lines: Vec<&str> = stdout.lines().collect();
+        let (kind, took) = lines[0].split_once(' ').unwrap();
+        assert_eq!(kind, "unavailable", "{r}");
+        let took: f64 = took.parse().unwrap();
+        assert!(
+            took < 1.0,
+            "a refused connection fails at once, not at a timeout: {r}"
+        );
+        assert_eq!(
+            lines[1..],
+            [
+                format!("host callback {url} is unreachable: Connection refused (os error 111)")
+                    .as_str(),
+                "went on",
+            ],
+            "{r}"
+        );
+        drop(refusing);
     })
     .await
     .unwrap();
