@@ -1,6 +1,7 @@
 //! One MCP server's actor: the single task that owns its connection (the child process or the
 //! HTTP session, and rmcp's client), starts it, lists its tools, passes calls to it, notices when
-//! it goes away and starts it again with backoff.
+//! it goes away and starts it again with backoff. Calls that come while it restarts wait for
+//! the start (when it is due before their deadline) and go first once it serves.
 //!
 //! Everyone else holds a [`ServerHandle`] (a bounded sender). The actor never waits on a call:
 //! each call runs in its own task on a clone of rmcp's `Peer`, so a slow tool holds up nothing
@@ -28,7 +29,7 @@ use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, ServiceError, ServiceExt};
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -58,12 +59,18 @@ pub const BACKOFF_RESET_AFTER: Duration = Duration::from_secs(60);
 /// How long a stopping stdio server gets to exit after its stdin closes before its group is
 /// killed: enough to flush, not enough to hold up shutdown.
 pub const STOP_GRACE: Duration = Duration::from_millis(500);
+/// Calls held at once for a server that is restarting; more are answered `unavailable` at
+/// once. As many as may queue in front of a serving one: a burst during a restart costs no
+/// more memory than a burst during service.
+pub const HELD_CALLS: usize = CALL_QUEUE;
 /// A call on its way to the actor.
 pub(crate) struct CallRequest {
     pub tool: String,
     pub args: JsonObject,
     /// The call's span, sent in `params._meta.traceparent` (and as a header over HTTP).
     pub traceparent: String,
+    /// When the caller gives up; a restart due later is not worth waiting for.
+    pub deadline: tokio::time::Instant,
     pub reply: oneshot::Sender<Result<Value, CallError>>,
 }
 
@@ -144,6 +151,18 @@ pub(crate) struct Actor {
     board: StatusBoard,
     /// Set by the hub when it stops this actor for good (see `StatusBoard::update`).
     retired: Arc<AtomicBool>,
+    /// Calls that came while the server was not serving and wait for its next start, in order.
+    held: VecDeque<CallRequest>,
+}
+
+/// What a server that is not serving is doing, for the calls that come meanwhile.
+#[derive(Debug, Clone, Copy)]
+enum Pending {
+    /// A start is under way: calls wait for it.
+    Attempt,
+    /// Waiting out the backoff: the next start begins then. A call waits when its deadline is
+    /// later, and is answered `unavailable` at once otherwise.
+    RetryAt(tokio::time::Instant),
 }
 
 /// Why the serving phase ended.
@@ -169,6 +188,7 @@ impl Actor {
                 calls: rx,
                 board,
                 retired,
+                held: VecDeque::new(),
             },
             ServerHandle { calls: tx },
         )
@@ -200,7 +220,7 @@ impl Actor {
             let connecting = async move {
                 tokio::time::timeout(timeout, connect(&spec, &options, tools_tx)).await
             };
-            let Some(started) = self.until(connecting).await else {
+            let Some(started) = self.until(connecting, Pending::Attempt).await else {
                 break;
             };
             let reason = match started {
@@ -221,6 +241,14 @@ impl Actor {
             };
             // The reason goes to the log and `/healthz`; an HTTP server's URL may carry a token.
             let reason = redact_urls(&reason);
+            // The calls waited for this start, which failed: they learn why now rather than
+            // after another backoff (none wait when the server went down while serving).
+            for call in std::mem::take(&mut self.held) {
+                let _ = call.reply.send(Err(CallError::Unavailable(format!(
+                    "MCP server {:?} could not be started ({reason}), so {}__{} cannot run now",
+                    self.spec.name, self.spec.name, call.tool
+                ))));
+            }
             failures = failures.saturating_add(1);
             let retry_in = backoff(failures);
             tracing::warn!(server = %self.name(), "MCP server failed: {reason}; next attempt in {retry_in:?}");
@@ -232,7 +260,13 @@ impl Actor {
                     retry_in,
                 };
             });
-            if self.until(tokio::time::sleep(retry_in)).await.is_none() {
+            let retry_at = tokio::time::Instant::now() + retry_in;
+            let backoff = tokio::time::sleep_until(retry_at);
+            if self
+                .until(backoff, Pending::RetryAt(retry_at))
+                .await
+                .is_none()
+            {
                 break;
             }
         }
@@ -242,9 +276,11 @@ impl Actor {
         });
     }
 
-    /// Awaits `work` while the server is not serving: calls are answered `Unavailable` with the
-    /// current state. `None` means stop (shutdown, or no handle left).
-    async fn until<T>(&mut self, work: impl Future<Output = T>) -> Option<T> {
+    /// Awaits `work` while the server is not serving. A call that comes meanwhile waits for
+    /// the next start when it is due before the call's deadline (a crashed server is back in a
+    /// moment: the calls after the crash must not fail for it), and is answered `Unavailable`
+    /// with the current state otherwise. `None` means stop (shutdown, or no handle left).
+    async fn until<T>(&mut self, work: impl Future<Output = T>, pending: Pending) -> Option<T> {
         tokio::pin!(work);
         loop {
             tokio::select! {
@@ -252,6 +288,16 @@ impl Actor {
                 () = self.options.shutdown.cancelled() => return None,
                 call = self.calls.recv() => {
                     let call = call?;
+                    let waits = match pending {
+                        Pending::Attempt => true,
+                        Pending::RetryAt(at) => call.deadline > at,
+                    };
+                    // Callers that gave up meanwhile leave room.
+                    self.held.retain(|c| !c.reply.is_closed());
+                    if waits && self.held.len() < HELD_CALLS {
+                        self.held.push_back(call);
+                        continue;
+                    }
                     let state = self.board.state(&self.spec.name);
                     let _ = call.reply.send(Err(CallError::Unavailable(format!(
                         "MCP server {:?} is not ready ({state}), so {}__{} cannot run now",
@@ -285,6 +331,18 @@ impl Actor {
         let mut relist: Option<Relist> = None;
         let mut relist_again = false;
         let server: Arc<str> = Arc::from(self.spec.name.as_str());
+        // The calls that waited for this start go first, in the order they came.
+        for call in std::mem::take(&mut self.held) {
+            if !call.reply.is_closed() {
+                in_flight.spawn(run_call(
+                    peer.clone(),
+                    server.clone(),
+                    call,
+                    self.options.max_result_bytes,
+                    down_tx.clone(),
+                ));
+            }
+        }
         let ended = loop {
             tokio::select! {
                 () = self.options.shutdown.cancelled() => break Ended::Stop,
@@ -374,6 +432,8 @@ async fn run_call(
         args,
         traceparent,
         mut reply,
+        // The caller's own timeout ends the call: dropping its receiver closes `reply`.
+        deadline: _,
     } = call;
     let mut params = CallToolRequestParams::new(tool.clone()).with_arguments(args);
     let mut meta = RequestMetaObject::new();
@@ -568,5 +628,62 @@ mod tests {
             ]
         );
         assert_eq!(backoff(u32::MAX), BACKOFF_MAX);
+    }
+
+    /// A server waiting out its backoff: a call whose deadline comes first is answered at once;
+    /// a call with time to spare waits for the next start and, when that start fails too,
+    /// learns why then (not at its own timeout).
+    #[tokio::test(start_paused = true)]
+    async fn calls_wait_for_a_restart_due_before_their_deadline() {
+        use crate::mcp::{Hub, HubOptions};
+        use crate::run::McpCaller;
+        use tokio::time::Instant;
+        let command = "/nonexistent/ptc-test-server";
+        let spec = ServerSpec {
+            name: "ghost".into(),
+            transport: Transport::Stdio {
+                command: command.into(),
+                args: vec![],
+                env: Default::default(),
+            },
+        };
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let _stop = shutdown.clone().drop_guard();
+        let hub = Hub::start(
+            vec![spec],
+            HubOptions::new(Duration::from_secs(20), shutdown),
+        );
+        hub.wait_started(Duration::from_secs(1)).await;
+        let span = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let cannot_start =
+            format!("cannot start {command:?}: No such file or directory (os error 2)");
+
+        let start = Instant::now();
+        let soon = start + BACKOFF_MIN / 5;
+        let answer = hub.call("ghost", "t", Value::Null, span, soon).await;
+        assert_eq!(
+            answer,
+            Err(CallError::Unavailable(format!(
+                "MCP server \"ghost\" is not ready (failed: {cannot_start}; next attempt in \
+                 0.5 s), so ghost__t cannot run now"
+            )))
+        );
+        assert_eq!(start.elapsed(), Duration::ZERO, "answered at once");
+
+        let later = start + Duration::from_secs(10);
+        let answer = hub.call("ghost", "t", Value::Null, span, later).await;
+        assert_eq!(
+            answer,
+            Err(CallError::Unavailable(format!(
+                "MCP server \"ghost\" could not be started ({cannot_start}), so ghost__t cannot \
+                 run now"
+            )))
+        );
+        assert_eq!(
+            start.elapsed(),
+            BACKOFF_MIN,
+            "answered when the next start failed"
+        );
+        assert_eq!(hub.status()["ghost"].restarts, 2);
     }
 }

@@ -3,7 +3,8 @@
 //! storm, an interpreter killed mid-run. Each test makes the fault happen for real, asserts that
 //! it did, and then asserts what must hold.
 
-use crate::common::{HostServer, HostTool, Sse, TEST_TIMEOUT, TempDir, TestSidecar, tool};
+use crate::common::{HostServer, HostTool, Sse, TEST_TIMEOUT, TempDir, TestSidecar, tool, unique};
+use crate::mcp::{marked, wait_for_state};
 use crate::procs;
 use serde_json::{Value, json};
 use std::sync::Arc;
@@ -230,6 +231,83 @@ print("went on")
             "{r}"
         );
         drop(refusing);
+    })
+    .await
+    .unwrap();
+}
+
+const DEMO: &str = env!("CARGO_BIN_EXE_ptc-demo-mcp");
+
+/// The demo server's `--crash-every`: each of its processes exits on this call.
+const CRASH_EVERY: usize = 50;
+/// Runs of [`CRASH_EVERY`] sequential calls each: every run's last call is a crash.
+const CRASH_RUNS: usize = 4;
+
+/// An MCP server that crashes on every 50th call: 200 sequential calls over four runs; exactly
+/// the crashing calls fail, as `unavailable`, and every other call succeeds, the first call
+/// after each crash included (it waits for the restart instead of failing); `/healthz` counts
+/// the four restarts, and a new process serves at the end.
+#[tokio::test]
+async fn an_mcp_server_crashing_every_50th_call_fails_only_those_calls() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let mark = unique("crash");
+        let dir = TempDir::new("faults-crash");
+        let server = json!({"command": DEMO, "args": ["--crash-every", CRASH_EVERY.to_string()], "env": {"PTC_TEST_MARK": mark}});
+        let config = dir.write("mcp.json", &json!({"mcpServers": {"demo": server}}).to_string());
+        let s = TestSidecar::start(&[
+            ("PTC_ENABLED", "true"),
+            ("PTC_MCP_CONFIG", config.to_str().unwrap()),
+        ])
+        .await;
+        wait_for_state(&s, "demo", "ready").await;
+        let first = marked(&mark);
+        assert_eq!(first.len(), 1, "{first:?}");
+
+        let code = format!(
+            r#"
+import json
+out = []
+for i in range({CRASH_EVERY}):
+    try:
+        out.append(await demo__add(a=i, b=1000))
+    except ToolError as e:
+        out.append(e.type + ": " + str(e))
+print(json.dumps(out))
+"#
+        );
+        let mut got = Vec::new();
+        let mut served_by = Vec::new();
+        for _ in 0..CRASH_RUNS {
+            let r = s.exec(&code).await;
+            assert_eq!(r["status"], "ok", "{r}");
+            let out: Vec<String> = serde_json::from_str(r["stdout"].as_str().unwrap()).unwrap();
+            got.extend(out);
+            served_by.extend(marked(&mark));
+        }
+        // A crash's message names the server and the call, however the sidecar noticed first
+        // (the call's connection closing, or the process exiting).
+        let crashed = "unavailable: MCP server \"demo\" went away during the call to demo__add";
+        let got: Vec<String> = got
+            .into_iter()
+            .map(|line| match line.strip_prefix(crashed) {
+                Some(rest) if rest.ends_with("it is being restarted") => "crashed".into(),
+                _ => line,
+            })
+            .collect();
+        let want: Vec<String> = (1..=CRASH_EVERY * CRASH_RUNS)
+            .map(|n| match n % CRASH_EVERY {
+                0 => "crashed".into(),
+                i => (i - 1 + 1000).to_string(),
+            })
+            .collect();
+        pretty_assertions::assert_eq!(got, want);
+
+        let h = wait_for_state(&s, "demo", "ready").await;
+        assert_eq!(h["mcp_servers"]["demo"]["restarts"], CRASH_RUNS, "{h}");
+        let last = marked(&mark);
+        assert_eq!(last.len(), 1, "{last:?}");
+        assert!(!first.contains(&last[0]) && !served_by.contains(&last[0]), "a new process: {first:?} {served_by:?} {last:?}");
+        assert!(procs::wait_dead(&first).await.is_empty(), "the first process is gone");
     })
     .await
     .unwrap();
