@@ -312,3 +312,155 @@ print(json.dumps(out))
     .await
     .unwrap();
 }
+
+/// Manifest versions written in the storm, after the one the sidecar starts with.
+const STORM_WRITES: usize = 100;
+/// How long the storm lasts.
+const STORM: Duration = Duration::from_secs(1);
+/// Tools in each manifest version.
+const STORM_TOOLS: usize = 40;
+
+/// Manifest version `v`: [`STORM_TOOLS`] tools `v{v}_tool{j}`, each with a long description, so
+/// a file is large (about 100 KB) and a reader can catch it half-written.
+fn storm_manifest(v: usize) -> String {
+    let tools: Vec<Value> = (0..STORM_TOOLS)
+        .map(|j| {
+            json!({
+                "name": format!("v{v}_tool{j}"),
+                "description": format!("Tool {j} of manifest version {v}. ").repeat(60),
+                "input_schema": {"type": "object", "properties": {"n": {"type": "integer"}}},
+            })
+        })
+        .collect();
+    json!({"callback": {"url": "http://127.0.0.1:9/tools"}, "tools": tools}).to_string()
+}
+
+/// The manifest versions whose tools an answer of `GET /v1/tools` shows, and how many tools of
+/// each: a complete catalog shows one version with all its tools.
+fn versions_shown(answer: &Value) -> std::collections::BTreeMap<usize, usize> {
+    let text = answer["tools"].to_string();
+    let mut seen = std::collections::BTreeMap::new();
+    let mut names = std::collections::BTreeSet::new();
+    for (at, _) in text.match_indices("_tool") {
+        let before = &text[..at];
+        let digits = before.len() - before.trim_end_matches(|c: char| c.is_ascii_digit()).len();
+        let after = &text[at + "_tool".len()..];
+        let tool_digits =
+            after.len() - after.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        if digits == 0 || tool_digits == 0 || !before[..before.len() - digits].ends_with('v') {
+            continue;
+        }
+        let v: usize = before[before.len() - digits..].parse().unwrap();
+        let j: usize = after[..tool_digits].parse().unwrap();
+        if names.insert((v, j)) {
+            *seen.entry(v).or_insert(0) += 1;
+        }
+    }
+    seen
+}
+
+/// The manifest rewritten 100 times in a second, half the writes in place (truncate, then the
+/// text in two parts: a reader can find it empty or half-written) and half by rename: while it
+/// happens, every answer of `GET /v1/tools` is one whole version; afterwards the last version is
+/// served; the reloader rebuilt a few times at most (`reload::DEBOUNCE`, 250 ms of quiet) and
+/// never swapped in a broken catalog.
+#[tokio::test]
+async fn a_manifest_rewritten_100_times_in_a_second_reloads_a_few_times_and_never_breaks() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let dir = TempDir::new("faults-storm");
+        let path = dir.write("tools.json", &storm_manifest(0));
+        let s = TestSidecar::start(&[
+            ("PTC_ENABLED", "true"),
+            ("PTC_TOOLS_FILE", path.to_str().unwrap()),
+        ])
+        .await;
+        let first: Value = s.get_json("/v1/tools").await;
+        assert_eq!(versions_shown(&first), [(0, STORM_TOOLS)].into());
+
+        let mut events = s.sidecar.state.events.subscribe();
+        // Polls /v1/tools until told to stop: each answer's versions.
+        let stop = tokio_util::sync::CancellationToken::new();
+        let poller = {
+            let (http, url, stop) = (s.http.clone(), s.url("/v1/tools"), stop.clone());
+            tokio::spawn(async move {
+                let mut answers = Vec::new();
+                while !stop.is_cancelled() {
+                    let answer: Value = http.get(&url).send().await.unwrap().json().await.unwrap();
+                    answers.push((answer["version"].as_u64().unwrap(), versions_shown(&answer)));
+                }
+                answers
+            })
+        };
+
+        let started = std::time::Instant::now();
+        for v in 1..=STORM_WRITES {
+            let text = storm_manifest(v);
+            if v % 2 == 0 {
+                use std::io::Write;
+                let mut file = std::fs::File::create(&path).unwrap();
+                let (head, tail) = text.split_at(text.len() / 2);
+                file.write_all(head.as_bytes()).unwrap();
+                let half = std::fs::read(&path).unwrap();
+                assert!(serde_json::from_slice::<Value>(&half).is_err(), "half-written");
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                file.write_all(tail.as_bytes()).unwrap();
+            } else {
+                let tmp = dir.0.join(format!(".tools.json.{v}"));
+                std::fs::write(&tmp, &text).unwrap();
+                std::fs::rename(&tmp, &path).unwrap();
+            }
+            let due = STORM * v as u32 / STORM_WRITES as u32;
+            tokio::time::sleep(due.saturating_sub(started.elapsed())).await;
+        }
+        let storm = started.elapsed();
+        assert!(storm < STORM * 2, "the storm took {storm:?}");
+
+        // Settled on the last version.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let answer = s.get_json("/v1/tools").await;
+            if versions_shown(&answer) == [(STORM_WRITES, STORM_TOOLS)].into() {
+                break;
+            }
+            assert!(std::time::Instant::now() < deadline, "the last version never came");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        stop.cancel();
+        let answers = poller.await.unwrap();
+        let last = s.get_json("/v1/tools").await;
+        assert_eq!(versions_shown(&last), [(STORM_WRITES, STORM_TOOLS)].into());
+
+        let broken: Vec<_> = answers
+            .iter()
+            .filter(|(_, shown)| shown.len() != 1 || shown.values().next() != Some(&STORM_TOOLS))
+            .collect();
+        assert!(broken.is_empty(), "{} of {} answers were not one whole version: {broken:?}", broken.len(), answers.len());
+        assert!(answers.len() > 20, "the poller saw the storm: {} answers", answers.len());
+
+        let h = s.health().await;
+        let reloads = h["reload"]["reloads"].as_u64().unwrap();
+        let failures = s.sidecar.state.reload.lock().unwrap().failures;
+        assert!((1..=10).contains(&reloads), "{reloads} reloads: {h}");
+        assert!(h["reload"]["last_error"].is_null(), "{h}");
+        assert_eq!(last["version"], 1 + reloads, "{h}");
+        let mut reloaded = Vec::new();
+        while let Ok(e) = events.try_recv() {
+            let e: Value = serde_json::from_str(&e).unwrap();
+            if e["type"] == "catalog.reloaded" {
+                reloaded.push((e["ok"].as_bool().unwrap(), e["version"].as_u64().unwrap()));
+            }
+        }
+        // A rebuild that read a half-written file keeps the catalog and says so (`ok: false`):
+        // allowed, if a stalled writer let the quiet time pass mid-write; a swap is `ok: true`.
+        let swapped: Vec<u64> = reloaded.iter().filter(|(ok, _)| *ok).map(|(_, v)| *v).collect();
+        assert_eq!(swapped, (2..=1 + reloads).collect::<Vec<_>>(), "{reloaded:?}");
+        let versions: std::collections::BTreeSet<u64> = answers.iter().map(|(v, _)| *v).collect();
+        println!(
+            "storm of {STORM_WRITES} writes in {storm:?}: {} answers, catalog versions {versions:?}, \
+             {reloads} reloads, {failures} failed reloads",
+            answers.len()
+        );
+    })
+    .await
+    .unwrap();
+}
