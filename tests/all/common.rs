@@ -93,7 +93,15 @@ impl TestSidecar {
     }
 
     pub async fn start_with(vars: &[(&str, &str)], saved: &[SavedCatalog]) -> TestSidecar {
-        let runtime = TempDir::new("runtime");
+        Self::start_in(TempDir::new("runtime"), vars, saved).await
+    }
+
+    /// With `runtime` as its runtime directory (where the runs' scratch directories are).
+    pub async fn start_in(
+        runtime: TempDir,
+        vars: &[(&str, &str)],
+        saved: &[SavedCatalog],
+    ) -> TestSidecar {
         let mut c = config(vars);
         c.listen = Listen::Tcp("127.0.0.1:0".parse().unwrap());
         c.runtime_dir = Some(runtime.0.clone());

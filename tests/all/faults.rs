@@ -464,3 +464,159 @@ async fn a_manifest_rewritten_100_times_in_a_second_reloads_a_few_times_and_neve
     .await
     .unwrap();
 }
+
+/// A tmpfs mounted on a directory of its own for one test, unmounted and the directory removed
+/// when dropped, however the test ends (passed, failed or timed out).
+struct Tmpfs {
+    dir: std::path::PathBuf,
+}
+
+impl Tmpfs {
+    /// `Err` says why when this process may not mount (not root, no `CAP_SYS_ADMIN`).
+    fn mount(label: &str, size: &str) -> Result<Tmpfs, String> {
+        use std::ffi::CString;
+        use std::os::unix::ffi::OsStrExt;
+        let dir = std::env::temp_dir().join(unique(label));
+        std::fs::create_dir(&dir).unwrap();
+        let target = CString::new(dir.as_os_str().as_bytes()).unwrap();
+        let options = CString::new(format!("size={size},mode=0755")).unwrap();
+        // SAFETY: mount(2) with valid NUL-terminated strings that outlive the call.
+        let mounted = unsafe {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                target.as_ptr(),
+                c"tmpfs".as_ptr(),
+                0,
+                options.as_ptr().cast(),
+            )
+        };
+        if mounted != 0 {
+            let why = std::io::Error::last_os_error();
+            let _ = std::fs::remove_dir(&dir);
+            return Err(format!("cannot mount a tmpfs on {}: {why}", dir.display()));
+        }
+        Ok(Tmpfs { dir })
+    }
+
+    /// Bytes free for an unprivileged writer.
+    fn free(&self) -> u64 {
+        use std::os::unix::ffi::OsStrExt;
+        let path = std::ffi::CString::new(self.dir.as_os_str().as_bytes()).unwrap();
+        // SAFETY: statvfs(2) into a zeroed struct of the right type.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::statvfs(path.as_ptr(), &mut st) }, 0);
+        st.f_bavail * st.f_frsize
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        use std::os::unix::ffi::OsStrExt;
+        let target = std::ffi::CString::new(self.dir.as_os_str().as_bytes()).unwrap();
+        // SAFETY: umount2(2) of the mount this guard made; lazily, if a process still uses it.
+        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+        let _ = std::fs::remove_dir(&self.dir);
+    }
+}
+
+/// The scratch disk's size: room for the runtime directory's own files (the prepared SDK, about
+/// 170 KB), little for a run.
+const SCRATCH_DISK: &str = "4m";
+
+/// The scratch disk full: the sidecar's runtime directory (so every run's scratch directory) on
+/// a small tmpfs, and code that writes until the kernel says no. The code gets an `OSError` with
+/// errno ENOSPC, "No space left on device", and the disk really is full then; the run ends
+/// normally, its space comes back, the next run on the same sidecar succeeds and `/healthz` is
+/// fine. Needs root (`CAP_SYS_ADMIN`) to mount: without it the test says so and returns.
+#[tokio::test]
+async fn a_full_scratch_disk_is_an_oserror_for_the_code_and_nothing_for_the_sidecar() {
+    let disk = match Tmpfs::mount("faults-disk", SCRATCH_DISK) {
+        Ok(disk) => disk,
+        Err(why) => {
+            println!("skipped: {why}");
+            return;
+        }
+    };
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let runtime = TempDir(disk.dir.clone());
+        let s = TestSidecar::start_in(
+            runtime,
+            &[("PTC_ENABLED", "true"), ("PTC_WARM_WORKERS", "0")],
+            &[],
+        )
+        .await;
+        let free_before = disk.free();
+        let code = r#"
+import errno, os
+written = 0
+try:
+    with open("fill.bin", "wb", buffering=0) as f:
+        while True:
+            written += f.write(b"x" * 65536)
+except OSError as e:
+    st = os.statvfs(".")
+    print(type(e).__name__, e.errno == errno.ENOSPC, e.strerror)
+    print(written, st.f_bavail * st.f_frsize, flush=True)
+    await asyncio.sleep(1)
+print("went on")
+"#;
+        // While the disk is full (the code holds its file for a second), another run starts,
+        // cold: its scratch directory and interpreter on the full disk.
+        let mut sse = Sse::open(&s, code).await;
+        let (mut printed, mut meanwhile) = (String::new(), None);
+        let r = loop {
+            match sse.next().await.expect("the run ends with done") {
+                (name, data) if name == "done" => break data,
+                (name, data) if name == "stdout" => {
+                    printed.push_str(data["text"].as_str().unwrap());
+                    if meanwhile.is_none() && printed.lines().count() >= 2 {
+                        assert_eq!(disk.free(), 0, "the disk is full: {printed}");
+                        meanwhile = Some(s.exec("print('meanwhile')").await);
+                    }
+                }
+                _ => {}
+            }
+        };
+        let meanwhile = meanwhile.expect("a run while the disk was full");
+        assert_eq!(meanwhile["stdout"], "meanwhile\n", "{meanwhile}");
+        assert_eq!(r["status"], "ok", "{r}");
+        let stdout = r["stdout"].as_str().unwrap();
+        let lines: Vec<&str> = stdout.lines().collect();
+        assert_eq!(lines[0], "OSError True No space left on device", "{r}");
+        assert_eq!(lines[2], "went on", "{r}");
+        let (written, free): (u64, u64) = {
+            let mut n = lines[1].split(' ').map(|n| n.parse().unwrap());
+            (n.next().unwrap(), n.next().unwrap())
+        };
+        assert_eq!(free, 0, "the disk was full when the code was told: {r}");
+        assert!(
+            written > 0 && written <= free_before,
+            "{written} bytes of {free_before}"
+        );
+
+        // The run's scratch directory is gone, and its space with it.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while disk.free() < free_before / 2 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the space never came back: {} free",
+                disk.free()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+
+        let next =
+            "open('small.txt', 'w').write('ok' * 1000)\nprint(len(open('small.txt').read()))";
+        let r = s.exec(next).await;
+        assert_eq!(
+            (r["status"].as_str(), r["stdout"].as_str()),
+            (Some("ok"), Some("2000\n")),
+            "{r}"
+        );
+        let h = s.health().await;
+        assert_eq!(h["status"], "ok", "{h}");
+        println!("{written} bytes written before ENOSPC on a {SCRATCH_DISK} tmpfs");
+    })
+    .await
+    .unwrap();
+}
