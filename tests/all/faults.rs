@@ -3,7 +3,9 @@
 //! storm, an interpreter killed mid-run. Each test makes the fault happen for real, asserts that
 //! it did, and then asserts what must hold.
 
-use crate::common::{HostServer, HostTool, Sse, TEST_TIMEOUT, TempDir, TestSidecar, tool, unique};
+use crate::common::{
+    HostServer, HostTool, Sse, TEST_TIMEOUT, TempDir, TestRedis, TestSidecar, tool, unique,
+};
 use crate::mcp::{marked, wait_for_state};
 use crate::procs;
 use serde_json::{Value, json};
@@ -616,6 +618,189 @@ print("went on")
         let h = s.health().await;
         assert_eq!(h["status"], "ok", "{h}");
         println!("{written} bytes written before ENOSPC on a {SCRATCH_DISK} tmpfs");
+    })
+    .await
+    .unwrap();
+}
+
+/// Loops of runs going on at once while Redis is killed.
+const REDIS_LOOPS: usize = 4;
+/// Tool calls in each run (sequential: a run's events have one order).
+const REDIS_RUN_CALLS: usize = 5;
+/// Load before the kill, and after the publisher is back.
+const REDIS_LOAD: Duration = Duration::from_secs(1);
+/// How long Redis stays down.
+const REDIS_DOWN: Duration = Duration::from_secs(2);
+
+/// `/healthz`'s event counters: (connected, emitted, published, held, dropped).
+async fn event_counters(s: &TestSidecar) -> (bool, u64, u64, u64, u64) {
+    let e = &s.health().await["events"];
+    let n = |k: &str| e[k].as_u64().unwrap();
+    (
+        e["connected"].as_bool().unwrap(),
+        n("emitted"),
+        n("published"),
+        n("held"),
+        n("dropped"),
+    )
+}
+
+/// Waits (at most 20 s) until `check` holds for the event counters; returns them.
+async fn until_counters(
+    s: &TestSidecar,
+    what: &str,
+    check: impl Fn((bool, u64, u64, u64, u64)) -> bool,
+) -> (bool, u64, u64, u64, u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let c = event_counters(s).await;
+        if check(c) {
+            return c;
+        }
+        assert!(std::time::Instant::now() < deadline, "never {what}: {c:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Redis SIGKILLed under load and restarted on the same port after two seconds (a durable one:
+/// what it acknowledged survives, so the stream can be checked whole). No run fails; the events
+/// emitted meanwhile are held and flushed once Redis is back; the stream then holds every
+/// event the sidecar emitted, each run's in order, and the counters say published == emitted
+/// with none dropped.
+#[tokio::test]
+async fn redis_killed_under_load_fails_no_run_and_loses_no_event() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let mut redis = TestRedis::own_durable();
+        let agent = unique("faults-redis");
+        let host = HostServer::start(vec![("ping", tool(|input| json!({"result": input["n"]})))]).await;
+        let dir = TempDir::new("faults-redis");
+        let manifest = json!({"callback": {"url": host.url()}, "tools": [
+            {"name": "ping", "input_schema": {"type": "object", "properties": {"n": {"type": "integer"}}}}
+        ]});
+        let manifest = dir.write("tools.json", &manifest.to_string());
+        let s = TestSidecar::start(&[
+            ("PTC_ENABLED", "true"),
+            ("PTC_TOOLS_FILE", manifest.to_str().unwrap()),
+            ("REDIS_URL", &redis.url),
+            ("PTC_AGENT_ID", &agent),
+            // Every event stays in the stream, so the test can look for each.
+            ("PTC_EVENTS_STREAM_MAXLEN", "1000000"),
+        ])
+        .await;
+
+        // The load: loops of runs until told to stop, each run's result kept.
+        let stop = tokio_util::sync::CancellationToken::new();
+        let done = Arc::new(AtomicUsize::new(0));
+        let code = format!("total = 0\nfor i in range({REDIS_RUN_CALLS}):\n    total += await ping(n=i)\nprint(total)\n");
+        let want_stdout = format!("{}\n", (0..REDIS_RUN_CALLS).sum::<usize>());
+        let loops: Vec<_> = (0..REDIS_LOOPS)
+            .map(|_| {
+                let (http, url, stop, done) = (s.http.clone(), s.url("/v1/exec_code"), stop.clone(), done.clone());
+                let body = json!({"code": code});
+                tokio::spawn(async move {
+                    let mut results = Vec::new();
+                    while !stop.is_cancelled() {
+                        let r: Value = http.post(&url).json(&body).send().await.unwrap().json().await.unwrap();
+                        results.push(r);
+                        done.fetch_add(1, Ordering::SeqCst);
+                    }
+                    results
+                })
+            })
+            .collect();
+        tokio::time::sleep(REDIS_LOAD).await;
+        let (connected, _, published_before, ..) = event_counters(&s).await;
+        assert!(connected && published_before > 0, "events reached Redis before the kill");
+
+        // Kill it.
+        let pid = redis.pid().unwrap() as i32;
+        redis.stop();
+        let down_at = std::time::Instant::now();
+        assert!(!procs::is_alive(pid), "redis-server {pid} is dead");
+        let port: u16 = redis.url.rsplit(':').next().unwrap().trim_end_matches("/0").parse().unwrap();
+        let refused = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap_err();
+        assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
+        let runs_at_kill = done.load(Ordering::SeqCst);
+        until_counters(&s, "noticed Redis is down", |(connected, ..)| !connected).await;
+        let mut most_held = 0;
+        while down_at.elapsed() < REDIS_DOWN {
+            let (connected, _, _, held, _) = event_counters(&s).await;
+            assert!(!connected, "Redis is down");
+            most_held = most_held.max(held);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let runs_while_down = done.load(Ordering::SeqCst) - runs_at_kill;
+        assert!(runs_while_down > 0, "runs went on while Redis was down");
+        assert!(most_held > 0, "events were held while Redis was down");
+
+        // Back, on the same port and with the same files.
+        redis.start();
+        assert_ne!(redis.pid().unwrap() as i32, pid, "a new redis-server");
+        until_counters(&s, "flushed the held events", |(connected, _, _, held, _)| connected && held == 0).await;
+        let reconnected_after = down_at.elapsed();
+        let runs_before_back = done.load(Ordering::SeqCst);
+        tokio::time::sleep(REDIS_LOAD).await;
+        stop.cancel();
+        let mut results = Vec::new();
+        for l in loops {
+            results.extend(l.await.unwrap());
+        }
+        assert!(results.len() > runs_before_back, "runs went on after Redis was back");
+        let failed: Vec<&Value> = results
+            .iter()
+            .filter(|r| r["status"] != "ok" || r["stdout"] != want_stdout.as_str())
+            .collect();
+        assert!(failed.is_empty(), "{} of {} runs failed: {failed:?}", failed.len(), results.len());
+
+        let (_, emitted, published, held, dropped) =
+            until_counters(&s, "published all", |(_, emitted, published, ..)| published == emitted).await;
+        assert_eq!((held, dropped), (0, 0));
+
+        // The stream: every event once at least, first copies in emission order, each run whole.
+        let mut conn = redis.connection().await;
+        let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+            .arg(format!("ptc:stream:{agent}"))
+            .arg("-")
+            .arg("+")
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let entries: Vec<Value> = reply
+            .ids
+            .iter()
+            .map(|e| serde_json::from_str(&e.get::<String>("event").unwrap()).unwrap())
+            .collect();
+        let mut seen = std::collections::BTreeSet::new();
+        let mut first_copies = Vec::new();
+        for e in &entries {
+            if seen.insert(e["seq"].as_u64().unwrap()) {
+                first_copies.push(e);
+            }
+        }
+        let seqs: Vec<u64> = first_copies.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+        assert_eq!(seqs, (0..emitted).collect::<Vec<_>>(), "every event, in order");
+        let mut runs: std::collections::BTreeMap<&str, Vec<&str>> = Default::default();
+        for e in &first_copies {
+            if let Some(exec) = e["exec_id"].as_str() {
+                runs.entry(exec).or_default().push(e["type"].as_str().unwrap());
+            }
+        }
+        let mut want_run = vec!["exec.started"];
+        for _ in 0..REDIS_RUN_CALLS {
+            want_run.extend(["tool_call.started", "tool_call.finished"]);
+        }
+        want_run.push("exec.finished");
+        assert_eq!(runs.len(), results.len(), "one run in the stream per run made");
+        for (exec, types) in &runs {
+            assert_eq!(types, &want_run, "run {exec}");
+        }
+        println!(
+            "{} runs ({runs_while_down} while Redis was down {REDIS_DOWN:?}), {emitted} events \
+             emitted = {published} published, 0 dropped, at most {most_held} held, writer back \
+             {reconnected_after:?} after the kill, {} duplicates in the stream (at least once)",
+            results.len(),
+            entries.len() - first_copies.len(),
+        );
     })
     .await
     .unwrap();
