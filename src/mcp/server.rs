@@ -53,8 +53,10 @@ pub const RELIST_TIMEOUT: Duration = Duration::from_secs(20);
 /// First and longest wait before restarting a failed server: a crash loop costs little.
 pub const BACKOFF_MIN: Duration = Duration::from_millis(500);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(60);
-/// A server up this long counts as healthy again: its next failure restarts it after
-/// [`BACKOFF_MIN`] instead of the grown backoff.
+/// A server up this long, or that answered a call since it came up, counts as healthy again:
+/// its next failure restarts it after [`BACKOFF_MIN`] instead of the grown backoff. (A server
+/// that crashes on some calls but answers the others is worth restarting at once; one that
+/// fails before it answers anything backs off.)
 pub const BACKOFF_RESET_AFTER: Duration = Duration::from_secs(60);
 /// How long a stopping stdio server gets to exit after its stdin closes before its group is
 /// killed: enough to flush, not enough to hold up shutdown.
@@ -169,8 +171,8 @@ enum Pending {
 enum Ended {
     /// Shutdown, or every handle is gone: stop for good.
     Stop,
-    /// The server went away; restart it.
-    Down(String),
+    /// The server went away; restart it. `answered`: it answered a call first.
+    Down { reason: String, answered: bool },
 }
 
 impl Actor {
@@ -230,8 +232,8 @@ impl Actor {
                     let up_since = Instant::now();
                     match self.serve(connection, &mut tools_rx).await {
                         Ended::Stop => break,
-                        Ended::Down(reason) => {
-                            if up_since.elapsed() >= BACKOFF_RESET_AFTER {
+                        Ended::Down { reason, answered } => {
+                            if answered || up_since.elapsed() >= BACKOFF_RESET_AFTER {
                                 failures = 0;
                             }
                             reason
@@ -343,16 +345,20 @@ impl Actor {
                 ));
             }
         }
-        let ended = loop {
+        let mut answered = false;
+        // Why the server went down, or `None` to stop.
+        let down = loop {
             tokio::select! {
-                () = self.options.shutdown.cancelled() => break Ended::Stop,
+                () = self.options.shutdown.cancelled() => break None,
                 call = self.calls.recv() => match call {
                     Some(call) => {
                         in_flight.spawn(run_call(peer.clone(), server.clone(), call, self.options.max_result_bytes, down_tx.clone()));
                     }
-                    None => break Ended::Stop,
+                    None => break None,
                 },
-                Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+                Some(joined) = in_flight.join_next(), if !in_flight.is_empty() => {
+                    answered |= joined.unwrap_or(false);
+                }
                 quit = &mut closed => {
                     if let Some(c) = &child {
                         c.log_tail(self.name());
@@ -361,15 +367,15 @@ impl Actor {
                         Ok(QuitReason::Closed) => String::new(),
                         other => format!(" ({other:?})"),
                     };
-                    break Ended::Down(format!("the connection closed{why}"));
+                    break Some(format!("the connection closed{why}"));
                 }
                 status = wait_child(&mut child) => {
                     if let Some(c) = &child {
                         c.log_tail(self.name());
                     }
-                    break Ended::Down(format!("the server process exited ({})", describe_exit(status)));
+                    break Some(format!("the server process exited ({})", describe_exit(status)));
                 }
-                Some(reason) = down_rx.recv() => break Ended::Down(reason),
+                Some(reason) = down_rx.recv() => break Some(reason),
                 Some(()) = tools_rx.recv() => {
                     if relist.is_some() {
                         relist_again = true;
@@ -400,7 +406,10 @@ impl Actor {
             let _ = tokio::time::timeout(STOP_GRACE, c.process.wait()).await;
             drop(c);
         }
-        ended
+        match down {
+            None => Ended::Stop,
+            Some(reason) => Ended::Down { reason, answered },
+        }
     }
 }
 
@@ -419,14 +428,15 @@ pub fn backoff(failures: u32) -> Duration {
 }
 
 /// One call on the server. Drops the rmcp call when the caller gives up (`PTC_TOOL_TIMEOUT`),
-/// which sends `notifications/cancelled` to the server.
+/// which sends `notifications/cancelled` to the server. Whether the server answered it (a
+/// result or a JSON-RPC error: it was working).
 async fn run_call(
     peer: Peer<RoleClient>,
     server: Arc<str>,
     call: CallRequest,
     max_result_bytes: usize,
     down: mpsc::Sender<String>,
-) {
+) -> bool {
     let CallRequest {
         tool,
         args,
@@ -441,8 +451,9 @@ async fn run_call(
     params.meta = Some(meta);
     let outcome = tokio::select! {
         outcome = peer.call_tool(params) => outcome,
-        () = reply.closed() => return,
+        () = reply.closed() => return false,
     };
+    let answered = matches!(outcome, Ok(_) | Err(ServiceError::McpError(_)));
     let result = match outcome {
         Ok(result) => map_result(&server, &tool, result, max_result_bytes),
         Err(ServiceError::McpError(e)) => Err(CallError::Tool(format!(
@@ -467,6 +478,7 @@ async fn run_call(
         ))),
     };
     let _ = reply.send(result);
+    answered
 }
 
 /// What broke, in a person's words: the innermost cause, not rmcp's type names.

@@ -242,13 +242,16 @@ const DEMO: &str = env!("CARGO_BIN_EXE_ptc-demo-mcp");
 
 /// The demo server's `--crash-every`: each of its processes exits on this call.
 const CRASH_EVERY: usize = 50;
-/// Runs of [`CRASH_EVERY`] sequential calls each: every run's last call is a crash.
-const CRASH_RUNS: usize = 4;
+/// Runs of [`CRASH_EVERY`] sequential calls each: every run's last call is a crash. Eight
+/// crashes within a minute: with a backoff that grew on each, the eighth restart came 32 s
+/// later, past a call's 30 s `PTC_TOOL_TIMEOUT`.
+const CRASH_RUNS: usize = 8;
 
-/// An MCP server that crashes on every 50th call: 200 sequential calls over four runs; exactly
+/// An MCP server that crashes on every 50th call: 400 sequential calls over eight runs; exactly
 /// the crashing calls fail, as `unavailable`, and every other call succeeds, the first call
-/// after each crash included (it waits for the restart instead of failing); `/healthz` counts
-/// the four restarts, and a new process serves at the end.
+/// after each crash included (it waits for the restart instead of failing, and the restart
+/// comes after the shortest backoff, since the server answered calls between crashes);
+/// `/healthz` counts the eight restarts, and a new process serves at the end.
 #[tokio::test]
 async fn an_mcp_server_crashing_every_50th_call_fails_only_those_calls() {
     tokio::time::timeout(TEST_TIMEOUT, async {
