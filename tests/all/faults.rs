@@ -528,11 +528,14 @@ impl Drop for Tmpfs {
 /// 170 KB), little for a run.
 const SCRATCH_DISK: &str = "4m";
 
-/// The scratch disk full: the sidecar's runtime directory (so every run's scratch directory) on
-/// a small tmpfs, and code that writes until the kernel says no. The code gets an `OSError` with
-/// errno ENOSPC, "No space left on device", and the disk really is full then; the run ends
-/// normally, its space comes back, the next run on the same sidecar succeeds and `/healthz` is
-/// fine. Needs root (`CAP_SYS_ADMIN`) to mount: without it the test says so and returns.
+/// The scratch disk full: the sidecar's runtime directory (so every run's scratch directory and
+/// prepared SDK) on a small tmpfs, and code that writes until the kernel says no. The code gets
+/// an `OSError` with errno ENOSPC, "No space left on device", with the disk really full, and goes
+/// on. While it holds the disk full (waiting on a host tool the test answers): a run starts cold
+/// and succeeds; the manifest changes, and a run of the new catalog, whose SDK cannot be written,
+/// fails with that reason. Once the space is back, the new catalog's next run succeeds and
+/// `/healthz` is fine. Needs root (`CAP_SYS_ADMIN`) to mount: without it the test says so and
+/// returns.
 #[tokio::test]
 async fn a_full_scratch_disk_is_an_oserror_for_the_code_and_nothing_for_the_sidecar() {
     let disk = match Tmpfs::mount("faults-disk", SCRATCH_DISK) {
@@ -543,10 +546,29 @@ async fn a_full_scratch_disk_is_an_oserror_for_the_code_and_nothing_for_the_side
         }
     };
     tokio::time::timeout(TEST_TIMEOUT, async {
+        // `release()` answers once the test says so.
+        let go = Arc::new(tokio::sync::Notify::new());
+        let release: HostTool = {
+            let go = go.clone();
+            Arc::new(move |_| {
+                let go = go.clone();
+                Box::pin(async move {
+                    go.notified().await;
+                    json!({"result": "released"})
+                })
+            })
+        };
+        let host = HostServer::start(vec![("release", release), ("extra", tool(|_| json!({"result": 1})))]).await;
+        let dir = TempDir::new("faults-disk-manifest");
+        let manifest = dir.write("tools.json", &host_manifest(&host.url(), &["release"]));
         let runtime = TempDir(disk.dir.clone());
         let s = TestSidecar::start_in(
             runtime,
-            &[("PTC_ENABLED", "true"), ("PTC_WARM_WORKERS", "0")],
+            &[
+                ("PTC_ENABLED", "true"),
+                ("PTC_TOOLS_FILE", manifest.to_str().unwrap()),
+                ("PTC_WARM_WORKERS", "0"),
+            ],
             &[],
         )
         .await;
@@ -562,62 +584,63 @@ except OSError as e:
     st = os.statvfs(".")
     print(type(e).__name__, e.errno == errno.ENOSPC, e.strerror)
     print(written, st.f_bavail * st.f_frsize, flush=True)
-    await asyncio.sleep(1)
+    print(await release())
 print("went on")
 "#;
-        // While the disk is full (the code holds its file for a second), another run starts,
-        // cold: its scratch directory and interpreter on the full disk.
         let mut sse = Sse::open(&s, code).await;
-        let (mut printed, mut meanwhile) = (String::new(), None);
+        let mut printed = String::new();
+        while printed.matches('\n').count() < 2 {
+            let (name, data) = sse.next().await.expect("the run prints");
+            if name == "stdout" {
+                printed.push_str(data["text"].as_str().unwrap());
+            }
+        }
+        assert_eq!(disk.free(), 0, "the disk is full: {printed}");
+
+        // A run while the disk is full: cold, its scratch directory and interpreter on it.
+        let r = s.exec("print('meanwhile')").await;
+        assert_eq!(r["stdout"], "meanwhile\n", "{r}");
+        // A new catalog while the disk is full: its SDK cannot be written, and the run says so.
+        let text = host_manifest(&host.url(), &["release", "extra"]);
+        std::fs::write(dir.0.join(".tools.json.new"), text).unwrap();
+        std::fs::rename(dir.0.join(".tools.json.new"), &manifest).unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while s.health().await["catalog"]["version"] != 2 {
+            assert!(std::time::Instant::now() < deadline, "the new catalog never came");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let r = s.exec("print(await extra())").await;
+        assert_eq!(r["status"], "error", "{r}");
+        assert_eq!(r["stderr"], "ptc-sidecar could not prepare the SDK: No space left on device (os error 28)", "{r}");
+
+        go.notify_one();
         let r = loop {
             match sse.next().await.expect("the run ends with done") {
                 (name, data) if name == "done" => break data,
-                (name, data) if name == "stdout" => {
-                    printed.push_str(data["text"].as_str().unwrap());
-                    if meanwhile.is_none() && printed.lines().count() >= 2 {
-                        assert_eq!(disk.free(), 0, "the disk is full: {printed}");
-                        meanwhile = Some(s.exec("print('meanwhile')").await);
-                    }
-                }
                 _ => {}
             }
         };
-        let meanwhile = meanwhile.expect("a run while the disk was full");
-        assert_eq!(meanwhile["stdout"], "meanwhile\n", "{meanwhile}");
         assert_eq!(r["status"], "ok", "{r}");
         let stdout = r["stdout"].as_str().unwrap();
         let lines: Vec<&str> = stdout.lines().collect();
         assert_eq!(lines[0], "OSError True No space left on device", "{r}");
-        assert_eq!(lines[2], "went on", "{r}");
+        assert_eq!(lines[2..], ["released", "went on"], "{r}");
         let (written, free): (u64, u64) = {
             let mut n = lines[1].split(' ').map(|n| n.parse().unwrap());
             (n.next().unwrap(), n.next().unwrap())
         };
         assert_eq!(free, 0, "the disk was full when the code was told: {r}");
-        assert!(
-            written > 0 && written <= free_before,
-            "{written} bytes of {free_before}"
-        );
+        assert!(written > 0 && written <= free_before, "{written} bytes of {free_before}");
 
         // The run's scratch directory is gone, and its space with it.
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         while disk.free() < free_before / 2 {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the space never came back: {} free",
-                disk.free()
-            );
+            assert!(std::time::Instant::now() < deadline, "the space never came back: {} free", disk.free());
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-
-        let next =
-            "open('small.txt', 'w').write('ok' * 1000)\nprint(len(open('small.txt').read()))";
+        let next = "open('small.txt', 'w').write('ok' * 1000)\nprint(len(open('small.txt').read()), await extra())";
         let r = s.exec(next).await;
-        assert_eq!(
-            (r["status"].as_str(), r["stdout"].as_str()),
-            (Some("ok"), Some("2000\n")),
-            "{r}"
-        );
+        assert_eq!((r["status"].as_str(), r["stdout"].as_str()), (Some("ok"), Some("2000 1\n")), "{r}");
         let h = s.health().await;
         assert_eq!(h["status"], "ok", "{h}");
         println!("{written} bytes written before ENOSPC on a {SCRATCH_DISK} tmpfs");
