@@ -75,7 +75,7 @@ async fn an_interpreter_killed_mid_run_says_so_and_keeps_its_output() {
         );
         assert!(r["stderr"].as_str().unwrap().starts_with(killed), "{r}");
 
-        let body = json!({"code": PRINT_THEN_SLEEP, "session_id": crate::common::unique("killed")});
+        let body = json!({"code": PRINT_THEN_SLEEP, "session_id": unique("killed")});
         let r = kill_interpreter_mid_run(&s, body).await;
         assert_eq!(r["status"], "error", "{r}");
         assert!(
@@ -281,13 +281,11 @@ print(json.dumps(out))
 "#
         );
         let mut got = Vec::new();
-        let mut served_by = Vec::new();
         for _ in 0..CRASH_RUNS {
             let r = s.exec(&code).await;
             assert_eq!(r["status"], "ok", "{r}");
             let out: Vec<String> = serde_json::from_str(r["stdout"].as_str().unwrap()).unwrap();
             got.extend(out);
-            served_by.extend(marked(&mark));
         }
         // A crash's message names the server and the call, however the sidecar noticed first
         // (the call's connection closing, or the process exiting).
@@ -311,7 +309,7 @@ print(json.dumps(out))
         assert_eq!(h["mcp_servers"]["demo"]["restarts"], CRASH_RUNS, "{h}");
         let last = marked(&mark);
         assert_eq!(last.len(), 1, "{last:?}");
-        assert!(!first.contains(&last[0]) && !served_by.contains(&last[0]), "a new process: {first:?} {served_by:?} {last:?}");
+        assert_ne!(first, last, "a new process serves");
         assert!(procs::wait_dead(&first).await.is_empty(), "the first process is gone");
     })
     .await
