@@ -1,7 +1,9 @@
 //! Faults, each with the real part: Redis killed under load, an MCP server that crashes, a host
 //! callback that is slow or refuses connections, a full scratch disk, a manifest rewritten in a
 //! storm, an interpreter killed mid-run. Each test makes the fault happen for real, asserts that
-//! it did, and then asserts what must hold.
+//! it did, and then asserts what must hold; each prints its figures (`-- --nocapture`).
+//!
+//! `cargo test --test all faults::` runs them all in about ten seconds.
 
 use crate::common::{
     HostServer, HostTool, Sse, TEST_TIMEOUT, TempDir, TestRedis, TestSidecar, tool, unique,
@@ -146,7 +148,7 @@ t = time.monotonic()
 try:
     print("answered", await slow())
 except ToolError as e:
-    print(e.type, round(time.monotonic() - t, 1), e)
+    print(e.type, round(time.monotonic() - t, 2), e)
 print(await fast())
 "#;
         let r = s.exec(code).await;
@@ -177,6 +179,9 @@ print(await fast())
             .map(|c| (c["tool"].as_str().unwrap(), c["ok"].as_bool().unwrap()))
             .collect();
         assert_eq!(calls, [("slow", false), ("fast", true)]);
+        println!(
+            "a {SLOW_HOST_TOOL:?} host call ended as timeout after {waited:.2} s (PTC_TOOL_TIMEOUT=1)"
+        );
     })
     .await
     .unwrap();
@@ -232,6 +237,10 @@ print("went on")
             ],
             "{r}"
         );
+        println!(
+            "a refused host call was unavailable after {:.1} ms",
+            took * 1000.0
+        );
         drop(refusing);
     })
     .await
@@ -280,6 +289,7 @@ for i in range({CRASH_EVERY}):
 print(json.dumps(out))
 "#
         );
+        let started = std::time::Instant::now();
         let mut got = Vec::new();
         for _ in 0..CRASH_RUNS {
             let r = s.exec(&code).await;
@@ -310,6 +320,12 @@ print(json.dumps(out))
         let last = marked(&mark);
         assert_eq!(last.len(), 1, "{last:?}");
         assert_ne!(first, last, "a new process serves");
+        println!(
+            "{} calls with a crash every {CRASH_EVERY}: {CRASH_RUNS} unavailable, the rest ok, \
+             {CRASH_RUNS} restarts, in {:?}",
+            CRASH_EVERY * CRASH_RUNS,
+            started.elapsed()
+        );
         assert!(procs::wait_dead(&first).await.is_empty(), "the first process is gone");
     })
     .await
