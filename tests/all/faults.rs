@@ -672,25 +672,30 @@ const REDIS_LOAD: Duration = Duration::from_secs(1);
 /// How long Redis stays down.
 const REDIS_DOWN: Duration = Duration::from_secs(2);
 
-/// `/healthz`'s event counters: (connected, emitted, published, held, dropped).
-async fn event_counters(s: &TestSidecar) -> (bool, u64, u64, u64, u64) {
-    let e = &s.health().await["events"];
-    let n = |k: &str| e[k].as_u64().unwrap();
-    (
-        e["connected"].as_bool().unwrap(),
-        n("emitted"),
-        n("published"),
-        n("held"),
-        n("dropped"),
-    )
+/// The publisher's counters in `/healthz`.
+#[derive(Debug, Clone, Copy)]
+struct Counters {
+    connected: bool,
+    emitted: u64,
+    published: u64,
+    held: u64,
+    dropped: u64,
 }
 
-/// Waits (at most 20 s) until `check` holds for the event counters; returns them.
-async fn until_counters(
-    s: &TestSidecar,
-    what: &str,
-    check: impl Fn((bool, u64, u64, u64, u64)) -> bool,
-) -> (bool, u64, u64, u64, u64) {
+async fn event_counters(s: &TestSidecar) -> Counters {
+    let e = &s.health().await["events"];
+    let n = |k: &str| e[k].as_u64().unwrap();
+    Counters {
+        connected: e["connected"].as_bool().unwrap(),
+        emitted: n("emitted"),
+        published: n("published"),
+        held: n("held"),
+        dropped: n("dropped"),
+    }
+}
+
+/// Waits (at most 20 s) until `check` holds for the publisher's counters; returns them.
+async fn until_counters(s: &TestSidecar, what: &str, check: impl Fn(Counters) -> bool) -> Counters {
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     loop {
         let c = event_counters(s).await;
@@ -749,8 +754,8 @@ async fn redis_killed_under_load_fails_no_run_and_loses_no_event() {
             })
             .collect();
         tokio::time::sleep(REDIS_LOAD).await;
-        let (connected, _, published_before, ..) = event_counters(&s).await;
-        assert!(connected && published_before > 0, "events reached Redis before the kill");
+        let before = event_counters(&s).await;
+        assert!(before.connected && before.published > 0, "events reached Redis before the kill: {before:?}");
 
         // Kill it.
         let pid = redis.pid().unwrap() as i32;
@@ -761,12 +766,12 @@ async fn redis_killed_under_load_fails_no_run_and_loses_no_event() {
         let refused = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap_err();
         assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused);
         let runs_at_kill = done.load(Ordering::SeqCst);
-        until_counters(&s, "noticed Redis is down", |(connected, ..)| !connected).await;
+        until_counters(&s, "noticed Redis is down", |c| !c.connected).await;
         let mut most_held = 0;
         while down_at.elapsed() < REDIS_DOWN {
-            let (connected, _, _, held, _) = event_counters(&s).await;
-            assert!(!connected, "Redis is down");
-            most_held = most_held.max(held);
+            let c = event_counters(&s).await;
+            assert!(!c.connected, "Redis is down: {c:?}");
+            most_held = most_held.max(c.held);
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         let runs_while_down = done.load(Ordering::SeqCst) - runs_at_kill;
@@ -776,7 +781,7 @@ async fn redis_killed_under_load_fails_no_run_and_loses_no_event() {
         // Back, on the same port and with the same files.
         redis.start();
         assert_ne!(redis.pid().unwrap() as i32, pid, "a new redis-server");
-        until_counters(&s, "flushed the held events", |(connected, _, _, held, _)| connected && held == 0).await;
+        until_counters(&s, "flushed the held events", |c| c.connected && c.held == 0).await;
         let reconnected_after = down_at.elapsed();
         let runs_before_back = done.load(Ordering::SeqCst);
         tokio::time::sleep(REDIS_LOAD).await;
@@ -792,9 +797,9 @@ async fn redis_killed_under_load_fails_no_run_and_loses_no_event() {
             .collect();
         assert!(failed.is_empty(), "{} of {} runs failed: {failed:?}", failed.len(), results.len());
 
-        let (_, emitted, published, held, dropped) =
-            until_counters(&s, "published all", |(_, emitted, published, ..)| published == emitted).await;
-        assert_eq!((held, dropped), (0, 0));
+        let end = until_counters(&s, "published all", |c| c.published == c.emitted).await;
+        assert_eq!((end.held, end.dropped), (0, 0), "{end:?}");
+        let (emitted, published) = (end.emitted, end.published);
 
         // The stream: every event once at least, first copies in emission order, each run whole.
         let mut conn = redis.connection().await;
