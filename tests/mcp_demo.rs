@@ -887,3 +887,34 @@ async fn next_message(
     assert_eq!(message["jsonrpc"], "2.0", "{line}");
     Some(message)
 }
+
+/// `--crash-every 3`: two calls answered, the third ends the process without an answer (the
+/// fault the sidecar's restart tests need), with a line on stderr saying so.
+#[tokio::test]
+async fn crash_every_exits_on_the_nth_call() {
+    bounded(async {
+        let demo = start_legacy(&["--crash-every", "3"]).await;
+        assert_eq!(
+            demo.call_json("add", json!({"a": 1, "b": 2})).await["content"][0]["text"],
+            "3"
+        );
+        assert_eq!(
+            demo.call_json("noop", Value::Null).await["content"][0]["text"],
+            ""
+        );
+        let third = demo
+            .client
+            .peer()
+            .call_tool(call_params("add", json!({"a": 1, "b": 1})))
+            .await;
+        assert!(
+            matches!(third, Err(ServiceError::TransportClosed)),
+            "{third:?}"
+        );
+        demo.wait_for_log("crashing, as --crash-every asked", 1)
+            .await;
+        assert!(demo.stderr.lock().unwrap().contains("call=3 tool=add"));
+        assert_group_gone(demo.pid).await;
+    })
+    .await;
+}

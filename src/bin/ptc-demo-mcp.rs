@@ -9,14 +9,15 @@
 //!
 //! Over stdio, stdout carries the protocol and nothing else: logs go to stderr (`RUST_LOG` filters them).
 //! The process exits with status 0 soon after stdin closes, even with calls in flight. It must
-//! not grow features the sidecar does not test; it is a fixture, not a product.
+//! not grow features the sidecar does not test; it is a fixture, not a product. One flag is a
+//! fault on purpose: `--crash-every N` exits on the Nth `tools/call`, for the restart tests.
 
 use std::{
-    num::NonZeroUsize,
+    num::{NonZeroU64, NonZeroUsize},
     pin::Pin,
     sync::{
-        Mutex,
-        atomic::{AtomicBool, Ordering},
+        Arc, Mutex,
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     task::{Context, Poll},
     time::{Duration, Instant},
@@ -54,6 +55,10 @@ const CODES_IN_ERROR: usize = 5;
 /// The tool that `toggle_extra` adds and removes.
 const EXTRA_TOOL: &str = "extra_echo";
 
+/// How the process exits for `--crash-every`: EX_SOFTWARE, distinct from a clean exit (0) and
+/// from a failure to start (1).
+const CRASH_EXIT_CODE: i32 = 70;
+
 /// Default log filter when `RUST_LOG` is unset: our own start and stop lines, rmcp's warnings.
 const DEFAULT_LOG_FILTER: &str = "ptc_demo_mcp=info,rmcp=warn";
 
@@ -77,6 +82,33 @@ struct Cli {
     /// the order a server lists its tools in.
     #[arg(long)]
     reverse_tools: bool,
+    /// Exit abruptly (status 70, the call unanswered) on the Nth tools/call of this process, as
+    /// a crashing server would; a restarted process counts from zero again. A fault for the
+    /// sidecar's restart tests.
+    #[arg(long, value_name = "N")]
+    crash_every: Option<NonZeroU64>,
+}
+
+/// What the command line asks of the server; over HTTP every session's server shares it, so
+/// `calls` counts the whole process.
+#[derive(Clone)]
+struct Options {
+    page_size: Option<NonZeroUsize>,
+    reverse_tools: bool,
+    crash_every: Option<NonZeroU64>,
+    /// tools/call requests this process has taken.
+    calls: Arc<AtomicU64>,
+}
+
+impl Options {
+    fn from_cli(cli: &Cli) -> Options {
+        Options {
+            page_size: cli.page_size,
+            reverse_tools: cli.reverse_tools,
+            crash_every: cli.crash_every,
+            calls: Arc::default(),
+        }
+    }
 }
 
 /// One row of the bundled country table.
@@ -259,8 +291,7 @@ struct DemoServer {
     extra_enabled: AtomicBool,
     /// Open `subscriptions/listen` streams (protocol 2026-07-28) that asked for tool-list changes.
     subscribers: Mutex<Vec<SubscriptionSink>>,
-    page_size: Option<NonZeroUsize>,
-    reverse_tools: bool,
+    options: Options,
     /// Cancelled when stdin reaches EOF. rmcp waits up to 5 s for running handlers after EOF
     /// before it cancels them; long waits select on this so the process exits at once.
     stdin_closed: CancellationToken,
@@ -379,17 +410,12 @@ impl DemoServer {
 }
 
 impl DemoServer {
-    fn new(
-        page_size: Option<NonZeroUsize>,
-        reverse_tools: bool,
-        stdin_closed: CancellationToken,
-    ) -> Self {
+    fn new(options: Options, stdin_closed: CancellationToken) -> Self {
         Self {
             tool_router: Self::tool_router(),
             extra_enabled: AtomicBool::new(false),
             subscribers: Mutex::new(Vec::new()),
-            page_size,
-            reverse_tools,
+            options,
             stdin_closed,
         }
     }
@@ -402,7 +428,7 @@ impl DemoServer {
     fn visible_tools(&self) -> Vec<Tool> {
         let mut tools = self.tool_router.list_all();
         tools.retain(|tool| self.is_visible(&tool.name));
-        if self.reverse_tools {
+        if self.options.reverse_tools {
             tools.reverse();
         }
         tools
@@ -454,7 +480,7 @@ impl ServerHandler for DemoServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let tools = self.visible_tools();
-        let Some(page_size) = self.page_size else {
+        let Some(page_size) = self.options.page_size else {
             return Ok(ListToolsResult::with_all_items(tools));
         };
         // The cursor is the index of the page's first tool, as a decimal string.
@@ -479,6 +505,11 @@ impl ServerHandler for DemoServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let call = self.options.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.options.crash_every.is_some_and(|n| call == n.get()) {
+            tracing::warn!(call, tool = %request.name, "crashing, as --crash-every asked");
+            std::process::exit(CRASH_EXIT_CODE);
+        }
         if !self.is_visible(&request.name) {
             // The same protocol error the router gives any unknown name.
             return Err(ErrorData::invalid_params("tool not found", None));
@@ -558,8 +589,9 @@ async fn main() -> anyhow::Result<()> {
         .with_ansi(false)
         .init();
 
+    let options = Options::from_cli(&cli);
     if let Some(addr) = cli.http {
-        return serve_http(addr, cli.page_size, cli.reverse_tools).await;
+        return serve_http(addr, options).await;
     }
     tracing::info!(
         page_size = cli.page_size.map(NonZeroUsize::get),
@@ -571,7 +603,7 @@ async fn main() -> anyhow::Result<()> {
         inner: stdin,
         eof: stdin_closed.clone(),
     };
-    let server = DemoServer::new(cli.page_size, cli.reverse_tools, stdin_closed);
+    let server = DemoServer::new(options, stdin_closed);
     let service = match server.serve((stdin, stdout)).await {
         Ok(service) => service,
         Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => {
@@ -586,11 +618,7 @@ async fn main() -> anyhow::Result<()> {
 }
 
 /// Streamable HTTP at `/mcp`, one `DemoServer` per session, until stdin closes.
-async fn serve_http(
-    addr: std::net::SocketAddr,
-    page_size: Option<NonZeroUsize>,
-    reverse_tools: bool,
-) -> anyhow::Result<()> {
+async fn serve_http(addr: std::net::SocketAddr, options: Options) -> anyhow::Result<()> {
     use rmcp::transport::streamable_http_server::{
         StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
     };
@@ -600,13 +628,7 @@ async fn serve_http(
     let service = {
         let stdin_closed = stdin_closed.clone();
         StreamableHttpService::new(
-            move || {
-                Ok(DemoServer::new(
-                    page_size,
-                    reverse_tools,
-                    stdin_closed.clone(),
-                ))
-            },
+            move || Ok(DemoServer::new(options.clone(), stdin_closed.clone())),
             LocalSessionManager::default().into(),
             StreamableHttpServerConfig::default(),
         )

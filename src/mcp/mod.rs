@@ -13,8 +13,10 @@
 //! changes: when a server first comes up, when it comes back after a restart with a different
 //! list, and after `notifications/tools/list_changed` (the actor re-lists that server). A
 //! reloader does `while rx.changed().await.is_ok() { let (servers, problems) =
-//! hub.catalog_servers(); /* rebuild */ }`. A server that goes down keeps its last list (calls
-//! get `unavailable` meanwhile), so the catalog does not flap while it restarts.
+//! hub.catalog_servers(); /* rebuild */ }`. A server that goes down keeps its last list, so the
+//! catalog does not flap while it restarts. A call made meanwhile waits for the restart when it
+//! is due before the call's deadline (`PTC_TOOL_TIMEOUT`) and fails as `unavailable` when that
+//! start fails; a call that would outwait its deadline is `unavailable` at once.
 //!
 //! # Reconfiguring (for hot reload of `PTC_MCP_CONFIG`)
 //!
@@ -487,6 +489,7 @@ impl McpCaller for Hub {
         tool: &'a str,
         args: Value,
         traceparent: &'a str,
+        deadline: tokio::time::Instant,
     ) -> Pin<Box<dyn Future<Output = Result<Value, CallError>> + Send + 'a>> {
         Box::pin(async move {
             let handle = self
@@ -516,6 +519,7 @@ impl McpCaller for Hub {
                 tool: tool.to_string(),
                 args,
                 traceparent: traceparent.to_string(),
+                deadline,
                 reply,
             };
             if let Err(mpsc::error::SendError(_)) = handle.calls.send(request).await {

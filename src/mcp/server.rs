@@ -1,6 +1,7 @@
 //! One MCP server's actor: the single task that owns its connection (the child process or the
 //! HTTP session, and rmcp's client), starts it, lists its tools, passes calls to it, notices when
-//! it goes away and starts it again with backoff.
+//! it goes away and starts it again with backoff. Calls that come while it restarts wait for
+//! the start (when it is due before their deadline) and go first once it serves.
 //!
 //! Everyone else holds a [`ServerHandle`] (a bounded sender). The actor never waits on a call:
 //! each call runs in its own task on a clone of rmcp's `Peer`, so a slow tool holds up nothing
@@ -28,7 +29,7 @@ use rmcp::transport::async_rw::AsyncRwTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::{ClientHandler, ServiceError, ServiceExt};
 use serde_json::Value;
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -52,18 +53,26 @@ pub const RELIST_TIMEOUT: Duration = Duration::from_secs(20);
 /// First and longest wait before restarting a failed server: a crash loop costs little.
 pub const BACKOFF_MIN: Duration = Duration::from_millis(500);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(60);
-/// A server up this long counts as healthy again: its next failure restarts it after
-/// [`BACKOFF_MIN`] instead of the grown backoff.
+/// A server up this long, or that answered a call since it came up, counts as healthy again:
+/// its next failure restarts it after [`BACKOFF_MIN`] instead of the grown backoff. (A server
+/// that crashes on some calls but answers the others is worth restarting at once; one that
+/// fails before it answers anything backs off.)
 pub const BACKOFF_RESET_AFTER: Duration = Duration::from_secs(60);
 /// How long a stopping stdio server gets to exit after its stdin closes before its group is
 /// killed: enough to flush, not enough to hold up shutdown.
 pub const STOP_GRACE: Duration = Duration::from_millis(500);
+/// Calls held at once for a server that is restarting; more are answered `unavailable` at
+/// once. As many as may queue in front of a serving one: a burst during a restart costs no
+/// more memory than a burst during service.
+pub const HELD_CALLS: usize = CALL_QUEUE;
 /// A call on its way to the actor.
 pub(crate) struct CallRequest {
     pub tool: String,
     pub args: JsonObject,
     /// The call's span, sent in `params._meta.traceparent` (and as a header over HTTP).
     pub traceparent: String,
+    /// When the caller gives up; a restart due later is not worth waiting for.
+    pub deadline: tokio::time::Instant,
     pub reply: oneshot::Sender<Result<Value, CallError>>,
 }
 
@@ -144,14 +153,26 @@ pub(crate) struct Actor {
     board: StatusBoard,
     /// Set by the hub when it stops this actor for good (see `StatusBoard::update`).
     retired: Arc<AtomicBool>,
+    /// Calls that came while the server was not serving and wait for its next start, in order.
+    held: VecDeque<CallRequest>,
+}
+
+/// What a server that is not serving is doing, for the calls that come meanwhile.
+#[derive(Debug, Clone, Copy)]
+enum Pending {
+    /// A start is under way: calls wait for it.
+    Attempt,
+    /// Waiting out the backoff: the next start begins then. A call waits when its deadline is
+    /// later, and is answered `unavailable` at once otherwise.
+    RetryAt(tokio::time::Instant),
 }
 
 /// Why the serving phase ended.
 enum Ended {
     /// Shutdown, or every handle is gone: stop for good.
     Stop,
-    /// The server went away; restart it.
-    Down(String),
+    /// The server went away; restart it. `answered`: it answered a call first.
+    Down { reason: String, answered: bool },
 }
 
 impl Actor {
@@ -169,6 +190,7 @@ impl Actor {
                 calls: rx,
                 board,
                 retired,
+                held: VecDeque::new(),
             },
             ServerHandle { calls: tx },
         )
@@ -200,7 +222,7 @@ impl Actor {
             let connecting = async move {
                 tokio::time::timeout(timeout, connect(&spec, &options, tools_tx)).await
             };
-            let Some(started) = self.until(connecting).await else {
+            let Some(started) = self.until(connecting, Pending::Attempt).await else {
                 break;
             };
             let reason = match started {
@@ -210,8 +232,8 @@ impl Actor {
                     let up_since = Instant::now();
                     match self.serve(connection, &mut tools_rx).await {
                         Ended::Stop => break,
-                        Ended::Down(reason) => {
-                            if up_since.elapsed() >= BACKOFF_RESET_AFTER {
+                        Ended::Down { reason, answered } => {
+                            if answered || up_since.elapsed() >= BACKOFF_RESET_AFTER {
                                 failures = 0;
                             }
                             reason
@@ -221,6 +243,14 @@ impl Actor {
             };
             // The reason goes to the log and `/healthz`; an HTTP server's URL may carry a token.
             let reason = redact_urls(&reason);
+            // The calls waited for this start, which failed: they learn why now rather than
+            // after another backoff (none wait when the server went down while serving).
+            for call in std::mem::take(&mut self.held) {
+                let _ = call.reply.send(Err(CallError::Unavailable(format!(
+                    "MCP server {:?} could not be started ({reason}), so {}__{} cannot run now",
+                    self.spec.name, self.spec.name, call.tool
+                ))));
+            }
             failures = failures.saturating_add(1);
             let retry_in = backoff(failures);
             tracing::warn!(server = %self.name(), "MCP server failed: {reason}; next attempt in {retry_in:?}");
@@ -232,7 +262,13 @@ impl Actor {
                     retry_in,
                 };
             });
-            if self.until(tokio::time::sleep(retry_in)).await.is_none() {
+            let retry_at = tokio::time::Instant::now() + retry_in;
+            let backoff = tokio::time::sleep_until(retry_at);
+            if self
+                .until(backoff, Pending::RetryAt(retry_at))
+                .await
+                .is_none()
+            {
                 break;
             }
         }
@@ -242,9 +278,11 @@ impl Actor {
         });
     }
 
-    /// Awaits `work` while the server is not serving: calls are answered `Unavailable` with the
-    /// current state. `None` means stop (shutdown, or no handle left).
-    async fn until<T>(&mut self, work: impl Future<Output = T>) -> Option<T> {
+    /// Awaits `work` while the server is not serving. A call that comes meanwhile waits for
+    /// the next start when it is due before the call's deadline (a crashed server is back in a
+    /// moment: the calls after the crash must not fail for it), and is answered `Unavailable`
+    /// with the current state otherwise. `None` means stop (shutdown, or no handle left).
+    async fn until<T>(&mut self, work: impl Future<Output = T>, pending: Pending) -> Option<T> {
         tokio::pin!(work);
         loop {
             tokio::select! {
@@ -252,6 +290,16 @@ impl Actor {
                 () = self.options.shutdown.cancelled() => return None,
                 call = self.calls.recv() => {
                     let call = call?;
+                    let waits = match pending {
+                        Pending::Attempt => true,
+                        Pending::RetryAt(at) => call.deadline > at,
+                    };
+                    // Callers that gave up meanwhile leave room.
+                    self.held.retain(|c| !c.reply.is_closed());
+                    if waits && self.held.len() < HELD_CALLS {
+                        self.held.push_back(call);
+                        continue;
+                    }
                     let state = self.board.state(&self.spec.name);
                     let _ = call.reply.send(Err(CallError::Unavailable(format!(
                         "MCP server {:?} is not ready ({state}), so {}__{} cannot run now",
@@ -285,16 +333,32 @@ impl Actor {
         let mut relist: Option<Relist> = None;
         let mut relist_again = false;
         let server: Arc<str> = Arc::from(self.spec.name.as_str());
-        let ended = loop {
+        // The calls that waited for this start go first, in the order they came.
+        for call in std::mem::take(&mut self.held) {
+            if !call.reply.is_closed() {
+                in_flight.spawn(run_call(
+                    peer.clone(),
+                    server.clone(),
+                    call,
+                    self.options.max_result_bytes,
+                    down_tx.clone(),
+                ));
+            }
+        }
+        let mut answered = false;
+        // Why the server went down, or `None` to stop.
+        let down = loop {
             tokio::select! {
-                () = self.options.shutdown.cancelled() => break Ended::Stop,
+                () = self.options.shutdown.cancelled() => break None,
                 call = self.calls.recv() => match call {
                     Some(call) => {
                         in_flight.spawn(run_call(peer.clone(), server.clone(), call, self.options.max_result_bytes, down_tx.clone()));
                     }
-                    None => break Ended::Stop,
+                    None => break None,
                 },
-                Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+                Some(joined) = in_flight.join_next(), if !in_flight.is_empty() => {
+                    answered |= joined.unwrap_or(false);
+                }
                 quit = &mut closed => {
                     if let Some(c) = &child {
                         c.log_tail(self.name());
@@ -303,15 +367,15 @@ impl Actor {
                         Ok(QuitReason::Closed) => String::new(),
                         other => format!(" ({other:?})"),
                     };
-                    break Ended::Down(format!("the connection closed{why}"));
+                    break Some(format!("the connection closed{why}"));
                 }
                 status = wait_child(&mut child) => {
                     if let Some(c) = &child {
                         c.log_tail(self.name());
                     }
-                    break Ended::Down(format!("the server process exited ({})", describe_exit(status)));
+                    break Some(format!("the server process exited ({})", describe_exit(status)));
                 }
-                Some(reason) = down_rx.recv() => break Ended::Down(reason),
+                Some(reason) = down_rx.recv() => break Some(reason),
                 Some(()) = tools_rx.recv() => {
                     if relist.is_some() {
                         relist_again = true;
@@ -342,7 +406,10 @@ impl Actor {
             let _ = tokio::time::timeout(STOP_GRACE, c.process.wait()).await;
             drop(c);
         }
-        ended
+        match down {
+            None => Ended::Stop,
+            Some(reason) => Ended::Down { reason, answered },
+        }
     }
 }
 
@@ -361,19 +428,22 @@ pub fn backoff(failures: u32) -> Duration {
 }
 
 /// One call on the server. Drops the rmcp call when the caller gives up (`PTC_TOOL_TIMEOUT`),
-/// which sends `notifications/cancelled` to the server.
+/// which sends `notifications/cancelled` to the server. Whether the server answered it (a
+/// result or a JSON-RPC error: it was working).
 async fn run_call(
     peer: Peer<RoleClient>,
     server: Arc<str>,
     call: CallRequest,
     max_result_bytes: usize,
     down: mpsc::Sender<String>,
-) {
+) -> bool {
     let CallRequest {
         tool,
         args,
         traceparent,
         mut reply,
+        // The caller's own timeout ends the call: dropping its receiver closes `reply`.
+        deadline: _,
     } = call;
     let mut params = CallToolRequestParams::new(tool.clone()).with_arguments(args);
     let mut meta = RequestMetaObject::new();
@@ -381,8 +451,9 @@ async fn run_call(
     params.meta = Some(meta);
     let outcome = tokio::select! {
         outcome = peer.call_tool(params) => outcome,
-        () = reply.closed() => return,
+        () = reply.closed() => return false,
     };
+    let answered = matches!(outcome, Ok(_) | Err(ServiceError::McpError(_)));
     let result = match outcome {
         Ok(result) => map_result(&server, &tool, result, max_result_bytes),
         Err(ServiceError::McpError(e)) => Err(CallError::Tool(format!(
@@ -407,6 +478,7 @@ async fn run_call(
         ))),
     };
     let _ = reply.send(result);
+    answered
 }
 
 /// What broke, in a person's words: the innermost cause, not rmcp's type names.
@@ -570,5 +642,62 @@ mod tests {
             ]
         );
         assert_eq!(backoff(u32::MAX), BACKOFF_MAX);
+    }
+
+    /// A server waiting out its backoff: a call whose deadline comes first is answered at once;
+    /// a call with time to spare waits for the next start and, when that start fails too,
+    /// learns why then (not at its own timeout).
+    #[tokio::test(start_paused = true)]
+    async fn calls_wait_for_a_restart_due_before_their_deadline() {
+        use crate::mcp::{Hub, HubOptions};
+        use crate::run::McpCaller;
+        use tokio::time::Instant;
+        let command = "/nonexistent/ptc-test-server";
+        let spec = ServerSpec {
+            name: "ghost".into(),
+            transport: Transport::Stdio {
+                command: command.into(),
+                args: vec![],
+                env: Default::default(),
+            },
+        };
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let _stop = shutdown.clone().drop_guard();
+        let hub = Hub::start(
+            vec![spec],
+            HubOptions::new(Duration::from_secs(20), shutdown),
+        );
+        hub.wait_started(Duration::from_secs(1)).await;
+        let span = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let cannot_start =
+            format!("cannot start {command:?}: No such file or directory (os error 2)");
+
+        let start = Instant::now();
+        let soon = start + BACKOFF_MIN / 5;
+        let answer = hub.call("ghost", "t", Value::Null, span, soon).await;
+        assert_eq!(
+            answer,
+            Err(CallError::Unavailable(format!(
+                "MCP server \"ghost\" is not ready (failed: {cannot_start}; next attempt in \
+                 0.5 s), so ghost__t cannot run now"
+            )))
+        );
+        assert_eq!(start.elapsed(), Duration::ZERO, "answered at once");
+
+        let later = start + Duration::from_secs(10);
+        let answer = hub.call("ghost", "t", Value::Null, span, later).await;
+        assert_eq!(
+            answer,
+            Err(CallError::Unavailable(format!(
+                "MCP server \"ghost\" could not be started ({cannot_start}), so ghost__t cannot \
+                 run now"
+            )))
+        );
+        assert_eq!(
+            start.elapsed(),
+            BACKOFF_MIN,
+            "answered when the next start failed"
+        );
+        assert_eq!(hub.status()["ghost"].restarts, 2);
     }
 }

@@ -246,6 +246,36 @@ fn set_limit(resource: libc::__rlimit_resource_t, value: u64) -> std::io::Result
     }
 }
 
+/// What a run's stderr says when its interpreter was ended by a signal ([`Child::wait`]'s
+/// `-signal`), or `None` for an exit of its own. Without it a killed run ended `error` with an
+/// empty stderr and only `exit_code: -9` to go on: the code cannot say why, since nothing in the
+/// process runs after a SIGKILL.
+pub fn killed_by(exit_code: i32) -> Option<String> {
+    let signal = exit_code.checked_neg().filter(|s| *s > 0)?;
+    const CRASH: &str = ": a crash in the interpreter or a native extension";
+    let (name, why) = match signal {
+        libc::SIGKILL => (
+            "SIGKILL",
+            ", which code cannot catch: another process or the kernel (out of memory) sent it",
+        ),
+        libc::SIGTERM => ("SIGTERM", ""),
+        libc::SIGXCPU => ("SIGXCPU", ": the run used up its CPU time limit"),
+        libc::SIGSEGV => ("SIGSEGV", CRASH),
+        libc::SIGBUS => ("SIGBUS", CRASH),
+        libc::SIGILL => ("SIGILL", CRASH),
+        libc::SIGFPE => ("SIGFPE", CRASH),
+        libc::SIGABRT => (
+            "SIGABRT",
+            ": it aborted, often a failed check in native code",
+        ),
+        _ => ("", ""),
+    };
+    Some(match name {
+        "" => format!("the interpreter was killed by signal {signal}"),
+        name => format!("the interpreter was killed by signal {signal} ({name}){why}"),
+    })
+}
+
 impl Child {
     /// The run's scratch directory (its cwd, HOME and TMPDIR).
     pub fn scratch(&self) -> &Path {
@@ -462,5 +492,34 @@ pub async fn resolve_python(name: &str) -> Result<PathBuf, PythonError> {
             name,
             stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_signal_is_named_and_an_exit_is_not() {
+        assert_eq!(
+            killed_by(-9).as_deref(),
+            Some(
+                "the interpreter was killed by signal 9 (SIGKILL), which code cannot catch: \
+                 another process or the kernel (out of memory) sent it"
+            )
+        );
+        assert_eq!(
+            killed_by(-24).as_deref(),
+            Some(
+                "the interpreter was killed by signal 24 (SIGXCPU): the run used up its CPU time limit"
+            )
+        );
+        assert_eq!(
+            killed_by(-64).as_deref(),
+            Some("the interpreter was killed by signal 64")
+        );
+        assert_eq!(killed_by(0), None);
+        assert_eq!(killed_by(1), None);
+        assert_eq!(killed_by(i32::MIN), None);
     }
 }

@@ -82,12 +82,15 @@ pub struct PendingCall {
 pub trait McpCaller: Send + Sync {
     /// `traceparent` is the call's span (W3C trace context): the server gets it in the
     /// request's `params._meta.traceparent` (MCP's SEP-414) and, over HTTP, as a header.
+    /// `deadline` is when the caller gives up (`PTC_TOOL_TIMEOUT`): a call that finds its
+    /// server restarting waits for it only when the restart is due before then.
     fn call<'a>(
         &'a self,
         server: &'a str,
         tool: &'a str,
         args: Value,
         traceparent: &'a str,
+        deadline: tokio::time::Instant,
     ) -> Pin<Box<dyn Future<Output = Result<Value, CallError>> + Send + 'a>>;
 }
 
@@ -248,10 +251,11 @@ pub async fn route(
     traceparent: &str,
 ) -> Result<Value, CallError> {
     let timeout = backends.tool_timeout;
+    let deadline = tokio::time::Instant::now() + timeout;
     let call = async {
         match &tool.origin {
             Origin::Mcp { server, tool: t } => match &backends.mcp {
-                Some(mcp) => mcp.call(server, t, args, traceparent).await,
+                Some(mcp) => mcp.call(server, t, args, traceparent, deadline).await,
                 None => Err(CallError::Unavailable(format!(
                     "MCP server {server:?} is not connected"
                 ))),
@@ -277,7 +281,7 @@ pub async fn route(
             },
         }
     };
-    match tokio::time::timeout(timeout, call).await {
+    match tokio::time::timeout_at(deadline, call).await {
         Ok(result) => result,
         Err(_) => Err(CallError::Timeout(format!(
             "{} did not answer within {} s (PTC_TOOL_TIMEOUT)",

@@ -9,7 +9,7 @@
 use super::bash;
 use super::calls::new_token;
 use super::calls::{CallLimits, CallRecord, Calls, RunCtx};
-use super::child::{Limits, SpawnSpec};
+use super::child::{self, Limits, SpawnSpec};
 use super::confine::{self, SandboxSettings};
 use super::dispatch::{Backends, PendingCall};
 use super::files::{Files, RunFile};
@@ -633,6 +633,8 @@ impl Runner {
             child.kill_group();
             let _ = child.wait().await;
             capture.note(&format!("ptc-sidecar: {why}"));
+        } else if let Some(why) = exit_code.and_then(child::killed_by) {
+            capture.note(&format!("ptc-sidecar: {why}"));
         }
         // Anything the code left running dies with the run.
         child.kill_group();
@@ -769,6 +771,14 @@ impl Runner {
         let quota = self.quota(live.child.scratch(), Some(run.workspace));
         let Live { child, output, .. } = live;
         // How the run ended: by itself (its exit code), or the interpreter with it, and why.
+        let exited = |code: Option<i32>| {
+            let why = code.and_then(child::killed_by);
+            (
+                Lost::Crashed,
+                code,
+                why.unwrap_or_else(|| "the interpreter exited".into()),
+            )
+        };
         let ended: Result<i32, (Lost, Option<i32>, String)> = if let Err(e) = sent {
             Err((
                 Lost::Crashed,
@@ -779,9 +789,9 @@ impl Runner {
             tokio::select! {
                 code = output.ended() => match code {
                     Some(code) => Ok(code),
-                    None => Err((Lost::Crashed, child.wait().await.ok(), "the interpreter exited".into())),
+                    None => Err(exited(child.wait().await.ok())),
                 },
-                waited = child.wait() => Err((Lost::Crashed, waited.ok(), "the interpreter exited".into())),
+                waited = child.wait() => Err(exited(waited.ok())),
                 _ = tokio::time::sleep_until(run.deadline) => Err((
                     Lost::Timeout,
                     None,

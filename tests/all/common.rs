@@ -93,7 +93,15 @@ impl TestSidecar {
     }
 
     pub async fn start_with(vars: &[(&str, &str)], saved: &[SavedCatalog]) -> TestSidecar {
-        let runtime = TempDir::new("runtime");
+        Self::start_in(TempDir::new("runtime"), vars, saved).await
+    }
+
+    /// With `runtime` as its runtime directory (where the runs' scratch directories are).
+    pub async fn start_in(
+        runtime: TempDir,
+        vars: &[(&str, &str)],
+        saved: &[SavedCatalog],
+    ) -> TestSidecar {
         let mut c = config(vars);
         c.listen = Listen::Tcp("127.0.0.1:0".parse().unwrap());
         c.runtime_dir = Some(runtime.0.clone());
@@ -150,6 +158,63 @@ impl TestSidecar {
             .unwrap();
         assert_eq!(response.status(), 200);
         response.json().await.unwrap()
+    }
+}
+
+/// A minimal SSE reader over a streaming reqwest response: an attached run
+/// (`Accept: text/event-stream`) as its events.
+pub struct Sse {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl Sse {
+    pub async fn open(s: &TestSidecar, code: &str) -> Sse {
+        Sse::open_body(s, json!({ "code": code })).await
+    }
+
+    /// With a whole `exec_code` body (a `session_id`, a `timeout_ms`).
+    pub async fn open_body(s: &TestSidecar, body: Value) -> Sse {
+        let response = s
+            .http
+            .post(s.url("/v1/exec_code"))
+            .header("Accept", "text/event-stream")
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        let ct = response.headers()["content-type"].to_str().unwrap();
+        assert!(ct.starts_with("text/event-stream"), "{ct}");
+        Sse {
+            response,
+            buffer: String::new(),
+        }
+    }
+
+    /// The next event as (name, data); `None` at the end of the stream.
+    pub async fn next(&mut self) -> Option<(String, Value)> {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let block: String = self.buffer.drain(..end + 2).collect();
+                let (mut name, mut data) = (String::new(), Vec::new());
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("event:") {
+                        name = v.trim().to_string();
+                    } else if let Some(v) = line.strip_prefix("data:") {
+                        data.push(v.strip_prefix(' ').unwrap_or(v).to_string());
+                    }
+                }
+                if name.is_empty() && data.is_empty() {
+                    continue; // a keep-alive comment
+                }
+                return Some((name, serde_json::from_str(&data.join("\n")).unwrap()));
+            }
+            match self.response.chunk().await.unwrap() {
+                Some(bytes) => self.buffer.push_str(&String::from_utf8_lossy(&bytes)),
+                None => return None,
+            }
+        }
     }
 }
 

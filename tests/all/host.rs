@@ -2,7 +2,9 @@
 //! `POST /v1/exec/{id}/results`) and direct posting (`POST /tool_call` on the IPC bridge),
 //! through real HTTP with real python3 children.
 
-use crate::common::{HostServer, TEST_TIMEOUT, TempDir, TestSidecar, assert_nothing_left, tool};
+use crate::common::{
+    HostServer, Sse, TEST_TIMEOUT, TempDir, TestSidecar, assert_nothing_left, tool,
+};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 
@@ -22,57 +24,6 @@ async fn attached_sidecar(extra: &[(&str, &str)]) -> (TestSidecar, TempDir) {
     ];
     vars.extend_from_slice(extra);
     (TestSidecar::start(&vars).await, dir)
-}
-
-/// A minimal SSE reader over a streaming reqwest response.
-struct Sse {
-    response: reqwest::Response,
-    buffer: String,
-}
-
-impl Sse {
-    async fn open(s: &TestSidecar, code: &str) -> Sse {
-        let response = s
-            .http
-            .post(s.url("/v1/exec_code"))
-            .header("Accept", "text/event-stream")
-            .json(&json!({"code": code}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status(), 200);
-        let ct = response.headers()["content-type"].to_str().unwrap();
-        assert!(ct.starts_with("text/event-stream"), "{ct}");
-        Sse {
-            response,
-            buffer: String::new(),
-        }
-    }
-
-    /// The next event as (name, data); `None` at the end of the stream.
-    async fn next(&mut self) -> Option<(String, Value)> {
-        loop {
-            if let Some(end) = self.buffer.find("\n\n") {
-                let block: String = self.buffer.drain(..end + 2).collect();
-                let (mut name, mut data) = (String::new(), Vec::new());
-                for line in block.lines() {
-                    if let Some(v) = line.strip_prefix("event:") {
-                        name = v.trim().to_string();
-                    } else if let Some(v) = line.strip_prefix("data:") {
-                        data.push(v.strip_prefix(' ').unwrap_or(v).to_string());
-                    }
-                }
-                if name.is_empty() && data.is_empty() {
-                    continue; // a keep-alive comment
-                }
-                return Some((name, serde_json::from_str(&data.join("\n")).unwrap()));
-            }
-            match self.response.chunk().await.unwrap() {
-                Some(bytes) => self.buffer.push_str(&String::from_utf8_lossy(&bytes)),
-                None => return None,
-            }
-        }
-    }
 }
 
 async fn post_results(s: &TestSidecar, exec_id: &str, results: Value) -> (u16, Value) {

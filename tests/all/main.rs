@@ -13,6 +13,7 @@ mod dashboard;
 mod escape;
 mod events;
 mod exec;
+mod faults;
 mod files;
 mod host;
 mod librechat;

@@ -29,7 +29,7 @@ fn mark(label: &str) -> String {
 }
 
 /// Pids of processes whose environment holds `PTC_TEST_MARK=<mark>`.
-fn marked(mark: &str) -> Vec<i32> {
+pub(crate) fn marked(mark: &str) -> Vec<i32> {
     let needle = format!("PTC_TEST_MARK={mark}");
     let mut pids = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
@@ -79,7 +79,7 @@ async fn start(servers: Value, extra: &[(&str, &str)]) -> Mcp {
 }
 
 /// Waits until `/healthz` shows `server` in `state`.
-async fn wait_for_state(s: &TestSidecar, server: &str, state: &str) -> Value {
+pub(crate) async fn wait_for_state(s: &TestSidecar, server: &str, state: &str) -> Value {
     let deadline = Instant::now() + SETTLE;
     loop {
         let h = s.health().await;

@@ -44,6 +44,11 @@ async fn wait_until(s: &TestSidecar, what: &str, check: impl Fn(&Value) -> bool)
 /// A call's span, for calls made straight on the hub (the W3C example id).
 const A_SPAN: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
 
+/// When a call made straight on the hub gives up (dispatch's `PTC_TOOL_TIMEOUT` default).
+fn a_deadline() -> tokio::time::Instant {
+    tokio::time::Instant::now() + Duration::from_secs(30)
+}
+
 #[tokio::test]
 async fn a_rewritten_manifest_swaps_in_while_runs_keep_their_snapshot() {
     tokio::time::timeout(TEST_TIMEOUT, async {
@@ -449,7 +454,7 @@ async fn the_hub_reconfigures_only_what_changed() {
         assert_eq!(hub.status().keys().cloned().collect::<Vec<_>>(), ["a", "c"]);
         assert!(hub.health().get("b").is_none());
         match caller
-            .call("b", "add", json!({"a": 1, "b": 2}), A_SPAN)
+            .call("b", "add", json!({"a": 1, "b": 2}), A_SPAN, a_deadline())
             .await
         {
             Err(CallError::Unavailable(m)) => assert!(m.contains("not in PTC_MCP_CONFIG"), "{m}"),
@@ -459,14 +464,14 @@ async fn the_hub_reconfigures_only_what_changed() {
         assert!(hub.catalog_servers().0.iter().all(|s| s.server != "b"));
         assert_eq!(
             caller
-                .call("c", "add", json!({"a": 1, "b": 2}), A_SPAN)
+                .call("c", "add", json!({"a": 1, "b": 2}), A_SPAN, a_deadline())
                 .await
                 .unwrap(),
             json!("3")
         );
         assert_eq!(
             caller
-                .call("a", "add", json!({"a": 2, "b": 2}), A_SPAN)
+                .call("a", "add", json!({"a": 2, "b": 2}), A_SPAN, a_deadline())
                 .await
                 .unwrap(),
             json!("4")

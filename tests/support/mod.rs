@@ -44,13 +44,16 @@ pub fn saved_catalogs_in(dir: &Path) -> Vec<SavedCatalog> {
 }
 
 /// A Redis: `REDIS_URL` when set (for [`TestRedis::any`]), else a `redis-server` of our own on
-/// a free port, keeping nothing on disk, stopped on drop.
+/// a free port, keeping nothing on disk unless made durable, stopped on drop.
 pub struct TestRedis {
     pub url: String,
     port: u16,
     child: Option<Child>,
     /// Its working directory, removed on drop (only for our own server).
     dir: Option<PathBuf>,
+    /// Every write in its append-only file, synced before it answers: a SIGKILL loses nothing
+    /// it acknowledged, and a restart in the same directory has it all.
+    durable: bool,
 }
 
 impl TestRedis {
@@ -62,6 +65,7 @@ impl TestRedis {
                 port: 0,
                 child: None,
                 dir: None,
+                durable: false,
             },
             _ => TestRedis::own(),
         }
@@ -72,10 +76,21 @@ impl TestRedis {
         TestRedis::try_own().expect("redis-server is installed (scripts/test installs it)")
     }
 
+    /// Our own, keeping every acknowledged write across a SIGKILL and a restart (a test that
+    /// kills it and checks what it holds afterwards).
+    pub fn own_durable() -> TestRedis {
+        TestRedis::try_start_own(true)
+            .expect("redis-server is installed (scripts/test installs it)")
+    }
+
     /// Our own, or `None` when `redis-server` cannot be started (a benchmark then skips).
+    pub fn try_own() -> Option<TestRedis> {
+        TestRedis::try_start_own(false)
+    }
+
     /// `redis-server` cannot be told port 0 (that turns TCP off), so a port found free may be
     /// taken before it binds it: then it exits, and another port is tried.
-    pub fn try_own() -> Option<TestRedis> {
+    fn try_start_own(durable: bool) -> Option<TestRedis> {
         /// Ports tried before giving up.
         const ATTEMPTS: usize = 5;
         static N: AtomicUsize = AtomicUsize::new(0);
@@ -92,6 +107,7 @@ impl TestRedis {
                 port,
                 child: None,
                 dir: Some(dir),
+                durable,
             };
             if r.try_start() {
                 return Some(r);
@@ -117,9 +133,11 @@ impl TestRedis {
                 "127.0.0.1",
                 "--save",
                 "",
-                "--appendonly",
-                "no",
             ])
+            .args(match self.durable {
+                true => ["--appendonly", "yes", "--appendfsync", "always"].as_slice(),
+                false => ["--appendonly", "no"].as_slice(),
+            })
             .arg("--dir")
             .arg(dir)
             .stdout(Stdio::null())
@@ -150,6 +168,13 @@ impl TestRedis {
         true
     }
 
+    /// The process id of our own server while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// Kills our own server with SIGKILL (no shutdown of its own: nothing saved, connections
+    /// cut) and reaps it.
     pub fn stop(&mut self) {
         if let Some(mut c) = self.child.take() {
             let _ = c.kill();
