@@ -552,6 +552,28 @@ impl Sessions {
         }
     }
 
+    /// Removes the session `id` if its folder is empty: one `rmdir`, which leaves a folder
+    /// with anything in it (and its session) as it is, so nothing written is ever lost. Whether
+    /// it was removed.
+    pub fn remove_if_empty(&self, id: &str) -> bool {
+        if Self::check_id(id).is_err() {
+            return false;
+        }
+        let Ok(name) = fs::cstring(id) else {
+            return false;
+        };
+        // Under the map's lock, so a concurrent open cannot make the folder again between the
+        // rmdir and the removal of the entry.
+        let mut sessions = lock(&self.inner.sessions);
+        match fs::unlink_at(self.inner.shared.root.as_fd(), &name, true) {
+            Ok(()) => {
+                sessions.remove(id);
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     /// Removes every session idle longer than the TTL that nobody uses: no run holds its lock
     /// and nobody but the store holds its `Arc` (a handler mid-upload keeps it). The ids
     /// removed.

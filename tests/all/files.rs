@@ -451,3 +451,60 @@ async fn an_upload_into_a_session_a_run_holds_too_long_is_refused_as_busy() {
     .await
     .unwrap();
 }
+
+/// A run of a client that names no session gets a session of its own; left empty, it goes with
+/// the run (kept, every such run held a folder and ~400 bytes for a day), while one the run
+/// wrote into stays, and a named session stays even empty.
+#[tokio::test]
+async fn a_session_made_for_a_run_that_leaves_it_empty_goes_with_the_run() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let s = sidecar(&[]).await;
+        let store = s.sidecar.state.sessions.as_ref().unwrap();
+        let root = store.config().root.clone();
+        let folders = || std::fs::read_dir(&root).unwrap().count();
+        let before = folders();
+        for (lang, code) in [("py", "print('hi')"), ("bash", "echo hi")] {
+            let r = exec(&s, json!({"lang": lang, "code": code})).await;
+            assert_eq!(
+                (&r["status"], &r["stdout"]),
+                (&json!("completed"), &json!("hi\n"))
+            );
+            let empty = r["session_id"].as_str().unwrap();
+            assert!(store.get(empty).is_none(), "{lang}: {r}");
+            assert!(!root.join(empty).exists(), "{lang}: {r}");
+        }
+        // Through the continuation protocol too, answered or not.
+        let (status, r) = post(&s, PROGRAMMATIC, &json!({"code": "print(1)", "tools": []})).await;
+        assert_eq!((status, &r["status"]), (200, &json!("completed")), "{r}");
+        assert!(
+            !root.join(r["session_id"].as_str().unwrap()).exists(),
+            "{r}"
+        );
+        assert_eq!(
+            folders(),
+            before,
+            "no folder left by the runs that wrote nothing"
+        );
+
+        let r = exec(
+            &s,
+            json!({"lang": "py", "code": "open('kept.txt', 'w').write('x')"}),
+        )
+        .await;
+        let kept = r["session_id"].as_str().unwrap();
+        assert!(store.get(kept).is_some(), "{r}");
+        let listing = get_json(&s, &format!("/files/{kept}")).await;
+        assert_eq!(listing.as_array().unwrap().len(), 1, "{listing}");
+
+        let r = exec(
+            &s,
+            json!({"lang": "py", "session_id": "named-1", "code": "print(1)"}),
+        )
+        .await;
+        assert_eq!(r["session_id"], "named-1", "{r}");
+        assert!(store.get("named-1").is_some() && root.join("named-1").is_dir());
+        assert_nothing_left(&s).await;
+    })
+    .await
+    .unwrap();
+}
