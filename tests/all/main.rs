@@ -25,6 +25,7 @@ mod reload;
 mod runner;
 mod sandbox;
 mod search;
+mod serving;
 mod sessions;
 mod shutdown;
 mod startup;
