@@ -28,4 +28,5 @@ mod search;
 mod serving;
 mod sessions;
 mod shutdown;
+mod soak;
 mod startup;
