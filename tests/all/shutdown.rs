@@ -1,8 +1,10 @@
 //! Stopping the real `ptc-sidecar serve` binary. SIGTERM: new runs get 503 `shutting_down`,
 //! the running one finishes (within `PTC_SHUTDOWN_GRACE`, else it is stopped and says why), the
 //! MCP server, fork server and warm children stop, the last events reach Redis, the runtime
-//! directory goes, and the exit code is 0. SIGKILL: no fork server, run or MCP server outlives
-//! the sidecar (`PR_SET_PDEATHSIG` from the spawning thread, the fork server's socket).
+//! directory goes (a given one stays, without its scratch directories), and the exit code is 0.
+//! SIGKILL: no fork server, run or MCP server outlives the sidecar (`PR_SET_PDEATHSIG` from the
+//! spawning thread, the fork server's socket), and the next sidecar on the same runtime
+//! directory removes the scratch directories it left.
 
 use super::common::{TEST_TIMEOUT, TempDir, TestRedis};
 use super::procs;
@@ -141,6 +143,96 @@ async fn sigkill_leaves_no_process_behind() {
             );
             assert_all_gone(&family, expect).await;
         }
+    })
+    .await
+    .unwrap();
+}
+
+/// The scratch directories in `runtime`, sorted (none when it has no `runs/`).
+fn scratch_dirs(runtime: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(runtime.join("runs"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Runs in `sessions` sessions of their own, so that each keeps a live interpreter.
+async fn session_runs(s: &Serving, sessions: usize) {
+    for session in 0..sessions {
+        let r: Value = s
+            .http
+            .post(s.url("/v1/exec_code"))
+            .json(&json!({"code": "x = 1\nprint(x)", "session_id": format!("s{session}")}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(r["stdout"], "1\n", "{r}");
+    }
+}
+
+/// A runtime directory the operator chose (`PTC_RUNTIME_DIR`) stays, but the scratch
+/// directories of the sidecar's children go with them, the warm children's and those of
+/// sessions' live interpreters. A child removes its own on a blocking thread, which a runtime
+/// shutting down no longer starts: 19 or 20 of these 22 stayed.
+#[tokio::test]
+async fn sigterm_leaves_no_scratch_directory_in_a_given_runtime_directory() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let dir = TempDir::new("shutdown-scratch");
+        let redis = TestRedis::any();
+        let runtime = dir.0.join("rt");
+        let vars = [("PTC_RUNTIME_DIR", runtime.to_str().unwrap())];
+        let mut s = Serving::start(&dir, &redis, &vars).await;
+        session_runs(&s, 20).await;
+        // 20 live interpreters and the warm children.
+        assert!(
+            scratch_dirs(&runtime).len() >= 20,
+            "{:?}",
+            scratch_dirs(&runtime)
+        );
+        s.signal(libc::SIGTERM);
+        assert_eq!(s.exit_code().await, Some(0), "{}", s.log.lock().unwrap());
+        assert_eq!(scratch_dirs(&runtime), Vec::<String>::new());
+        assert!(
+            runtime.exists(),
+            "the operator's runtime directory was removed"
+        );
+    })
+    .await
+    .unwrap();
+}
+
+/// A sidecar killed with SIGKILL cannot remove its scratch directories; the next one on the
+/// same `PTC_RUNTIME_DIR` does, before it makes its own.
+#[tokio::test]
+async fn scratch_directories_a_killed_sidecar_left_go_when_the_next_one_starts() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let dir = TempDir::new("shutdown-restart");
+        let redis = TestRedis::any();
+        let runtime = dir.0.join("rt");
+        let vars = [("PTC_RUNTIME_DIR", runtime.to_str().unwrap())];
+        let mut killed = Serving::start(&dir, &redis, &vars).await;
+        session_runs(&killed, 3).await;
+        killed.signal(libc::SIGKILL);
+        killed.exit_code().await;
+        let left = scratch_dirs(&runtime);
+        assert!(left.contains(&"r0".to_string()), "{left:?}");
+
+        let next = Serving::start(&dir, &redis, &vars).await;
+        // Only the new warm children's (w0, w1, made as it starts, may still be on their way).
+        let now = scratch_dirs(&runtime);
+        assert!(
+            now.iter().all(|d| d.starts_with('w')),
+            "left from before: {now:?}"
+        );
+        drop(next);
     })
     .await
     .unwrap();
