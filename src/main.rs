@@ -109,9 +109,10 @@ fn main() -> ExitCode {
 
 /// glibc's malloc gives threads arenas of their own (up to 8 per core), and memory freed in one
 /// arena serves only the threads that use it: under load the sidecar's async workers each grew
-/// an arena to their own peak (load bench: peak RSS 62-68 MB with glibc's default, 55-57 MB with
-/// one arena, the same runs/s and latency). The sidecar's work is I/O, its threads few and their
-/// allocations mostly served by glibc's per-thread cache, so one shared arena costs little.
+/// an arena to their own peak (load bench, medians of 7 pairs: peak RSS 60.1 MB with glibc's
+/// default, 52.6 MB with one arena; runs/s about 5% lower over 14 pairs, within their noise).
+/// The sidecar's work is I/O, its threads few and their allocations mostly served by glibc's
+/// per-thread cache, so one shared arena costs little.
 /// Called first in `main`, before any thread starts. An operator's own `MALLOC_ARENA_MAX` or
 /// `GLIBC_TUNABLES` (glibc's variables, which glibc reads itself) wins.
 fn one_malloc_arena() {
