@@ -9,7 +9,8 @@
 //! both).
 //!
 //! Run: `cargo bench --bench load` (10 s), `cargo bench --bench load -- --secs 60` for the
-//! README figure, `-- --concurrency N` to change C.
+//! README figure, `-- --concurrency N` to change C, `-- --settle S` to wait at most S seconds
+//! for fds and processes to come back (`-- --settle 0` when only the load's figures matter).
 
 // A benchmark stops at the first broken step: unwrap/expect are its assertions.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -20,7 +21,9 @@ mod shared;
 mod support;
 
 use serde_json::{Value, json};
-use shared::{Sidecar, percentile, round, start_host, start_sidecar_with, vm_hwm_mb};
+use shared::{
+    Sidecar, arg, fd_kinds, fds, percentile, round, start_host, start_sidecar_with, vm_hwm_mb,
+};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -30,20 +33,16 @@ use support::{TestRedis, procs};
 const CODE: &str = "r = await asyncio.gather(*[noop() for _ in range(20)])\n\
                     for _ in range(5):\n    await demo__noop()\n\
                     print(len(r))\n";
+/// The warm-up's runs: without host calls, so the baseline holds no idle connection to the host
+/// (the sidecar would close them up to `CALLBACK_POOL_IDLE` later).
+const WARM_UP_CODE: &str = "await demo__noop()\nprint(1)\n";
 /// How long fds and processes get to come back to the baseline after the load: the sidecar
-/// keeps idle connections to the host callback for `CALLBACK_POOL_IDLE` (30 s), then 15 s more.
+/// closes idle connections to the host callback within `CALLBACK_POOL_IDLE` (30 s), then 15 s
+/// more.
 const SETTLE: Duration =
     Duration::from_secs(ptc_sidecar::run::dispatch::CALLBACK_POOL_IDLE.as_secs() + 15);
 /// Failure messages kept for the report.
 const KEEP_FAILURES: usize = 5;
-
-fn arg(args: &[String], name: &str, default: u64) -> u64 {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
-}
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -54,26 +53,30 @@ fn main() {
         .enable_all()
         .build()
         .expect("tokio runtime");
-    let figures = rt.block_on(load(Duration::from_secs(secs), concurrency));
+    let settle = Duration::from_secs(arg(&args, "--settle", SETTLE.as_secs()));
+    let figures = rt.block_on(load(Duration::from_secs(secs), concurrency, settle));
     println!("{}", serde_json::to_string_pretty(&figures).unwrap());
 }
 
-async fn load(duration: Duration, concurrency: usize) -> Value {
+async fn load(duration: Duration, concurrency: usize, settle: Duration) -> Value {
     let host = start_host().await;
     let redis = TestRedis::try_own();
     let sidecar = start_sidecar(host, redis.as_ref().map(|r| r.url.as_str()));
+    // Warm up: the fork server and the MCP server are ready, the first runs are done. Its
+    // client goes with its connection before the baseline is taken, as the load's does after.
+    let warm_up = reqwest::Client::builder().no_proxy().build().unwrap();
+    for _ in 0..5 {
+        let (_, r) = exec(&warm_up, &sidecar.url, WARM_UP_CODE).await;
+        assert_eq!(r.map(|r| r["status"].clone()).ok(), Some(json!("ok")));
+    }
+    drop(warm_up);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let baseline = (fds(sidecar.pid), descendants(sidecar.pid));
     let http = reqwest::Client::builder()
         .no_proxy()
         .pool_max_idle_per_host(concurrency)
         .build()
         .unwrap();
-    // Warm up: the fork server and the MCP server are ready, the first runs are done.
-    for _ in 0..5 {
-        let (_, r) = exec(&http, &sidecar.url).await;
-        assert_eq!(r.map(|r| r["status"].clone()).ok(), Some(json!("ok")));
-    }
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let baseline = (fds(sidecar.pid), descendants(sidecar.pid));
 
     let failures = Arc::new(AtomicUsize::new(0));
     let messages = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -86,7 +89,7 @@ async fn load(duration: Duration, concurrency: usize) -> Value {
         workers.push(tokio::spawn(async move {
             let mut latencies = Vec::new();
             while Instant::now() < deadline {
-                let (took, answer) = exec(&http, &url).await;
+                let (took, answer) = exec(&http, &url, CODE).await;
                 match answer {
                     Ok(r) if r["status"] == "ok" && r["stdout"] == "20\n" => {
                         latencies.push(took.as_secs_f64() * 1e3);
@@ -113,7 +116,7 @@ async fn load(duration: Duration, concurrency: usize) -> Value {
     // Our keep-alive connections go, so the sidecar's side of them can close.
     drop(http);
     // fds and processes back to the baseline (the warm pool refills in the meantime).
-    let settle_until = Instant::now() + SETTLE;
+    let settle_until = Instant::now() + settle;
     let after = loop {
         let now = (fds(sidecar.pid), descendants(sidecar.pid));
         if now == baseline || Instant::now() > settle_until {
@@ -140,12 +143,12 @@ async fn load(duration: Duration, concurrency: usize) -> Value {
 }
 
 /// One run, timed by the client: the answer, or what went wrong with the request.
-async fn exec(http: &reqwest::Client, url: &str) -> (Duration, Result<Value, String>) {
+async fn exec(http: &reqwest::Client, url: &str, code: &str) -> (Duration, Result<Value, String>) {
     let t = Instant::now();
     let answer = async {
         let response = http
             .post(format!("{url}/v1/exec_code"))
-            .json(&json!({ "code": CODE }))
+            .json(&json!({ "code": code }))
             .send()
             .await
             .map_err(|e| e.to_string())?;
@@ -159,27 +162,6 @@ async fn exec(http: &reqwest::Client, url: &str) -> (Duration, Result<Value, Str
 fn start_sidecar(host: std::net::SocketAddr, redis_url: Option<&str>) -> Sidecar {
     let redis = redis_url.map(|u| ("REDIS_URL", u.to_string()));
     start_sidecar_with(host, "load", redis.as_slice())
-}
-
-/// Open fds of a process.
-fn fds(pid: u32) -> usize {
-    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
-}
-
-/// Open fds of a process by what they are (`socket`, `pipe`, `anon_inode`, a file's path).
-fn fd_kinds(pid: u32) -> std::collections::BTreeMap<String, usize> {
-    let mut kinds = std::collections::BTreeMap::new();
-    for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .into_iter()
-        .flatten()
-        .flatten()
-    {
-        let target =
-            std::fs::read_link(entry.path()).map_or("?".into(), |t| t.display().to_string());
-        let kind = target.split(':').next().unwrap_or("?").to_string();
-        *kinds.entry(kind).or_default() += 1;
-    }
-    kinds
 }
 
 /// Live descendants of a process (zombies not counted).

@@ -17,8 +17,8 @@ use crate::otel::{Otel, OtelError};
 use crate::reload::{ReloadStatus, Reloader, WatchError};
 use crate::render::Snapshot;
 use crate::run::{
-    Backends, Limits, McpCaller, PythonError, Runner, RunnerConfig, SandboxSettings, ScratchQuota,
-    resolve_python,
+    Backends, Limits, McpCaller, PythonError, Runner, RunnerConfig, SCRATCH_DIR, SandboxSettings,
+    ScratchQuota, resolve_python,
 };
 use crate::sandbox;
 use crate::session::{SessionConfig, Sessions};
@@ -139,9 +139,10 @@ pub struct Sidecar {
     pub snapshots: watch::Sender<Arc<Snapshot>>,
     /// The OTLP span exporter, with `OTEL_EXPORTER_OTLP_ENDPOINT`.
     pub otel: Option<Arc<Otel>>,
-    /// The runtime directory when we made it (no `PTC_RUNTIME_DIR`); dropped after the
-    /// shutdown token is cancelled.
-    _runtime_dir: Option<OwnedDir>,
+    /// What of the runtime directory is this process's: all of it when we made it, else (a
+    /// `PTC_RUNTIME_DIR`) its scratch directories' directory; dropped after the shutdown token
+    /// is cancelled.
+    _owned: Option<OwnedDir>,
 }
 
 impl Sidecar {
@@ -168,13 +169,24 @@ impl Sidecar {
             },
             shutdown.child_token(),
         )?;
-        let mut runtime_dir = None;
+        let mut owned = None;
         let mut sessions = None;
         let mut artifacts = None;
         let runner = if config.enabled {
             let python = resolve_python(&config.python).await?;
             let dir = match &config.runtime_dir {
-                Some(dir) => dir.clone(),
+                Some(dir) => {
+                    // The scratch directories are ours alone, and gone when we are: those an
+                    // earlier process left (killed, it could not remove them) go now, ours at
+                    // the exit. A child removes its own off the async workers, which a runtime
+                    // shutting down no longer does: at SIGTERM with 20 sessions' interpreters
+                    // live, 19 or 20 of the 22 scratch directories (with the warm children's)
+                    // stayed.
+                    let scratch = dir.join(SCRATCH_DIR);
+                    let _ = std::fs::remove_dir_all(&scratch);
+                    owned = Some(OwnedDir(scratch));
+                    dir.clone()
+                }
                 None => {
                     let dir =
                         private_dir(&config.temp_dir, RUNTIME_DIR_PREFIX).map_err(|source| {
@@ -183,7 +195,7 @@ impl Sidecar {
                                 source,
                             }
                         })?;
-                    runtime_dir.insert(OwnedDir(dir)).0.clone()
+                    owned.insert(OwnedDir(dir)).0.clone()
                 }
             };
             let mut backends = Backends::new(config.tool_timeout);
@@ -278,7 +290,7 @@ impl Sidecar {
             shutdown,
             snapshots: tx,
             otel,
-            _runtime_dir: runtime_dir,
+            _owned: owned,
         })
     }
 }

@@ -70,6 +70,7 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    one_malloc_arena();
     let cli = Cli::parse();
     let config = match Config::from_env() {
         Ok(config) => config,
@@ -102,6 +103,26 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("ptc-sidecar: {}", describe(&e));
             ExitCode::from(2)
+        }
+    }
+}
+
+/// glibc's malloc gives threads arenas of their own (up to 8 per core), and memory freed in one
+/// arena serves only the threads that use it: under load the sidecar's async workers each grew
+/// an arena to their own peak (load bench, medians of 7 pairs: peak RSS 60.1 MB with glibc's
+/// default, 52.6 MB with one arena; runs/s about 5% lower over 14 pairs, within their noise).
+/// The sidecar's work is I/O, its threads few and their allocations mostly served by glibc's
+/// per-thread cache, so one shared arena costs little.
+/// Called first in `main`, before any thread starts. An operator's own `MALLOC_ARENA_MAX` or
+/// `GLIBC_TUNABLES` (glibc's variables, which glibc reads itself) wins.
+fn one_malloc_arena() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    if std::env::var_os("MALLOC_ARENA_MAX").is_none()
+        && std::env::var_os("GLIBC_TUNABLES").is_none()
+    {
+        // SAFETY: mallopt only sets a parameter of glibc's allocator; no other thread exists.
+        unsafe {
+            libc::mallopt(libc::M_ARENA_MAX, 1);
         }
     }
 }

@@ -1,6 +1,7 @@
-//! What the exec and load benchmarks share, included by both with `#[path]`: the no-op host
-//! tool server, the release sidecar as a process of its own (with the demo MCP server), and the
-//! figures' arithmetic. Must stay free of any one benchmark's workload.
+//! What the exec, load and soak benchmarks share, included by each with `#[path]`: the no-op
+//! host tool server, the release sidecar as a process of its own (with the demo MCP server),
+//! what a process holds (memory, fds), the command line's numbers and the figures' arithmetic.
+//! Must stay free of any one benchmark's workload.
 
 #![allow(dead_code)]
 
@@ -33,6 +34,13 @@ pub struct Sidecar {
     pub pid: u32,
     pub url: String,
     dir: PathBuf,
+}
+
+impl Sidecar {
+    /// Its `PTC_RUNTIME_DIR`.
+    pub fn runtime_dir(&self) -> PathBuf {
+        self.dir.join("rt")
+    }
 }
 
 impl Drop for Sidecar {
@@ -122,10 +130,50 @@ pub fn start_sidecar_with(
 
 /// A process's peak RSS (VmHWM) in MB.
 pub fn vm_hwm_mb(pid: u32) -> Option<f64> {
+    status_mb(pid, "VmHWM:")
+}
+
+/// A process's RSS now (VmRSS) in MB.
+pub fn vm_rss_mb(pid: u32) -> Option<f64> {
+    status_mb(pid, "VmRSS:")
+}
+
+/// A figure of `/proc/PID/status` given in kB, in MB.
+fn status_mb(pid: u32, field: &str) -> Option<f64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
     Some(kb / 1024.0)
+}
+
+/// Open fds of a process.
+pub fn fds(pid: u32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// Open fds of a process by what they are (`socket`, `pipe`, `anon_inode`, a file's path).
+pub fn fd_kinds(pid: u32) -> std::collections::BTreeMap<String, usize> {
+    let mut kinds = std::collections::BTreeMap::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let target =
+            std::fs::read_link(entry.path()).map_or("?".into(), |t| t.display().to_string());
+        let kind = target.split(':').next().unwrap_or("?").to_string();
+        *kinds.entry(kind).or_default() += 1;
+    }
+    kinds
+}
+
+/// The number after `name` on the command line (`--secs 60`), else `default`.
+pub fn arg(args: &[String], name: &str, default: u64) -> u64 {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 /// The `p`th percentile of `v` (sorted in place), NaN when empty.

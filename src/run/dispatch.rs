@@ -21,8 +21,9 @@ use tokio::sync::{mpsc, oneshot};
 /// Largest answer read from a host callback: a tool result is data for code, not a download.
 pub const MAX_CALLBACK_BYTES: usize = 16 << 20;
 
-/// How long an idle connection to a host callback is kept for the next call: long enough to
-/// carry a run's calls one after another, short enough not to hold sockets a host has dropped.
+/// How long an idle connection to a host callback is kept for the next call, at most (at least
+/// half of it, see [`callback_client`]): long enough to carry a run's calls one after another,
+/// short enough not to hold sockets a host has dropped, and to give back the fds of a burst.
 pub const CALLBACK_POOL_IDLE: Duration = Duration::from_secs(30);
 
 /// Idle connections kept per host callback URL: a burst of gathered calls opens one
@@ -221,23 +222,33 @@ pub struct Backends {
 
 impl Backends {
     pub fn new(tool_timeout: Duration) -> Backends {
-        #[allow(
-            clippy::expect_used,
-            reason = "building a client without TLS roots or proxies does not fail"
-        )]
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .pool_idle_timeout(CALLBACK_POOL_IDLE)
-            .pool_max_idle_per_host(CALLBACK_POOL_MAX_IDLE)
-            .build()
-            .expect("reqwest client builds");
         Backends {
-            http,
+            http: callback_client(CALLBACK_POOL_IDLE),
             mcp: None,
             tool_timeout,
             events: Events::local("ptc-sidecar"),
         }
     }
+}
+
+/// The HTTP client of host callbacks: an idle connection is closed within `idle` of its last
+/// call, when no call comes, and at most [`CALLBACK_POOL_MAX_IDLE`] are kept per URL.
+pub fn callback_client(idle: Duration) -> reqwest::Client {
+    // hyper-util's pool (reqwest 0.13) closes expired idle connections on a timer whose period
+    // is the idle timeout itself, started when a connection goes into an empty pool: one that
+    // went idle just after a tick was closed at the tick after next, up to twice the timeout
+    // later (the load bench found them open 45 s after the load with 30 s). Expired after half
+    // of `idle` and checked every half, each is closed between half of `idle` and `idle`.
+    #[allow(
+        clippy::expect_used,
+        reason = "building a client without TLS roots or proxies does not fail"
+    )]
+    reqwest::Client::builder()
+        .no_proxy()
+        .pool_idle_timeout(idle / 2)
+        .pool_max_idle_per_host(CALLBACK_POOL_MAX_IDLE)
+        .build()
+        .expect("reqwest client builds")
 }
 
 /// Runs one validated call on its backend, within `PTC_TOOL_TIMEOUT`.

@@ -51,7 +51,7 @@ pub use files::{FileStore, Files, RunFile};
 pub use live::{LiveInfo, Lost};
 pub use output::OutputChunk;
 pub use runner::{
-    ExecRequest, ExecResult, ExecStatus, Lang, MODEL_DATA_DIR, Runner, RunnerConfig, SessionState,
-    ShuttingDown, StateChange, Workspace,
+    ExecRequest, ExecResult, ExecStatus, Lang, MODEL_DATA_DIR, Runner, RunnerConfig, SCRATCH_DIR,
+    SessionState, ShuttingDown, StateChange, Workspace,
 };
 pub use scratch::ScratchQuota;

@@ -18,8 +18,12 @@ use tokio::task::JoinHandle;
 /// the run stops reading: a run must not hang on a stray process.
 pub const DRAIN_GRACE: Duration = Duration::from_millis(300);
 
-/// Read size for a child's pipes.
+/// Read size for a child's pipes once a read fills the buffer: a run printing a lot is read in
+/// big pieces.
 const PIPE_CHUNK: usize = 64 * 1024;
+/// Read size a pipe starts with: most runs print little, and every run in flight has two pipes
+/// read (at 64 KB each, 32 runs held 4 MB of buffers at the load bench's peak).
+const PIPE_FIRST_CHUNK: usize = 4 * 1024;
 
 /// A piece of a run's output, as it is printed.
 #[derive(Debug, Clone, PartialEq)]
@@ -131,7 +135,7 @@ async fn drain(
     forward: Option<mpsc::UnboundedSender<OutputChunk>>,
     wrap: fn(String) -> OutputChunk,
 ) {
-    let mut chunk = vec![0u8; PIPE_CHUNK];
+    let mut chunk = vec![0u8; PIPE_FIRST_CHUNK];
     loop {
         match pipe.read(&mut chunk).await {
             Ok(0) | Err(_) => return,
@@ -140,8 +144,16 @@ async fn drain(
                 if let Some(tx) = &forward {
                     let _ = tx.send(wrap(String::from_utf8_lossy(&chunk[..n]).into_owned()));
                 }
+                grow_when_full(&mut chunk, n);
             }
         }
+    }
+}
+
+/// Grows a pipe's read buffer to [`PIPE_CHUNK`] once a read of `n` bytes filled it.
+fn grow_when_full(chunk: &mut Vec<u8>, n: usize) {
+    if n == chunk.len() && chunk.len() < PIPE_CHUNK {
+        chunk.resize(PIPE_CHUNK, 0);
     }
 }
 
@@ -300,7 +312,7 @@ async fn route_pipe(
     route: Arc<Mutex<Route>>,
     ended: Arc<tokio::sync::Notify>,
 ) {
-    let mut chunk = vec![0u8; PIPE_CHUNK];
+    let mut chunk = vec![0u8; PIPE_FIRST_CHUNK];
     // Read but not yet handed on: at most the start of a marker, kept until it is told apart.
     let mut held: Vec<u8> = Vec::new();
     loop {
@@ -321,6 +333,7 @@ async fn route_pipe(
             return;
         }
         held.extend_from_slice(&chunk[..n]);
+        grow_when_full(&mut chunk, n);
         let Some(run) = r.run.as_mut().filter(|run| !run.ended[stream]) else {
             held.clear(); // between runs, or after this run's marker: nobody's output
             continue;
@@ -730,5 +743,29 @@ mod tests {
             "01234\n[... 13 B cut; full output: files/out-r1.txt ...]\nijXYZ"
         );
         let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_pipe_buffer_grows_only_when_a_read_fills_it() {
+        let mut chunk = vec![0u8; PIPE_FIRST_CHUNK];
+        grow_when_full(&mut chunk, PIPE_FIRST_CHUNK - 1);
+        assert_eq!(chunk.len(), PIPE_FIRST_CHUNK);
+        grow_when_full(&mut chunk, PIPE_FIRST_CHUNK);
+        assert_eq!(chunk.len(), PIPE_CHUNK);
+        grow_when_full(&mut chunk, PIPE_CHUNK);
+        assert_eq!(chunk.len(), PIPE_CHUNK);
+    }
+
+    #[tokio::test]
+    async fn a_pipe_is_read_whole_past_its_first_buffer() {
+        use tokio::io::AsyncWriteExt;
+        let printed: Vec<u8> = (0..300_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+        let (mut writer, reader) = tokio::io::duplex(PIPE_CHUNK);
+        let buffer = Arc::new(Mutex::new(CappedBuffer::new(1 << 20)));
+        let draining = tokio::spawn(drain(reader, buffer.clone(), None, OutputChunk::Stdout));
+        writer.write_all(&printed).await.unwrap();
+        drop(writer);
+        draining.await.unwrap();
+        assert_eq!(lock(&buffer).text().as_bytes(), &printed[..]);
     }
 }

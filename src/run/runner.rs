@@ -54,6 +54,9 @@ pub struct ShuttingDown;
 /// own timeout (with its clear message) fires first.
 pub const CALL_TIMEOUT_MARGIN: Duration = Duration::from_secs(5);
 
+/// The directory of the runtime directory where every child's scratch directory is made.
+pub const SCRATCH_DIR: &str = "runs";
+
 /// Everything the runner needs, validated.
 #[derive(Debug, Clone)]
 pub struct RunnerConfig {
@@ -256,7 +259,7 @@ impl Runner {
         }
         let spec = SpawnSpec {
             python: cfg.python.clone(),
-            scratch_root: cfg.runtime_dir.join("runs"),
+            scratch_root: cfg.runtime_dir.join(SCRATCH_DIR),
             path_env: cfg.path_env.clone(),
             limits: cfg.limits,
             sandbox: Arc::new(sandbox),

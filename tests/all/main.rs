@@ -25,6 +25,8 @@ mod reload;
 mod runner;
 mod sandbox;
 mod search;
+mod serving;
 mod sessions;
 mod shutdown;
+mod soak;
 mod startup;

@@ -1,201 +1,16 @@
 //! Stopping the real `ptc-sidecar serve` binary. SIGTERM: new runs get 503 `shutting_down`,
 //! the running one finishes (within `PTC_SHUTDOWN_GRACE`, else it is stopped and says why), the
 //! MCP server, fork server and warm children stop, the last events reach Redis, the runtime
-//! directory goes, and the exit code is 0. SIGKILL: no fork server, run or MCP server outlives
-//! the sidecar (`PR_SET_PDEATHSIG` from the spawning thread, the fork server's socket).
+//! directory goes (a given one stays, without its scratch directories), and the exit code is 0.
+//! SIGKILL: no fork server, run or MCP server outlives the sidecar (`PR_SET_PDEATHSIG` from the
+//! spawning thread, the fork server's socket), and the next sidecar on the same runtime
+//! directory removes the scratch directories it left.
 
-use super::common::{TEST_TIMEOUT, TempDir, TestRedis, unique};
+use super::common::{TEST_TIMEOUT, TempDir, TestRedis};
 use super::procs;
+use super::serving::Serving;
 use serde_json::{Value, json};
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncBufReadExt, BufReader};
-
-const SIDECAR: &str = env!("CARGO_BIN_EXE_ptc-sidecar");
-const DEMO: &str = env!("CARGO_BIN_EXE_ptc-demo-mcp");
-/// How long the sidecar gets to say it is serving.
-const START_TIMEOUT: Duration = Duration::from_secs(20);
-/// How long a sidecar told to stop may take to exit: the grace of the test, the stopped runs'
-/// wait, the requests' grace and the last flush, with room for a loaded machine.
-const EXIT_TIMEOUT: Duration = Duration::from_secs(20);
-
-/// A `ptc-sidecar serve` of our own, killed (with its process group) when dropped.
-struct Serving {
-    child: tokio::process::Child,
-    pid: i32,
-    addr: SocketAddr,
-    log: Arc<Mutex<String>>,
-    http: reqwest::Client,
-    agent: String,
-    /// Where the default runtime directory is made (`TMPDIR`).
-    tmp: std::path::PathBuf,
-}
-
-impl Serving {
-    async fn start(dir: &TempDir, redis: &TestRedis, vars: &[(&str, &str)]) -> Serving {
-        let mcp = dir.write(
-            "mcp.json",
-            &json!({"mcpServers": {"demo": {"command": DEMO}}}).to_string(),
-        );
-        let tmp = dir.0.join("tmp");
-        std::fs::create_dir_all(&tmp).unwrap();
-        let agent = unique("shutdown");
-        let mut cmd = tokio::process::Command::new(SIDECAR);
-        cmd.arg("serve")
-            .env_clear()
-            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
-            .env("HOME", &dir.0)
-            .env("TMPDIR", &tmp)
-            .env("RUST_LOG", "info,rmcp=warn")
-            .env("PTC_ENABLED", "true")
-            .env("PTC_LISTEN", "127.0.0.1:0")
-            .env("PTC_PYTHON", "/usr/bin/python3")
-            .env("PTC_MCP_CONFIG", &mcp)
-            .env("REDIS_URL", &redis.url)
-            .env("PTC_AGENT_ID", &agent)
-            .envs(vars.iter().copied())
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true);
-        let mut child = cmd.spawn().unwrap();
-        let pid = child.id().unwrap() as i32;
-        let log = Arc::new(Mutex::new(String::new()));
-        let (serving_tx, serving_rx) = tokio::sync::oneshot::channel();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let log_w = log.clone();
-        tokio::spawn(async move {
-            let mut serving = Some(serving_tx);
-            while let Ok(Some(line)) = lines.next_line().await {
-                if line.contains("ptc-sidecar serving")
-                    && let Some(tx) = serving.take()
-                {
-                    let _ = tx.send(line.clone());
-                }
-                let mut log = log_w.lock().unwrap();
-                log.push_str(&line);
-                log.push('\n');
-            }
-        });
-        let line = match tokio::time::timeout(START_TIMEOUT, serving_rx).await {
-            Ok(Ok(line)) => line,
-            _ => panic!("the sidecar did not serve: {}", log.lock().unwrap()),
-        };
-        let addr = line
-            .split("listen=")
-            .nth(1)
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|a| a.parse().ok())
-            .unwrap_or_else(|| panic!("no listen= in {line}"));
-        Serving {
-            child,
-            pid,
-            addr,
-            log,
-            http: reqwest::Client::builder().no_proxy().build().unwrap(),
-            agent,
-            tmp,
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
-    }
-
-    /// `POST /v1/exec_code` as its own task: its status code and body.
-    fn exec(&self, code: &str) -> tokio::task::JoinHandle<reqwest::Result<(u16, Value)>> {
-        let request = self
-            .http
-            .post(self.url("/v1/exec_code"))
-            .json(&json!({ "code": code }));
-        tokio::spawn(async move {
-            let response = request.send().await?;
-            let status = response.status().as_u16();
-            Ok((status, response.json().await?))
-        })
-    }
-
-    /// Waits until a run is going on (the gauge of `/metrics`).
-    async fn until_running(&self) {
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            let text = self
-                .http
-                .get(self.url("/metrics"))
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
-            if text.lines().any(|l| l == "ptc_runs_in_flight 1") {
-                return;
-            }
-            assert!(Instant::now() < deadline, "no run started: {text}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// The sidecar's descendants once they include a process of each of `expect` (a run counts
-    /// as in flight before its child is started, so the child may not be there yet).
-    async fn family_with(&self, expect: &[&str]) -> Vec<(i32, String)> {
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            let family = self.family();
-            if expect
-                .iter()
-                .all(|what| family.iter().any(|(_, cmd)| cmd.contains(what)))
-            {
-                return family;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "not all of {expect:?} among the sidecar's processes: {family:#?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    /// The sidecar's descendants now, with their command lines.
-    fn family(&self) -> Vec<(i32, String)> {
-        let table = procs::processes();
-        procs::descendants(&table, self.pid)
-            .into_iter()
-            .map(|p| {
-                (
-                    p,
-                    table.get(&p).map_or(String::new(), |p| p.cmdline.clone()),
-                )
-            })
-            .collect()
-    }
-
-    fn signal(&self, signal: i32) {
-        // SAFETY: kill(2) sends a signal to our own child; no memory is involved.
-        assert_eq!(unsafe { libc::kill(self.pid, signal) }, 0);
-    }
-
-    async fn exit_code(&mut self) -> Option<i32> {
-        match tokio::time::timeout(EXIT_TIMEOUT, self.child.wait()).await {
-            Ok(status) => status.unwrap().code(),
-            Err(_) => panic!(
-                "the sidecar did not exit within {EXIT_TIMEOUT:?}: {}",
-                self.log.lock().unwrap()
-            ),
-        }
-    }
-
-    /// The runtime directories left under `TMPDIR`.
-    fn runtime_dirs(&self) -> Vec<String> {
-        std::fs::read_dir(&self.tmp)
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with("ptc-sidecar"))
-            .collect()
-    }
-}
 
 /// Asserts the family has the processes the test is about, then that each is gone.
 async fn assert_all_gone(family: &[(i32, String)], expect: &[&str]) {
@@ -328,6 +143,96 @@ async fn sigkill_leaves_no_process_behind() {
             );
             assert_all_gone(&family, expect).await;
         }
+    })
+    .await
+    .unwrap();
+}
+
+/// The scratch directories in `runtime`, sorted (none when it has no `runs/`).
+fn scratch_dirs(runtime: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(runtime.join("runs"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    names
+}
+
+/// Runs in `sessions` sessions of their own, so that each keeps a live interpreter.
+async fn session_runs(s: &Serving, sessions: usize) {
+    for session in 0..sessions {
+        let r: Value = s
+            .http
+            .post(s.url("/v1/exec_code"))
+            .json(&json!({"code": "x = 1\nprint(x)", "session_id": format!("s{session}")}))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(r["stdout"], "1\n", "{r}");
+    }
+}
+
+/// A runtime directory the operator chose (`PTC_RUNTIME_DIR`) stays, but the scratch
+/// directories of the sidecar's children go with them, the warm children's and those of
+/// sessions' live interpreters. A child removes its own on a blocking thread, which a runtime
+/// shutting down no longer starts: 19 or 20 of these 22 stayed.
+#[tokio::test]
+async fn sigterm_leaves_no_scratch_directory_in_a_given_runtime_directory() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let dir = TempDir::new("shutdown-scratch");
+        let redis = TestRedis::any();
+        let runtime = dir.0.join("rt");
+        let vars = [("PTC_RUNTIME_DIR", runtime.to_str().unwrap())];
+        let mut s = Serving::start(&dir, &redis, &vars).await;
+        session_runs(&s, 20).await;
+        // 20 live interpreters and the warm children.
+        assert!(
+            scratch_dirs(&runtime).len() >= 20,
+            "{:?}",
+            scratch_dirs(&runtime)
+        );
+        s.signal(libc::SIGTERM);
+        assert_eq!(s.exit_code().await, Some(0), "{}", s.log.lock().unwrap());
+        assert_eq!(scratch_dirs(&runtime), Vec::<String>::new());
+        assert!(
+            runtime.exists(),
+            "the operator's runtime directory was removed"
+        );
+    })
+    .await
+    .unwrap();
+}
+
+/// A sidecar killed with SIGKILL cannot remove its scratch directories; the next one on the
+/// same `PTC_RUNTIME_DIR` does, before it makes its own.
+#[tokio::test]
+async fn scratch_directories_a_killed_sidecar_left_go_when_the_next_one_starts() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let dir = TempDir::new("shutdown-restart");
+        let redis = TestRedis::any();
+        let runtime = dir.0.join("rt");
+        let vars = [("PTC_RUNTIME_DIR", runtime.to_str().unwrap())];
+        let mut killed = Serving::start(&dir, &redis, &vars).await;
+        session_runs(&killed, 3).await;
+        killed.signal(libc::SIGKILL);
+        killed.exit_code().await;
+        let left = scratch_dirs(&runtime);
+        assert!(left.contains(&"r0".to_string()), "{left:?}");
+
+        let next = Serving::start(&dir, &redis, &vars).await;
+        // Only the new warm children's (w0, w1, made as it starts, may still be on their way).
+        let now = scratch_dirs(&runtime);
+        assert!(
+            now.iter().all(|d| d.starts_with('w')),
+            "left from before: {now:?}"
+        );
+        drop(next);
     })
     .await
     .unwrap();
