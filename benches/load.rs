@@ -145,16 +145,7 @@ async fn load(duration: Duration, concurrency: usize, settle: Duration) -> Value
 /// One run, timed by the client: the answer, or what went wrong with the request.
 async fn exec(http: &reqwest::Client, url: &str, code: &str) -> (Duration, Result<Value, String>) {
     let t = Instant::now();
-    let answer = async {
-        let response = http
-            .post(format!("{url}/v1/exec_code"))
-            .json(&json!({ "code": code }))
-            .send()
-            .await
-            .map_err(|e| e.to_string())?;
-        response.json::<Value>().await.map_err(|e| e.to_string())
-    }
-    .await;
+    let answer = shared::exec(http, url, code).await;
     (t.elapsed(), answer)
 }
 

@@ -23,7 +23,7 @@ mod shared;
 mod support;
 
 use serde_json::{Value, json};
-use shared::{Sidecar, arg, fd_kinds, fds, round, start_host, start_sidecar_with, vm_rss_mb};
+use shared::{Sidecar, arg, exec, fd_kinds, fds, round, start_host, start_sidecar_with, vm_rss_mb};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -208,15 +208,4 @@ async fn phase(
         "back_to_baseline": after == baseline,
         "settled_in_s": round(settled_in.as_secs_f64()),
     })
-}
-
-/// One run: its answer, or what went wrong with the request.
-async fn exec(http: &reqwest::Client, url: &str, code: &str) -> Result<Value, String> {
-    let response = http
-        .post(format!("{url}/v1/exec_code"))
-        .json(&json!({ "code": code }))
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
-    response.json::<Value>().await.map_err(|e| e.to_string())
 }

@@ -194,3 +194,14 @@ pub fn median(v: &mut [f64]) -> f64 {
 pub fn round(v: f64) -> f64 {
     (v * 1000.0).round() / 1000.0
 }
+
+/// One run over `POST /v1/exec_code`: its answer, or what went wrong with the request.
+pub async fn exec(http: &reqwest::Client, url: &str, code: &str) -> Result<Value, String> {
+    let response = http
+        .post(format!("{url}/v1/exec_code"))
+        .json(&json!({ "code": code }))
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    response.json::<Value>().await.map_err(|e| e.to_string())
+}
