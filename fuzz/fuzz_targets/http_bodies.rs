@@ -38,13 +38,13 @@ fn sidecar() -> &'static (SocketAddr, SocketAddr) {
                     ("PTC_ENABLED", "true"),
                     ("PTC_WARM_WORKERS", "1"),
                     ("PTC_TIMEOUT", "1"),
-                    ("PATH", "/usr/local/bin:/usr/bin:/bin"),
                 ];
+                // What a sidecar inherits, then ours (the last value of a name wins).
                 let inherited = ["PATH", "HOME", "TMPDIR"]
                     .into_iter()
                     .filter_map(|k| Some((k.to_string(), std::env::var(k).ok()?)));
                 let given = vars.iter().map(|(k, v)| (k.to_string(), v.to_string()));
-                let mut config = Config::from_vars(given.chain(inherited)).expect("config");
+                let mut config = Config::from_vars(inherited.chain(given)).expect("config");
                 config.listen = Listen::Tcp("127.0.0.1:0".parse().expect("an address"));
                 let sidecar = Sidecar::start(config, &[]).await.expect("the sidecar starts");
                 let listen = Listen::Tcp("127.0.0.1:0".parse().expect("an address"));
