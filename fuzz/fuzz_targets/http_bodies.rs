@@ -22,7 +22,14 @@ const CONTROL: [&str; 5] = [
     "/exec",
 ];
 /// The IPC bridge's routes, which a forged token must not get past.
-const IPC: [&str; 6] = ["/call", "/tool_call", "/bash/x", "/file?name=a", "/search", "/describe"];
+const IPC: [&str; 6] = [
+    "/call",
+    "/tool_call",
+    "/bash/x",
+    "/file?name=a",
+    "/search",
+    "/describe",
+];
 /// Longest wait for one answer: a run is capped at 1 s, a refusal is immediate.
 const ANSWER_WITHIN: Duration = Duration::from_secs(10);
 
@@ -46,7 +53,9 @@ fn sidecar() -> &'static (SocketAddr, SocketAddr) {
                 let given = vars.iter().map(|(k, v)| (k.to_string(), v.to_string()));
                 let mut config = Config::from_vars(inherited.chain(given)).expect("config");
                 config.listen = Listen::Tcp("127.0.0.1:0".parse().expect("an address"));
-                let sidecar = Sidecar::start(config, &[]).await.expect("the sidecar starts");
+                let sidecar = Sidecar::start(config, &[])
+                    .await
+                    .expect("the sidecar starts");
                 let listen = Listen::Tcp("127.0.0.1:0".parse().expect("an address"));
                 let listener = Listener::bind(&listen).await.expect("a port");
                 let control = listener.local_addr().parse().expect("a TCP address");
@@ -62,16 +71,22 @@ fn sidecar() -> &'static (SocketAddr, SocketAddr) {
 /// POSTs `body` to `path` at `addr`; the answer's status code.
 fn post(addr: SocketAddr, path: &str, body: &[u8]) -> u16 {
     let mut stream = TcpStream::connect(addr).expect("the sidecar listens");
-    stream.set_read_timeout(Some(ANSWER_WITHIN)).expect("a timeout");
+    stream
+        .set_read_timeout(Some(ANSWER_WITHIN))
+        .expect("a timeout");
     let head = format!(
         "POST {path} HTTP/1.1\r\nHost: fuzz\r\nAuthorization: Bearer forged\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
         body.len()
     );
-    stream.write_all(head.as_bytes()).expect("the request is sent");
+    stream
+        .write_all(head.as_bytes())
+        .expect("the request is sent");
     stream.write_all(body).expect("the body is sent");
     let mut answer = Vec::new();
-    stream.read_to_end(&mut answer).expect("an answer within the wait");
+    stream
+        .read_to_end(&mut answer)
+        .expect("an answer within the wait");
     let line = String::from_utf8_lossy(&answer[..answer.len().min(16)]).into_owned();
     line.strip_prefix("HTTP/1.1 ")
         .and_then(|rest| rest.get(..3))

@@ -48,6 +48,11 @@ fuzz_target!(|data: &[u8]| {
     let rendered = render::render(&catalog);
     assert_eq!(rendered.description, render::render(&catalog).description);
     let parsed = lossless::parse_description(&rendered.description);
-    assert!(parsed.is_ok(), "{:?}\n{}", parsed.err(), rendered.description);
+    assert!(
+        parsed.is_ok(),
+        "{:?}\n{}",
+        parsed.err(),
+        rendered.description
+    );
     let _ = lossless::check_catalog(&catalog, &rendered.description);
 });
