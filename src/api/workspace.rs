@@ -8,8 +8,8 @@
 //! It must not know any protocol's wire shapes.
 
 use crate::api::error::ApiError;
-use crate::run::{FileStore, RunFile, ScratchQuota, Workspace};
-use crate::session::{FileInfo, Session, Sessions, Snapshot, check_name};
+use crate::run::{FileError, FileStore, RunFile, ScratchQuota, Workspace};
+use crate::session::{FileInfo, Session, SessionError, Sessions, Snapshot, check_name};
 use crate::util::{lock, mime_of, url_path};
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -181,9 +181,9 @@ pub const MAX_IMAGE_BYTES: u64 = 5 << 20;
 pub struct SessionFiles(pub Arc<Session>);
 
 impl FileStore for SessionFiles {
-    fn create(&self, name: &str) -> Result<(std::fs::File, RunFile), String> {
-        let name = check_name(name).map_err(|e| e.to_string())?;
-        let file = self.0.create(&name).map_err(|e| e.to_string())?;
+    fn create(&self, name: &str) -> Result<(std::fs::File, RunFile), FileError> {
+        let name = check_name(name).map_err(FileError::store)?;
+        let file = self.0.create(&name).map_err(FileError::store)?;
         let url = session_file_url(&self.0.id, &name);
         Ok((file, run_file(name, url)))
     }
@@ -213,25 +213,22 @@ impl RunArtifacts {
         }
     }
 
-    fn folder(&self) -> Result<Arc<Session>, String> {
+    fn folder(&self) -> Result<Arc<Session>, SessionError> {
         let mut folder = lock(&self.folder);
         if let Some(f) = &*folder {
             return Ok(f.clone());
         }
-        let made = self
-            .store
-            .open(&Sessions::new_id())
-            .map_err(|e| e.to_string())?;
+        let made = self.store.open(&Sessions::new_id())?;
         *folder = Some(made.clone());
         Ok(made)
     }
 }
 
 impl FileStore for RunArtifacts {
-    fn create(&self, name: &str) -> Result<(std::fs::File, RunFile), String> {
-        let name = check_name(name).map_err(|e| e.to_string())?;
-        let folder = self.folder()?;
-        let file = folder.create(&name).map_err(|e| e.to_string())?;
+    fn create(&self, name: &str) -> Result<(std::fs::File, RunFile), FileError> {
+        let name = check_name(name).map_err(FileError::store)?;
+        let folder = self.folder().map_err(FileError::store)?;
+        let file = folder.create(&name).map_err(FileError::store)?;
         let url = format!("/v1/artifacts/{}/{}", folder.id, url_path(&name));
         Ok((file, run_file(name, url)))
     }

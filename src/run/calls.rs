@@ -6,7 +6,7 @@
 //! start or stop processes, and must not know which protocol a call arrived by.
 
 use super::dispatch::{self, Backends, CallError, PendingCall};
-use super::files::{Files, RunFile};
+use super::files::{FileError, Files, RunFile};
 use super::prepare::Prepared;
 use super::shapes::Shapes;
 use crate::catalog::Origin;
@@ -91,15 +91,14 @@ impl RunCtx {
     }
 
     /// Stores `data` as `name` in the run's files (blocking: call it off the async workers).
-    pub fn save(&self, name: &str, data: &[u8]) -> Result<RunFile, String> {
+    pub fn save(&self, name: &str, data: &[u8]) -> Result<RunFile, FileError> {
         use std::io::Write;
-        let files = self.files.as_ref().ok_or_else(|| {
-            "save_file is not available in this run: only runs of POST /v1/exec_code keep files"
-                .to_string()
-        })?;
+        let files = self.files.as_ref().ok_or(FileError::NoStore)?;
         let (mut file, mut info) = files.create(name)?;
-        file.write_all(data)
-            .map_err(|e| format!("cannot write {name}: {e}"))?;
+        file.write_all(data).map_err(|source| FileError::Write {
+            name: name.to_string(),
+            source,
+        })?;
         info.size = data.len() as u64;
         let mut saved = lock(&self.saved);
         saved.retain(|f| f.name != info.name);

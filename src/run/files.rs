@@ -27,11 +27,34 @@ pub struct RunFile {
     pub url: String,
 }
 
+/// Why a run's file could not be stored.
+#[derive(Debug, thiserror::Error)]
+pub enum FileError {
+    /// The run keeps no files (a protocol without a file store).
+    #[error("save_file is not available in this run: only runs of POST /v1/exec_code keep files")]
+    NoStore,
+    /// The store refused the name or could not make the file; its own error says which.
+    #[error("{0}")]
+    Store(Box<dyn std::error::Error + Send + Sync>),
+    #[error("cannot write {name}: {source}")]
+    Write {
+        name: String,
+        source: std::io::Error,
+    },
+}
+
+impl FileError {
+    /// A store's own error.
+    pub fn store(e: impl std::error::Error + Send + Sync + 'static) -> FileError {
+        FileError::Store(Box::new(e))
+    }
+}
+
 /// Where a run's files go. Every method blocks (file system calls): the run layer calls them
 /// from a blocking thread or, for output, for one pipe chunk at a time.
 pub trait FileStore: Send + Sync + std::fmt::Debug {
     /// A new file `name` (replacing one of that name) to write, and how a result names it.
-    fn create(&self, name: &str) -> Result<(std::fs::File, RunFile), String>;
+    fn create(&self, name: &str) -> Result<(std::fs::File, RunFile), FileError>;
 
     /// How the model finds `file`, for the cut marker of a stream (a name in the session's
     /// workspace, or the URL of an artifact).

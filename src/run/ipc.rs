@@ -238,7 +238,7 @@ async fn save_file(
     let saved = tokio::task::spawn_blocking(move || run.save(&name, &body)).await;
     match saved {
         Ok(Ok(file)) => reply(StatusCode::OK, json!({"ok": true, "file": file})),
-        Ok(Err(message)) => refuse(StatusCode::BAD_REQUEST, "file", &message),
+        Ok(Err(e)) => refuse(StatusCode::BAD_REQUEST, "file", &e.to_string()),
         Err(e) => refuse(
             StatusCode::INTERNAL_SERVER_ERROR,
             "internal",

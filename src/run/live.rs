@@ -124,7 +124,8 @@ pub struct LiveInfo {
 
 /// One session's place: its interpreter when it has one, and why the last one is gone.
 pub struct Slot {
-    pub live: tokio::sync::Mutex<Option<Live>>,
+    /// Owned by the run that holds it (`lock_owned`).
+    pub live: Arc<tokio::sync::Mutex<Option<Live>>>,
     stats: Mutex<Stats>,
     /// Whether `live` holds an interpreter (readable without its lock, for counting).
     has_live: AtomicBool,
@@ -143,7 +144,7 @@ impl Slot {
     fn new() -> Slot {
         let now = Instant::now();
         Slot {
-            live: tokio::sync::Mutex::new(None),
+            live: Arc::new(tokio::sync::Mutex::new(None)),
             stats: Mutex::new(Stats {
                 lost: None,
                 started: now,

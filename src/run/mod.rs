@@ -20,7 +20,9 @@
 //! | `calls` | the live runs by token, [`calls::RunCtx`], [`CallRecord`], `call(run, tool, args)` | `dispatch`, `prepare`, `shapes` |
 //! | `ipc` | the loopback HTTP bridge (`/call`, `/tool_call`, `/bash/{tool}`, `/search`, `/describe`) | `calls`, `dispatch`, `bash`, `shapes` |
 //! | `live` | the sessions' live interpreters: which run takes which, eviction, idle expiry, [`live::Lost`] | `child`, `output`, `prepare` |
-//! | `runner` | a run's lifecycle, [`Runner`] and its request and result types | all of the above |
+//! | `request` | what a run is asked and gives back: [`RunnerConfig`], [`ExecRequest`], [`ExecResult`], the `/mnt/data` rewrite | `calls`, `child`, `confine`, `dispatch`, `files`, `live`, `output`, `scratch` |
+//! | `turn` | a run's turn on an interpreter: a fresh child or a session's live one, and how its output ends | `child`, `files`, `live`, `output`, `pool`, `prepare`, `request`, `zygote` |
+//! | `runner` | a run's lifecycle, one path for every run: [`Runner`] | all of the above |
 //!
 //! `child` and `zygote` take a child's confinement from `crate::sandbox` (docs/SECURITY.md).
 //!
@@ -37,21 +39,24 @@ pub mod live;
 pub mod output;
 pub mod pool;
 pub mod prepare;
+pub mod request;
 pub mod runner;
 pub mod scratch;
 pub mod sdk;
 pub mod shapes;
+pub mod turn;
 pub mod zygote;
 
 pub use calls::{CallRecord, new_token};
 pub use child::{Limits, PythonError, resolve_python};
 pub use confine::SandboxSettings;
 pub use dispatch::{Backends, CallError, McpCaller, PendingCall, host_error};
-pub use files::{FileStore, Files, RunFile};
+pub use files::{FileError, FileStore, Files, RunFile};
 pub use live::{LiveInfo, Lost};
 pub use output::OutputChunk;
-pub use runner::{
-    ExecRequest, ExecResult, ExecStatus, Lang, MODEL_DATA_DIR, Runner, RunnerConfig, SCRATCH_DIR,
-    SessionState, ShuttingDown, StateChange, Workspace,
+pub use request::{
+    ExecRequest, ExecResult, ExecStatus, Lang, MODEL_DATA_DIR, RunnerConfig, SessionState,
+    StateChange, Workspace,
 };
+pub use runner::{Runner, SCRATCH_DIR, ShuttingDown};
 pub use scratch::ScratchQuota;

@@ -448,7 +448,7 @@ impl Spill {
     fn start(&mut self, so_far: &[u8]) {
         self.state = match self.files.create(&self.name) {
             Ok((file, info)) => SpillState::Writing(file, RunFile { size: 0, ..info }),
-            Err(e) => SpillState::Failed(e),
+            Err(e) => SpillState::Failed(e.to_string()),
         };
         self.write(so_far);
     }
@@ -704,8 +704,12 @@ mod tests {
     struct DirStore(std::path::PathBuf);
 
     impl super::super::files::FileStore for DirStore {
-        fn create(&self, name: &str) -> Result<(std::fs::File, RunFile), String> {
-            let file = std::fs::File::create(self.0.join(name)).map_err(|e| e.to_string())?;
+        fn create(
+            &self,
+            name: &str,
+        ) -> Result<(std::fs::File, RunFile), super::super::files::FileError> {
+            let file = std::fs::File::create(self.0.join(name))
+                .map_err(super::super::files::FileError::store)?;
             let info = RunFile {
                 name: name.into(),
                 size: 0,

@@ -113,6 +113,26 @@ pub fn measure(dir: &Path, quota: &ScratchQuota) -> Usage {
 
 /// Measures `dir` every [`CHECK_EVERY`] (less often when measuring takes long) and returns why
 /// it went over `quota` once it does; never returns while it stays within.
+/// Resolves when a run's scratch directory, or its workspace (a session's data directory, with
+/// its own quota), goes past its quota; with the reason.
+pub fn watch_run(
+    scratch: &Path,
+    quota: ScratchQuota,
+    workspace: Option<(&Path, ScratchQuota)>,
+) -> impl std::future::Future<Output = String> + use<> {
+    let scratch_quota = watch(scratch.to_path_buf(), quota);
+    let workspace = workspace.map(|(dir, quota)| (dir.to_path_buf(), quota));
+    async move {
+        match workspace {
+            None => scratch_quota.await,
+            Some((dir, quota)) => tokio::select! {
+                why = scratch_quota => why,
+                why = watch_as(dir, quota, &SESSION) => why,
+            },
+        }
+    }
+}
+
 pub async fn watch(dir: PathBuf, quota: ScratchQuota) -> String {
     watch_as(dir, quota, &SCRATCH).await
 }

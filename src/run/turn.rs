@@ -1,0 +1,440 @@
+//! A run's turn on an interpreter: what differs between a fresh run and a session run.
+//!
+//! Every run has the same shape (the runner's): a slot, a prepared catalog, a registration,
+//! then a [`Turn`], which owns the two things that differ: where the interpreter comes from (a
+//! fresh child of its own from the pool, or the session's live interpreter, kept or started)
+//! and how the run's output ends (the child's exit, or the end marker of a live interpreter,
+//! which is paused again and kept). A turn always ends through [`Turn::finish`], which leaves
+//! nothing of the run running: a fresh child's group is killed, a live interpreter is paused
+//! or, when the run did not end by itself, killed and forgotten.
+//!
+//! It must not register runs, decide deadlines or build results (the runner's), nor know how
+//! a child is made (`pool`) or how output is read (`output`).
+
+use super::child::{self, Child};
+use super::files::Files;
+use super::live::{Interpreters, Live, Lost, Slot};
+use super::output::{self, Capture, Captured, OutputChunk};
+use super::pool::Pool;
+use super::prepare::Prepared;
+use super::request::{ExecStatus, RunnerConfig, SessionState, StateChange, Workspace};
+use super::zygote::Program;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{OwnedMutexGuard, mpsc};
+use tokio::time::Instant;
+
+/// What a run stopped by [`Runner::stop_runs`](super::Runner::stop_runs) says on its stderr.
+pub const STOPPED_MESSAGE: &str =
+    "stopped: the sidecar is shutting down and the run did not finish within PTC_SHUTDOWN_GRACE";
+
+/// What a turn needs of its run.
+pub struct TurnRun<'a> {
+    pub id: &'a str,
+    pub prepared: &'a Arc<Prepared>,
+    pub deadline: Instant,
+    /// The run's whole budget (for messages).
+    pub timeout: Duration,
+    pub workspace: Option<&'a Workspace>,
+    pub output: Option<mpsc::UnboundedSender<OutputChunk>>,
+    pub files: Option<&'a Files>,
+}
+
+/// What a fresh child runs.
+pub enum Job<'a> {
+    /// The SDK's bootstrap reads `job`; `warm`: a warm or forked child of the current catalog
+    /// may take it (else it starts cold).
+    Python { job: &'a [u8], warm: bool },
+    /// A program forked from `fork_from`'s server (a bash run).
+    Program {
+        program: &'a Program,
+        fork_from: &'a Prepared,
+    },
+}
+
+/// How a turn ended, before its output is taken.
+pub enum End {
+    /// The code's process (or, in a session, the run) ended by itself with this exit code.
+    Exited(i32),
+    /// The sidecar stopped it: why, and the status the run gets.
+    Stopped {
+        status: ExecStatus,
+        why: String,
+        lost: Lost,
+    },
+    /// The interpreter died or was lost during a session run (its exit code when known).
+    Died { code: Option<i32>, why: String },
+    /// The sidecar lost track of a fresh child.
+    Untracked(std::io::Error),
+}
+
+/// How a turn came out: what the runner makes the result of.
+pub struct Finished {
+    pub status: ExecStatus,
+    pub output: Captured,
+    pub exit_code: Option<i32>,
+    pub session: Option<SessionState>,
+}
+
+/// A run on its interpreter.
+pub enum Turn {
+    Fresh(Box<FreshTurn>),
+    Live(LiveTurn),
+}
+
+/// A run on a fresh child of its own, its output captured from the start.
+pub struct FreshTurn {
+    child: Child,
+    capture: Capture,
+}
+
+/// A run on a session's live interpreter: the session's slot held for the run.
+pub struct LiveTurn {
+    slot: Arc<Slot>,
+    held: OwnedMutexGuard<Option<Live>>,
+    state: SessionState,
+    /// Set when the job could not be sent: the run is over before it began.
+    gone: Option<String>,
+}
+
+impl Turn {
+    /// A fresh child of the run's own, its output captured from the start. The error says why
+    /// it could not start.
+    pub async fn fresh(
+        pool: &Pool,
+        cfg: &RunnerConfig,
+        run: TurnRun<'_>,
+        job: Job<'_>,
+    ) -> std::io::Result<Turn> {
+        let dir = run.workspace.map(|w| w.dir.as_path());
+        let mut child = match job {
+            Job::Python { job, warm } => pool.start(run.prepared, warm, run.id, job, dir).await?,
+            Job::Program { program, fork_from } => {
+                pool.start_program(fork_from, run.id, program, dir).await?
+            }
+        };
+        let capture = Capture::start(
+            child.stdout.take(),
+            child.stderr.take(),
+            cfg.max_output_bytes,
+            run.output,
+            output::spills(run.files, run.id),
+        );
+        Ok(Turn::Fresh(Box::new(FreshTurn { child, capture })))
+    }
+
+    /// The session's live interpreter (the one it has, else a new one, and then why the state
+    /// of the earlier runs is gone), resumed, with `job` sent. A run that cannot have it
+    /// (another run holds it past the deadline, or no interpreter starts) is finished here.
+    pub async fn live(
+        pool: &Pool,
+        cfg: &RunnerConfig,
+        interpreters: &Interpreters,
+        session: &str,
+        run: TurnRun<'_>,
+        mut job: serde_json::Value,
+        nonce: &str,
+    ) -> Result<Turn, Finished> {
+        let failed = |status, stderr: String, state| Finished {
+            status,
+            output: Captured {
+                stderr,
+                ..Captured::default()
+            },
+            exit_code: None,
+            session: Some(state),
+        };
+        let state = |change, reason, runs| SessionState {
+            id: session.to_string(),
+            state: change,
+            reason,
+            run: runs,
+        };
+        let slot = interpreters.slot(session);
+        let Ok(mut held) =
+            tokio::time::timeout_at(run.deadline, slot.live.clone().lock_owned()).await
+        else {
+            let why = format!(
+                "the run waited {:.1} s for session {session}'s previous run to end and timed \
+                 out before starting; run one at a time per session",
+                run.timeout.as_secs_f64(),
+            );
+            return Err(failed(
+                ExecStatus::Timeout,
+                why,
+                state(StateChange::Kept, None, 0),
+            ));
+        };
+        slot.begin();
+        let lost = keep_or_drop(&mut held, &slot, run.prepared, &mut job, session).await;
+        let change = match (&*held, lost) {
+            (Some(_), _) => StateChange::Kept,
+            (None, Some(_)) => StateChange::Reset,
+            (None, None) => StateChange::New,
+        };
+        if held.is_none() {
+            interpreters.make_room(session);
+            let Some(workspace) = run.workspace else {
+                unreachable!("a session run has a workspace (the runner checks)");
+            };
+            let started = async {
+                let child = pool
+                    .start_live(run.prepared, run.id, &workspace.dir)
+                    .await?;
+                Live::new(child, run.prepared.key)
+            };
+            match started.await {
+                Ok(live) => {
+                    slot.started(live.child.pid());
+                    *held = Some(live);
+                }
+                Err(e) => {
+                    slot.end(lost);
+                    let why = format!("ptc-sidecar could not start {}: {e}", cfg.python.display());
+                    return Err(failed(ExecStatus::Error, why, state(change, lost, 0)));
+                }
+            }
+        }
+        let Some(live) = held.as_mut() else {
+            unreachable!("an interpreter was found or started above");
+        };
+        live.child.resume();
+        if let Err(e) = live.child.extend_cpu(cfg.limits.cpu_secs) {
+            tracing::debug!(session, "cannot extend the CPU limit: {e}");
+        }
+        let spills = output::spills(run.files, run.id);
+        live.output
+            .begin(nonce, cfg.max_output_bytes, run.output, spills);
+        if let (StateChange::Reset, Some(why)) = (change, lost) {
+            live.output.note(&format!(
+                "ptc-sidecar: state was reset: {}; the session's files are kept",
+                why.explain(interpreters.max, interpreters.idle_ttl)
+            ));
+        }
+        let gone = live
+            .send(&job.to_string())
+            .await
+            .err()
+            .map(|e| format!("the interpreter is gone ({e})"));
+        let runs = slot.runs() + 1;
+        Ok(Turn::Live(LiveTurn {
+            slot,
+            held,
+            state: state(change, lost, runs),
+            gone,
+        }))
+    }
+
+    /// The child the run's code runs in.
+    pub fn child(&self) -> &Child {
+        match self {
+            Turn::Fresh(turn) => &turn.child,
+            Turn::Live(turn) => match turn.held.as_ref() {
+                Some(live) => &live.child,
+                None => unreachable!("a live turn holds its interpreter until it finishes"),
+            },
+        }
+    }
+
+    /// Waits for the run to end: by itself, or stopped at `deadline`, when `quota` resolves
+    /// (with why) or when `stop` does (the shutdown grace is over).
+    pub async fn until_end(
+        &mut self,
+        deadline: Instant,
+        timeout: Duration,
+        quota: impl Future<Output = String>,
+        stop: impl Future<Output = ()>,
+    ) -> End {
+        let timed_out = || End::Stopped {
+            status: ExecStatus::Timeout,
+            why: format!("stopped after {:.1} s (timeout)", timeout.as_secs_f64()),
+            lost: Lost::Timeout,
+        };
+        let over_quota = |why| End::Stopped {
+            status: ExecStatus::Error,
+            why: format!("stopped: {why}"),
+            lost: Lost::Quota,
+        };
+        let stopped = || End::Stopped {
+            status: ExecStatus::Error,
+            why: STOPPED_MESSAGE.into(),
+            lost: Lost::Crashed,
+        };
+        match self {
+            Turn::Fresh(turn) => tokio::select! {
+                waited = tokio::time::timeout_at(deadline, turn.child.wait()) => match waited {
+                    Ok(Ok(code)) => End::Exited(code),
+                    Ok(Err(e)) => End::Untracked(e),
+                    Err(_) => timed_out(),
+                },
+                why = quota => over_quota(why),
+                _ = stop => stopped(),
+            },
+            Turn::Live(turn) => {
+                if let Some(why) = turn.gone.take() {
+                    return End::Died { code: None, why };
+                }
+                let Some(live) = turn.held.as_mut() else {
+                    unreachable!("a live turn holds its interpreter until it finishes");
+                };
+                let Live { child, output, .. } = live;
+                tokio::select! {
+                    code = output.ended() => match code {
+                        Some(code) => End::Exited(code),
+                        None => died(child.wait().await.ok()),
+                    },
+                    waited = child.wait() => died(waited.ok()),
+                    _ = tokio::time::sleep_until(deadline) => timed_out(),
+                    why = quota => over_quota(why),
+                    _ = stop => stopped(),
+                }
+            }
+        }
+    }
+
+    /// The run's output, with nothing of it left running: a fresh child's group killed; a
+    /// session's interpreter paused when the run ended by itself, else killed and forgotten
+    /// (its files stay).
+    pub async fn finish(self, end: End) -> Finished {
+        match self {
+            Turn::Fresh(turn) => finish_fresh(turn.child, turn.capture, end).await,
+            Turn::Live(turn) => turn.finish(end).await,
+        }
+    }
+}
+
+/// The session's interpreter kept for this run, or dropped (and why the state is gone): it
+/// died since the last run, or a reload changed the catalog and its new tool functions cannot
+/// be sent with the job.
+async fn keep_or_drop(
+    held: &mut Option<Live>,
+    slot: &Slot,
+    prepared: &Prepared,
+    job: &mut serde_json::Value,
+    session: &str,
+) -> Option<Lost> {
+    let mut lost = slot.take_lost();
+    let Some(live) = held.as_mut() else {
+        return lost;
+    };
+    if live.child.has_exited() {
+        *held = None;
+        return Some(Lost::Crashed);
+    }
+    if live.key != prepared.key {
+        // A reload since the session's last run: the interpreter gets the new tool functions
+        // with this job and keeps its state.
+        match catalog_of(prepared).await {
+            Ok(catalog) => {
+                job["catalog"] = catalog;
+                live.key = prepared.key;
+            }
+            Err(e) => {
+                tracing::warn!(session, "cannot read the new catalog: {e}");
+                lost = Some(Lost::CatalogChanged);
+                *held = None;
+            }
+        }
+    }
+    lost
+}
+
+/// The tools of a prepared catalog, as its `catalog.json` holds them (for a live interpreter
+/// that loaded an older one).
+async fn catalog_of(prepared: &Prepared) -> std::io::Result<serde_json::Value> {
+    let text = tokio::fs::read(prepared.sdk_dir.join("catalog.json")).await?;
+    serde_json::from_slice(&text).map_err(std::io::Error::other)
+}
+
+/// A live interpreter that ended during a run, with its exit code when known.
+fn died(code: Option<i32>) -> End {
+    let why = code
+        .and_then(child::killed_by)
+        .unwrap_or_else(|| "the interpreter exited".into());
+    End::Died { code, why }
+}
+
+async fn finish_fresh(mut child: Child, capture: Capture, end: End) -> Finished {
+    let (status, exit_code) = match end {
+        End::Exited(code) => {
+            if let Some(why) = child::killed_by(code) {
+                capture.note(&format!("ptc-sidecar: {why}"));
+            }
+            (exit_status(code), Some(code))
+        }
+        End::Untracked(e) => {
+            capture.note(&format!("ptc-sidecar lost track of the child: {e}"));
+            (ExecStatus::Error, None)
+        }
+        End::Stopped { status, why, .. } => {
+            child.kill_group();
+            let _ = child.wait().await;
+            capture.note(&format!("ptc-sidecar: {why}"));
+            (status, None)
+        }
+        End::Died { code, why } => {
+            capture.note(&format!("ptc-sidecar: {why}"));
+            (ExecStatus::Error, code)
+        }
+    };
+    // Anything the code left running dies with the run.
+    child.kill_group();
+    let output = capture.finish().await;
+    drop(child);
+    Finished {
+        status,
+        output,
+        exit_code,
+        session: None,
+    }
+}
+
+impl LiveTurn {
+    async fn finish(mut self, end: End) -> Finished {
+        let Some(live) = self.held.as_mut() else {
+            unreachable!("a live turn holds its interpreter until it finishes");
+        };
+        let (why, exit_code, what, status) = match end {
+            End::Exited(code) => {
+                let output = live.output.finish(false).await;
+                live.child.pause();
+                self.slot.end(None);
+                return Finished {
+                    status: exit_status(code),
+                    output,
+                    exit_code: Some(code),
+                    session: Some(self.state),
+                };
+            }
+            End::Stopped { status, why, lost } => (lost, None, why, status),
+            End::Died { code, why } => (Lost::Crashed, code, why, ExecStatus::Error),
+            End::Untracked(e) => (Lost::Crashed, None, e.to_string(), ExecStatus::Error),
+        };
+        live.child.kill_group();
+        live.output.note(&format!(
+            "ptc-sidecar: {what}; the session's state ended with it (the next run starts a new \
+             interpreter); its files are kept"
+        ));
+        let output = live.output.finish(true).await;
+        *self.held = None;
+        self.slot.end(Some(why));
+        Finished {
+            status,
+            output,
+            exit_code,
+            session: Some(SessionState {
+                state: StateChange::Ended,
+                reason: Some(why),
+                ..self.state
+            }),
+        }
+    }
+}
+
+fn exit_status(code: i32) -> ExecStatus {
+    match code {
+        0 => ExecStatus::Ok,
+        _ => ExecStatus::Error,
+    }
+}
