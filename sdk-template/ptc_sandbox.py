@@ -61,9 +61,28 @@ def _syscalls():
 
 
 def prepare():
-    """Loads what `confine` needs (ctypes and the libc symbols): the fork server calls it once,
-    so that its children pay nothing for it."""
+    """Loads what `confine` and `isolate` need (ctypes, the libc symbols, the modules): the
+    fork server calls it once, so that its children pay nothing for it."""
+    import fcntl  # noqa: F401
+    import resource  # noqa: F401
+    import select  # noqa: F401
+    import socket  # noqa: F401
+    import struct  # noqa: F401
+
     _syscalls()
+    _libc_handle()
+
+
+_libc_all = None
+
+
+def _libc_handle():
+    """libc as a ctypes library (unshare, mount, capset), looked up once."""
+    global _libc_all
+    if _libc_all is None:
+        ctypes = _syscalls()[0]
+        _libc_all = ctypes.CDLL(None, use_errno=True)
+    return _libc_all
 
 
 # The program that refuses process creation: a run that may start processes (a bash run, or
@@ -192,6 +211,329 @@ def confine(ruleset_fd, filters, landlock=True, seccomp=True, parent_pid=None):
 
     # Whatever the parent left open (the ruleset, the fork server's sockets) is not the run's.
     os.closerange(3, 1 << 20)
+
+
+# ---------------------------------------------------------------------------------------------
+# Namespaces: each run in its own (docs/SECURITY.md, "Namespaces")
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+# The namespaces a run gets, by the names the spec uses, in the order /healthz lists them.
+NAMESPACES = (("user", CLONE_NEWUSER), ("pid", CLONE_NEWPID), ("net", CLONE_NEWNET),
+              ("ipc", CLONE_NEWIPC), ("uts", CLONE_NEWUTS), ("mount", CLONE_NEWNS))
+
+_MS_NOSUID = 0x2
+_MS_NODEV = 0x4
+_MS_NOEXEC = 0x8
+_MS_REMOUNT = 0x20
+_MS_NOATIME = 0x400
+_MS_NODIRATIME = 0x800
+_MS_BIND = 0x1000
+_MS_REC = 0x4000
+_MS_PRIVATE = 1 << 18
+_MS_RELATIME = 1 << 21
+_MS_RDONLY = 0x1
+# statvfs's f_flag bits for the flags a remount must keep (a mount inherited into a user
+# namespace has them locked: a remount that drops one fails with EPERM).
+_ST_KEPT = ((0x1, _MS_RDONLY), (0x2, _MS_NOSUID), (0x4, _MS_NODEV), (0x8, _MS_NOEXEC),
+            (0x400, _MS_NOATIME), (0x800, _MS_NODIRATIME), (0x1000, _MS_RELATIME))
+_SIOCGIFFLAGS = 0x8913
+_SIOCSIFFLAGS = 0x8914
+_IFF_UP = 0x1
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+# How long a run's first process waits for the one that made its namespaces to leave.
+_HANDOVER_TIMEOUT = 5.0
+
+
+def _namespace_flags(names):
+    flags = 0
+    for name, flag in NAMESPACES:
+        if names.get(name):
+            flags |= flag
+    return flags
+
+
+def isolate(spec, dirs, report, life_fd, go_fd, nproc=None):
+    """Puts this process's run in namespaces of its own and returns in the run's first process,
+    PID 1 of a new PID namespace. Called in the fork server's child (single-threaded, still the
+    server's uid), before `confine`.
+
+    This process (the run's *maker*): becomes the run user (`spec["user"]`), unshares the
+    namespaces `spec["ns"]` names (a user namespace first, mapping only the run's uid and gid,
+    where the sidecar has no CAP_SYS_ADMIN of its own), remounts each of `dirs` (the scratch
+    and data directories) noexec, nosuid and nodev in the new mount namespace, brings up the
+    new network namespace's loopback and listens on `127.0.0.1:spec["ipc_port"]` there: the IPC
+    bridge's end inside, which the sidecar accepts on from outside. Then it forks the run's
+    process, sends `pid` and the listening socket on `report` (a Unix socket to the fork
+    server) and leaves; the run's process is reparented to the fork server (a subreaper).
+
+    The run's process: once the fork server has reaped its maker and says so on `go_fd` (a
+    byte on a pipe: before that it would be killed by the maker's death signal, which the
+    kernel sends as it reparents), dies with the fork server (PR_SET_PDEATHSIG, and `life_fd`
+    says the server is still there: a pipe whose writer only the server holds),
+    leads its own process group and drops every capability the user namespace gave it. Its
+    `RLIMIT_NPROC` is `nproc`: in a user namespace of its own, a budget of the run's alone.
+    Raises SandboxError (in the maker, before any fork) when a step fails."""
+    # Everything imported before the switch of uid: the run user may not read the
+    # interpreter's own files (the fork server has them already).
+    import fcntl  # noqa: F401
+    import resource
+    import select  # noqa: F401
+    import socket
+    import struct  # noqa: F401
+
+    ctypes, prctl, syscall = _syscalls()
+    libc = _libc_handle()
+
+    def fail(what):
+        err = ctypes.get_errno()
+        raise SandboxError("%s: %s" % (what, os.strerror(err) if err else "failed"))
+
+    names = spec.get("ns") or {}
+    user = spec.get("user")
+    if names.get("user"):
+        if user is not None:
+            # The parent user namespace's bound on the run user's processes is what this
+            # process may have when it makes the new one: none, so that it is the run's own
+            # limit, set below, that holds (per run: the kernel counts each user namespace's
+            # processes apart).
+            try:
+                resource.setrlimit(resource.RLIMIT_NPROC, (resource.RLIM_INFINITY,) * 2)
+            except (OSError, ValueError):
+                pass
+            _become(user)
+            # A switch of uid makes a process not dumpable, and its /proc/self files root's:
+            # its own maps below could not be written. `confine` makes it not dumpable again.
+            if prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0) != 0:
+                fail("prctl(PR_SET_DUMPABLE)")
+        uid, gid = os.getuid(), os.getgid()
+        if libc.unshare(_namespace_flags(names)) != 0:
+            fail("unshare(%s)" % ",".join(n for n, _ in NAMESPACES if names.get(n)))
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", "%d %d 1" % (uid, uid))
+        _write("/proc/self/gid_map", "%d %d 1" % (gid, gid))
+    else:
+        if libc.unshare(_namespace_flags(names)) != 0:
+            fail("unshare(%s)" % ",".join(n for n, _ in NAMESPACES if names.get(n)))
+    if names.get("mount"):
+        if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+            fail("mount(/, MS_PRIVATE)")
+        for d in dirs:
+            _remount_noexec(libc, ctypes, os.fsencode(d), fail)
+        # The working directory was entered before its new mount: enter it again, through it.
+        os.chdir(os.getcwd())
+    listener = None
+    if names.get("net"):
+        _loopback_up()
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.bind(("127.0.0.1", int(spec["ipc_port"])))
+        listener.listen(128)
+    if not names.get("user") and user is not None:
+        _become(user)
+    if nproc is not None:
+        resource.setrlimit(resource.RLIMIT_NPROC, (int(nproc), int(nproc)))
+    pid = os.fork()
+    if pid:
+        # The maker: the run's process leads its own group before anyone may signal it.
+        try:
+            os.setpgid(pid, pid)
+        except OSError:
+            pass
+        fds = [listener.fileno()] if listener is not None else []
+        socket.send_fds(report, [b"%d" % pid], fds)
+        os._exit(0)
+    # The run's process.
+    report.close()
+    if listener is not None:
+        listener.close()
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass
+    _await_go(go_fd)
+    # Now the fork server's child: die with it, and make sure it did not go in between.
+    if prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0) != 0:
+        fail("prctl(PR_SET_PDEATHSIG)")
+    if _closed(life_fd):
+        raise SandboxError("the fork server is gone")
+    if names.get("user"):
+        _drop_capabilities(ctypes, libc, fail)
+
+
+def become_run_user(spec):
+    """Becomes the spec's run user, when it names one (a child of the fork server without
+    namespaces of its own)."""
+    user = spec.get("user")
+    if user is not None:
+        confine_or_exit(_become, user)
+
+
+def _become(user):
+    """Becomes the run user: no supplementary groups, its gid, its uid, for good."""
+    uid, gid = int(user["uid"]), int(user["gid"])
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if os.getuid() != uid or os.geteuid() != uid or os.getgid() != gid:
+        raise SandboxError("the switch to uid %d did not hold" % uid)
+
+
+def _write(path, text):
+    try:
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.write(fd, text.encode())
+        finally:
+            os.close(fd)
+    except OSError as e:
+        raise SandboxError("writing %s: %s" % (path, e))
+
+
+def _remount_noexec(libc, ctypes, path, fail):
+    """Makes `path` a mount of its own with noexec, nosuid and nodev added (W^X for what a run
+    writes: a file written there can be neither executed nor mapped executable, by the dynamic
+    loader or anyone)."""
+    try:
+        kept = os.statvfs(path).f_flag
+    except OSError as e:
+        raise SandboxError("statvfs %s: %s" % (path, e))
+    flags = _MS_REMOUNT | _MS_BIND | _MS_NOEXEC | _MS_NOSUID | _MS_NODEV
+    for bit, ms in _ST_KEPT:
+        if kept & bit:
+            flags |= ms
+    if libc.mount(path, path, None, _MS_BIND | _MS_REC, None) != 0:
+        fail("bind mount of %s" % os.fsdecode(path))
+    if libc.mount(None, path, None, flags, None) != 0:
+        fail("remount of %s noexec" % os.fsdecode(path))
+
+
+def _loopback_up():
+    """Brings up `lo` in this (new) network namespace: the only interface a run has."""
+    import fcntl
+    import socket
+    import struct
+
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        ifr = struct.pack("16sh22x", b"lo", 0)
+        flags = struct.unpack("16sh22x", fcntl.ioctl(s, _SIOCGIFFLAGS, ifr))[1]
+        fcntl.ioctl(s, _SIOCSIFFLAGS, struct.pack("16sh22x", b"lo", flags | _IFF_UP))
+    except OSError as e:
+        raise SandboxError("bringing up the loopback interface: %s" % e)
+    finally:
+        s.close()
+
+
+def _await_go(fd):
+    """Waits for the fork server's word that the run's maker is reaped (one byte on `fd`)."""
+    import select
+
+    ready, _, _ = select.select([fd], [], [], _HANDOVER_TIMEOUT)
+    if not ready or os.read(fd, 1) != b"g":
+        raise SandboxError("the fork server did not take the run over")
+    os.close(fd)
+
+
+def _closed(fd):
+    """Whether every writer of the pipe `fd` is gone."""
+    import select
+
+    if fd is None:
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP)
+    return any(ev & (select.POLLHUP | select.POLLERR) for _, ev in poller.poll(0))
+
+
+def _drop_capabilities(ctypes, libc, fail):
+    """Drops every capability the user namespace gave this process (they hold only inside it,
+    but a run needs none)."""
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                    ("inheritable", ctypes.c_uint32)]
+
+    header = Header(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (Data * 2)()
+    if libc.capset(ctypes.byref(header), data) != 0:
+        fail("capset")
+
+
+def probe_namespaces(spec):
+    """Whether `isolate` works here, as a run's would: `{"ok": true}` or `{"ok": false,
+    "error": why}`. Forks a child that isolates itself in a directory of the probe's; its run
+    process (back here: the probe is a subreaper) exits 0 when it is PID 1 of its namespace."""
+    import socket
+    import tempfile
+
+    become_subreaper()
+    d = tempfile.mkdtemp(prefix="ptc-probe-")
+    life_r, life_w = os.pipe()
+    go_r, go_w = os.pipe()
+    try:
+        user = spec.get("user")
+        if user is not None:
+            os.chown(d, int(user["uid"]), int(user["gid"]))
+        report, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                report.close()
+                os.close(life_w)
+                os.close(go_w)
+                os.chdir(d)
+                isolate(spec, [d], theirs, life_r, go_r, 64)
+                os._exit(0 if os.getpid() == 1 or not (spec.get("ns") or {}).get("pid") else 3)
+            except BaseException as e:
+                try:
+                    theirs.send(b"error " + str(e).encode("utf-8", "replace"))
+                except OSError:
+                    pass
+                os._exit(2)
+        theirs.close()
+        os.close(go_r)
+        data, fds = _receive(report, _HANDOVER_TIMEOUT * 2)
+        for fd in fds:
+            os.close(fd)
+        os.waitpid(pid, 0)
+        os.write(go_w, b"g")
+        if not data or data.startswith(b"error "):
+            why = data[6:].decode("utf-8", "replace") or "the probe's child said nothing"
+            return {"ok": False, "error": why}
+        _, status = os.waitpid(int(data), 0)
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            return {"ok": False, "error": "the probe's run process exited with %d" % code}
+        return {"ok": True}
+    finally:
+        for fd in (life_r, life_w, go_w):
+            os.close(fd)
+        try:
+            os.rmdir(d)
+        except OSError:
+            pass
+
+
+def _receive(sock, timeout):
+    """One message and its fds from `sock` within `timeout` seconds; `(b"", [])` without one."""
+    import select
+    import socket
+
+    ready, _, _ = select.select([sock], [], [], timeout)
+    if not ready:
+        return b"", []
+    try:
+        data, fds, _, _ = socket.recv_fds(sock, 4096, 2)
+    except OSError:
+        return b"", []
+    return data, fds
 
 
 def become_subreaper():

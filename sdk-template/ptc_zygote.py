@@ -9,15 +9,20 @@ stdin, stdout and stderr, and its Landlock ruleset when there is one, attached a
 the child confines itself (ptc_sandbox) before it continues as a cold child would, or, with
 `exec` (an argv), becomes that program (a bash run) under the same layers, where the seccomp
 program against process creation is left out: the run's processes stay in its sandbox, and are
-killed with it (this server is their subreaper). Replies:
-`forked ID PID`, or `failed ID ERRNO` when the fork failed (EAGAIN: the run user's process limit
-is reached), and `exited PID CODE` (CODE negative for a signal) once the child is reaped.
-The server stays single-threaded and never runs user code. It is a child subreaper: what a run
-leaves behind (a `setsid` child, a double-forked grandchild) comes here when the run's process
-exits, and is killed before the run's `exited` is sent, so nothing outlives the run. It exits
-when the sidecar shuts the socket down or goes away, after killing its children and what they
-left behind (the children would die with it anyway, by PR_SET_PDEATHSIG; their detached
-processes would not).
+killed with it. Replies: `forked ID PID` (with the run's end of the IPC bridge attached, a
+socket listening inside its network namespace, when it has one), or `failed ID ERRNO MESSAGE`
+when the run could not be made (EAGAIN: its process limit is reached), and `exited PID CODE`
+(CODE negative for a signal) once the run's process is reaped.
+
+The server runs as the sidecar's user, never as the run user: each child becomes the run user
+itself. Where the sandbox gives runs namespaces of their own (the spec's `ns`), the child makes
+them (`ptc_sandbox.isolate`) and hands over the run's process, PID 1 of a new PID namespace:
+when it exits, the kernel kills everything the run started, however it detached. Without them,
+the server is a child subreaper: what a run leaves behind (a `setsid` child, a double-forked
+grandchild) comes here when the run's process exits, and is killed before the run's `exited`
+is sent. The server stays single-threaded and never runs user code. It exits when the sidecar
+shuts the socket down or goes away, after killing its children and what they left behind (the
+children would die with it anyway, by PR_SET_PDEATHSIG).
 """
 
 import json
@@ -44,6 +49,9 @@ def main():
         exec_filters = ptc_sandbox.load_filters(spec["filters"], skip={ptc_sandbox.PROCESS_PROGRAM})
     server_pid = os.getpid()
     ptc_sandbox.become_subreaper()
+    # The server's life, for runs in namespaces of their own (which cannot see their parent):
+    # each holds the reader; the writer is ours alone, so it closes when we go.
+    life = os.pipe()
     # The runs this server forked that have not been reaped: every other child is a stray.
     runs = set()
     # The socket moves off fd 0, which children take over for their own stdin.
@@ -61,17 +69,19 @@ def main():
 
     try:
         _serve(ctl, (wake_r, wake_w), runs, prepared, spec, (filters, exec_filters), server_pid,
-               resource)
+               resource, life)
     finally:
         _leave()  # the sidecar is done with us, or something here broke: nothing stays behind
 
 
-def _serve(ctl, wake, runs, prepared, spec, filter_sets, server_pid, resource):
+def _serve(ctl, wake, runs, prepared, spec, filter_sets, server_pid, resource, life):
     """Answers fork requests until the sidecar shuts the socket down or goes away.
     `filter_sets`: the seccomp programs of a Python run, and of a run that execs a program (a
     bash run: it may start processes, all of them inside its sandbox and killed with it)."""
     import ptc_bootstrap
     import ptc_sandbox
+
+    isolating = bool(spec.get("ns"))
 
     wake_r = wake[0]
     while True:
@@ -96,38 +106,122 @@ def _serve(ctl, wake, runs, prepared, spec, filter_sets, server_pid, resource):
             for fd in fds:
                 os.close(fd)
             continue
+        rid = request.get("id", "?")
+        report = theirs = go = None
+        if isolating:
+            report, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            go = os.pipe()
         try:
             pid = os.fork()
         except OSError as e:
-            # EAGAIN: the run user's process limit (RLIMIT_NPROC, all runs together) is
-            # reached. That run cannot start; the server goes on serving the others.
+            # EAGAIN: the server's process limit is reached. That run cannot start; the server
+            # goes on serving the others.
+            for sock in (report, theirs):
+                if sock is not None:
+                    sock.close()
+            for fd in go or ():
+                os.close(fd)
             for fd in fds:
                 os.close(fd)
-            _send(ctl, "failed %s %d\n" % (request.get("id", "?"), e.errno or 0))
+            _send(ctl, "failed %s %d %s\n" % (rid, e.errno or 0, e.strerror or "fork failed"))
             continue
         if pid == 0:
             try:
-                _child(request, fds, ctl, wake, resource)
+                os.close(life[1])
+                if report is not None:
+                    report.close()
+                    os.close(go[1])
+                _child(request, fds, ctl, wake, resource, isolating)
                 argv = request.get("exec")
+                parent = server_pid
+                if isolating:
+                    _isolate_or_exit(spec, request, theirs, life[0], go[0])
+                    parent = None  # isolate armed the death signal and checked the server
+                else:
+                    ptc_sandbox.become_run_user(spec)
                 # The run's own Landlock ruleset came as a fourth fd; confine closes it.
                 ptc_sandbox.confine_or_exit(
                     ptc_sandbox.confine_spec, spec,
                     ruleset_fd=fds[3] if len(fds) > 3 else None,
-                    filters=filter_sets[1 if argv else 0], parent_pid=server_pid,
+                    filters=filter_sets[1 if argv else 0], parent_pid=parent,
                 )
                 if argv:
                     _exec(argv)
                 ptc_bootstrap.serve(prepared)  # never returns
             finally:
                 os._exit(2)
+        for fd in fds:
+            os.close(fd)
+        handed = []
+        if isolating:
+            theirs.close()
+            os.close(go[0])
+            pid, handed, failure = _handover(report, pid, go[1])
+            report.close()
+            if failure is not None:
+                _send(ctl, "failed %s %s\n" % (rid, failure))
+                continue
         try:
             os.setpgid(pid, pid)  # also done by the child: whichever runs first wins the race
         except OSError:
             pass
         runs.add(pid)
-        for fd in fds:
+        _send(ctl, "forked %s %d\n" % (rid, pid), handed)
+        for fd in handed:
             os.close(fd)
-        _send(ctl, "forked %s %d\n" % (request.get("id", "?"), pid))
+
+
+def _isolate_or_exit(spec, request, report, life_fd, go_fd):
+    """Puts the run in namespaces of its own (`ptc_sandbox.isolate`) and returns in the run's
+    process; on failure, says why on `report` (`error ERRNO MESSAGE`) and leaves."""
+    import ptc_sandbox
+
+    dirs = [request["scratch"]]
+    if request.get("cwd"):
+        dirs.append(request["cwd"])
+    nproc = (request.get("limits") or {}).get("nproc")
+    try:
+        ptc_sandbox.isolate(spec, dirs, report, life_fd, go_fd, nproc)
+    except BaseException as e:
+        errno = getattr(e, "errno", None) or 0
+        line = "error %d %s" % (errno, str(e).replace("\n", " ")[:500])
+        try:
+            report.send(line.encode("utf-8", "replace"))
+        except OSError:
+            pass
+        os._exit(2)
+
+
+# How long the process that makes a run's namespaces may take to hand the run over.
+_HANDOVER_TIMEOUT = 5.0
+
+
+def _handover(report, maker, go):
+    """Waits for the process that makes a run's namespaces (`maker`) to hand over the run's
+    process and leave, then tells the run's process it is ours (a byte on `go`, closed here):
+    `(run pid, [listening socket], None)`, or `(0, [], "ERRNO MESSAGE")`."""
+    import ptc_sandbox
+
+    data, fds = ptc_sandbox._receive(report, _HANDOVER_TIMEOUT)
+    try:
+        os.waitpid(maker, 0)  # reaped: the run's process is ours now (we are its subreaper)
+    except ChildProcessError:
+        pass
+    try:
+        os.write(go, b"g")
+    except OSError:
+        pass
+    os.close(go)
+    if data and not data.startswith(b"error "):
+        try:
+            return int(data), fds, None
+        except ValueError:
+            pass
+    for fd in fds:
+        os.close(fd)
+    if not data:
+        return 0, [], "0 the run's namespaces were not made (no word from their maker)"
+    return 0, [], data[6:].decode("utf-8", "replace")
 
 
 def _exec(argv):
@@ -165,15 +259,20 @@ def _reap(ctl, runs):
             _send(ctl, "exited %d %d\n" % (pid, os.waitstatus_to_exitcode(status)))
 
 
-def _send(ctl, text):
+def _send(ctl, text, fds=()):
     try:
-        ctl.send(text.encode())
+        if fds:
+            socket.send_fds(ctl, [text.encode()], list(fds))
+        else:
+            ctl.send(text.encode())
     except OSError:
         _leave()  # the sidecar is gone
 
 
-def _child(request, fds, ctl, wake, resource):
-    """Turns the forked process into a run's child: its own group, limits, pipes, cwd, env."""
+def _child(request, fds, ctl, wake, resource, isolating):
+    """Turns the forked process into a run's child: its own group, limits, pipes, cwd, env.
+    `isolating`: the process limit is left to `isolate`, which sets it in the run's own user
+    namespace (set here, it would bound every run's processes together)."""
     try:
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
@@ -183,7 +282,7 @@ def _child(request, fds, ctl, wake, resource):
         for name, key in (("RLIMIT_AS", "as"), ("RLIMIT_CPU", "cpu"),
                           ("RLIMIT_FSIZE", "fsize"), ("RLIMIT_NOFILE", "nofile"),
                           ("RLIMIT_NPROC", "nproc")):
-            if key in limits:
+            if key in limits and not (isolating and key == "nproc"):
                 value = int(limits[key])
                 resource.setrlimit(getattr(resource, name), (value, value))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))

@@ -7,7 +7,7 @@
 use crate::sandbox::{self, Sandbox};
 use crate::util::GroupKill;
 use std::any::Any;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::Arc;
@@ -120,6 +120,9 @@ pub struct Child {
     pub stdout: Option<Output>,
     pub stderr: Option<Output>,
     scratch: PathBuf,
+    /// Its end of the IPC bridge when it has a network namespace of its own: a socket
+    /// listening inside it, which the runner accepts on (`ipc::Bridge`).
+    listener: Option<OwnedFd>,
 }
 
 /// Where a child's exit status comes from.
@@ -203,6 +206,7 @@ pub async fn spawn(
         exit: Exit::Process(process),
         group,
         scratch,
+        listener: None,
     })
 }
 
@@ -282,10 +286,18 @@ impl Child {
         &self.scratch
     }
 
-    /// A child the fork server made; its group is its pid.
+    /// Its end of the IPC bridge, once (see [`Child`]'s `listener`).
+    pub fn take_listener(&mut self) -> Option<OwnedFd> {
+        self.listener.take()
+    }
+
+    /// A child the fork server made; its group is its pid. `listener`: its end of the IPC
+    /// bridge, a socket listening inside its network namespace, when it has one.
+    #[allow(clippy::too_many_arguments)]
     pub fn forked(
         pid: i32,
         report: oneshot::Receiver<i32>,
+        listener: Option<OwnedFd>,
         server: Arc<dyn Any + Send + Sync>,
         stdin: impl AsyncWrite + Send + Unpin + 'static,
         stdout: impl AsyncRead + Send + Unpin + 'static,
@@ -303,6 +315,7 @@ impl Child {
             stdout: Some(Box::new(stdout)),
             stderr: Some(Box::new(stderr)),
             scratch,
+            listener,
         })
     }
 

@@ -7,7 +7,7 @@
 //! weaken a layer to make a run work: what cannot be applied is reported (`Status::missing`),
 //! and refused under `strict`.
 
-use crate::sandbox::{self, Mode, Policy, Sandbox, SandboxError, Unavailable};
+use crate::sandbox::{self, Mode, Namespaces, Policy, Sandbox, SandboxError, Unavailable};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -15,6 +15,9 @@ use std::time::Duration;
 
 /// How long the interpreter may take to start as the run user at startup.
 pub const USER_PROBE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How long the namespace probe may take at startup (a child that makes a run's namespaces).
+pub const NAMESPACE_PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Name of the seccomp filter file in the runtime directory (read by every child).
 pub const FILTER_FILE: &str = "ptc_seccomp.json";
@@ -70,6 +73,9 @@ pub async fn setup(
             set_mode(runtime_dir, 0o700)?;
         }
     }
+    if sandbox.wants_namespaces() {
+        sandbox = with_namespaces(sandbox, python).await?;
+    }
     let filters = match sandbox.filters_json()? {
         Some(json) => {
             let path = runtime_dir.join(FILTER_FILE);
@@ -79,6 +85,74 @@ pub async fn setup(
         None => None,
     };
     Ok((sandbox, filters))
+}
+
+/// The sandbox with every namespace a run can have here: all of them with a user namespace
+/// (what an unprivileged sidecar needs, and what gives each run its own process budget), else
+/// all but that one where the sidecar has CAP_SYS_ADMIN, else none, and why.
+async fn with_namespaces(sandbox: Sandbox, python: &Path) -> Result<Sandbox, SandboxError> {
+    let why = match probe_namespaces(python, &sandbox, Namespaces::ALL).await {
+        Ok(()) => return Ok(sandbox.with_namespaces(Namespaces::ALL)),
+        Err(why) => why,
+    };
+    if probe_namespaces(python, &sandbox, Namespaces::PRIVILEGED)
+        .await
+        .is_ok()
+    {
+        tracing::info!("user namespaces are unavailable ({why}); runs get the others");
+        return Ok(sandbox.with_namespaces(Namespaces::PRIVILEGED));
+    }
+    sandbox.without_namespaces(&format!(
+        "a run cannot have namespaces of its own here ({why}); allow unprivileged user \
+         namespaces (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0, no \
+         seccomp or AppArmor profile refusing unshare/clone) or give the sidecar CAP_SYS_ADMIN"
+    ))
+}
+
+/// Makes a run's namespaces in a child of the interpreter, exactly as a fork server's child
+/// does (`ptc_sandbox.probe_namespaces`); why it cannot.
+async fn probe_namespaces(
+    python: &Path,
+    sandbox: &Sandbox,
+    namespaces: Namespaces,
+) -> Result<(), Unavailable> {
+    let program = format!(
+        "{}\nimport json, sys\nprint(json.dumps(probe_namespaces(json.loads(sys.argv[1]))))\n",
+        super::sdk::SANDBOX_PY
+    );
+    let output = tokio::process::Command::new(python)
+        .args(["-I", "-c", &program])
+        .arg(sandbox.probe_spec(namespaces).to_string())
+        .env_clear()
+        .current_dir("/")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .output();
+    let output = tokio::time::timeout(NAMESPACE_PROBE_TIMEOUT, output)
+        .await
+        .map_err(|_| {
+            Unavailable(format!(
+                "the probe did not finish within {NAMESPACE_PROBE_TIMEOUT:?}"
+            ))
+        })?
+        .map_err(|e| Unavailable(format!("the probe cannot start: {e}")))?;
+    let answer: serde_json::Value = serde_json::from_slice(&output.stdout).map_err(|_| {
+        Unavailable(format!(
+            "the probe failed: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        ))
+    })?;
+    match answer["ok"].as_bool() {
+        Some(true) => Ok(()),
+        _ => Err(Unavailable(
+            answer["error"]
+                .as_str()
+                .unwrap_or("no reason given")
+                .to_string(),
+        )),
+    }
 }
 
 /// Starts the interpreter as the run user, the way children start; the reason it cannot.

@@ -7,8 +7,15 @@
 //! run's catalog and the learned shapes, with the same token.
 //!
 //! Owns the wire: bearer-token check before anything is read or dispatched, the body limit,
-//! JSON error bodies. What a call does is the calls handle's business (`calls::Calls::call`);
-//! this module sees nothing of the runner.
+//! JSON error bodies, and the bounds on connections: how many at once (all runs together, and
+//! one run's own), how long a connection may take to send a request's head or sit idle, how
+//! long a body may take. What a call does is the calls handle's business
+//! (`calls::Calls::call`); this module sees nothing of the runner.
+//!
+//! Two kinds of listener serve the same routes: the sidecar's loopback one (runs without a
+//! network namespace of their own), and a run's own [`Bridge`], a socket listening inside the
+//! run's network namespace that the sidecar accepts on from its own, which answers only that
+//! run's token.
 
 use super::bash;
 use super::calls::{Calls, RunCtx};
@@ -24,7 +31,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use std::os::fd::OwnedFd;
 use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 
 /// Largest `/call` body: arguments are data for one tool call, not a file transfer.
@@ -33,8 +43,162 @@ pub const MAX_CALL_BYTES: usize = 8 << 20;
 /// with room for JSON escapes; anything bigger is not a question.
 pub const MAX_LOOKUP_BYTES: usize = 16 << 10;
 
-pub async fn serve(listener: tokio::net::TcpListener, calls: Calls, shutdown: CancellationToken) {
-    let router = Router::new()
+/// Connections to the bridge at once, every listener together: one more is closed as it is
+/// accepted (24,800 idle ones once took the sidecar to its descriptor limit).
+pub const MAX_CONNECTIONS: usize = 1024;
+
+/// Connections to one run's [`Bridge`] at once (the SDK keeps at most 32; bash tool functions
+/// open one per call in flight).
+pub const MAX_RUN_CONNECTIONS: usize = 64;
+
+/// How long a connection may take to send a request's head, and sit idle between requests,
+/// before it is closed: a connection held open sending nothing holds a descriptor for nothing.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a request's body may take to arrive whole (8 MB over loopback takes milliseconds).
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Everything a listener of the bridge serves with: the routes, and the count of connections
+/// of every listener together. Cloneable.
+#[derive(Clone)]
+pub struct Bridges {
+    router: Router,
+    connections: Arc<Semaphore>,
+    shutdown: CancellationToken,
+}
+
+impl Bridges {
+    pub fn new(calls: Calls, shutdown: CancellationToken) -> Bridges {
+        Bridges {
+            router: router(calls),
+            connections: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
+            shutdown,
+        }
+    }
+
+    /// Serves the sidecar's loopback listener until shutdown: any run's token.
+    pub async fn serve(self, listener: tokio::net::TcpListener) {
+        let stop = self.shutdown.clone();
+        accept(listener, self, None, None, stop).await;
+    }
+}
+
+/// One run's own end of the bridge: a socket listening inside the run's network namespace
+/// (the child made it, `ptc_sandbox.isolate`), accepted on here until this is dropped. It
+/// answers only the token it is bound to: a run's, while that run goes on (a session's
+/// interpreter is bound to each of its runs in turn, and to none between them).
+pub struct Bridge {
+    token: watch::Sender<Option<Arc<str>>>,
+    stop: CancellationToken,
+}
+
+/// What a request through a run's [`Bridge`] carries: the token the bridge answers now.
+#[derive(Clone)]
+struct Binding(watch::Receiver<Option<Arc<str>>>);
+
+impl Bridge {
+    /// Accepts on `listener` (a listening TCP socket from the run's child).
+    pub fn start(bridges: &Bridges, listener: OwnedFd) -> std::io::Result<Bridge> {
+        let listener = std::net::TcpListener::from(listener);
+        listener.set_nonblocking(true)?;
+        let listener = tokio::net::TcpListener::from_std(listener)?;
+        let (token, bound) = watch::channel(None);
+        let stop = bridges.shutdown.child_token();
+        let run_connections = Arc::new(Semaphore::new(MAX_RUN_CONNECTIONS));
+        tokio::spawn(accept(
+            listener,
+            bridges.clone(),
+            Some(Binding(bound)),
+            Some(run_connections),
+            stop.clone(),
+        ));
+        Ok(Bridge { token, stop })
+    }
+
+    /// Answers `token` from now on (a run's, for as long as it goes on).
+    pub fn bind(&self, token: &str) {
+        self.token.send_replace(Some(token.into()));
+    }
+
+    /// Answers no token until the next [`bind`](Self::bind).
+    pub fn unbind(&self) {
+        self.token.send_replace(None);
+    }
+}
+
+impl Drop for Bridge {
+    /// Stops accepting, and ends every connection of the run.
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Accepts connections until `stop`, each within the bridges' count and `run`'s (when the
+/// listener is one run's), and serves each on its own task: HTTP/1, heads within
+/// [`HEADER_TIMEOUT`], idle no longer than that either. A connection over a count is closed at
+/// once.
+async fn accept(
+    listener: tokio::net::TcpListener,
+    bridges: Bridges,
+    binding: Option<Binding>,
+    run: Option<Arc<Semaphore>>,
+    stop: CancellationToken,
+) {
+    let router = match binding {
+        Some(binding) => bridges.router.clone().layer(axum::Extension(binding)),
+        None => bridges.router.clone(),
+    };
+    loop {
+        let stream = tokio::select! {
+            _ = stop.cancelled() => return,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    // Out of descriptors, most likely: give the others a moment to close.
+                    tracing::debug!("IPC bridge: accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+        };
+        let Ok(all) = bridges.connections.clone().try_acquire_owned() else {
+            tracing::debug!("IPC bridge: {MAX_CONNECTIONS} connections open; one more closed");
+            continue;
+        };
+        let own = match &run {
+            Some(run) => match run.clone().try_acquire_owned() {
+                Ok(permit) => Some(permit),
+                Err(_) => continue,
+            },
+            None => None,
+        };
+        let _ = stream.set_nodelay(true);
+        let router = router.clone();
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let _permits = (all, own);
+            serve_connection(stream, router, stop).await;
+        });
+    }
+}
+
+/// One connection, until it closes, times out or `stop`.
+async fn serve_connection(stream: tokio::net::TcpStream, router: Router, stop: CancellationToken) {
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let service = hyper_util::service::TowerToHyperService::new(router);
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    tokio::select! {
+        _ = connection.as_mut() => {}
+        _ = stop.cancelled() => {}
+    }
+}
+
+fn router(calls: Calls) -> Router {
+    Router::new()
         .route(
             "/call",
             post(|State(calls), request| handle(Route::Call, calls, request)),
@@ -55,13 +219,7 @@ pub async fn serve(listener: tokio::net::TcpListener, calls: Calls, shutdown: Ca
                  POST /file, POST /search and POST /describe only",
             )
         })
-        .with_state(calls);
-    let result = axum::serve(listener, router)
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await;
-    if let Err(e) = result {
-        tracing::error!("IPC bridge stopped: {e}");
-    }
+        .with_state(calls)
 }
 
 /// The two routes: they differ only in the body's field for the arguments and in how the
@@ -360,6 +518,16 @@ async fn authorized_within(
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "));
+    // Through a run's own bridge, only that run's token while it goes on.
+    let bound = request
+        .extensions()
+        .get::<Binding>()
+        .map(|b| b.0.borrow().clone());
+    let token = match (token, bound) {
+        (Some(t), Some(Some(bound))) if t == &*bound => Some(t),
+        (_, Some(_)) => None,
+        (t, None) => t,
+    };
     let Some(run) = token.and_then(|t| calls.run_for_token(t)) else {
         return Err(Refusal {
             status: StatusCode::UNAUTHORIZED,
@@ -367,14 +535,22 @@ async fn authorized_within(
             message: "missing or unknown run token (the run may be over)".into(),
         });
     };
-    to_bytes(request.into_body(), limit)
-        .await
-        .map(|body| (run, body))
-        .map_err(|_| Refusal {
+    match tokio::time::timeout(BODY_TIMEOUT, to_bytes(request.into_body(), limit)).await {
+        Ok(Ok(body)) => Ok((run, body)),
+        Ok(Err(_)) => Err(Refusal {
             status: StatusCode::PAYLOAD_TOO_LARGE,
             kind: "too_large",
             message: format!("the body is limited to {limit} bytes"),
-        })
+        }),
+        Err(_) => Err(Refusal {
+            status: StatusCode::REQUEST_TIMEOUT,
+            kind: "timeout",
+            message: format!(
+                "the body did not arrive within {} s",
+                BODY_TIMEOUT.as_secs()
+            ),
+        }),
+    }
 }
 
 /// A request refused before anything was dispatched (either route).

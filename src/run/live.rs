@@ -11,6 +11,7 @@
 //! know the session store (files, ids) beyond the id it is given, nor HTTP.
 
 use super::child::{Child, Stdin};
+use super::ipc::Bridge;
 use super::output::LiveOutput;
 use super::prepare::CatalogKey;
 use crate::util::lock;
@@ -80,10 +81,13 @@ pub struct Live {
     pub output: LiveOutput,
     /// The catalog its tool functions were built from.
     pub key: CatalogKey,
+    /// Its end of the IPC bridge (a network namespace of its own), bound to each run's token
+    /// in turn and to none between runs.
+    pub bridge: Option<Bridge>,
 }
 
 impl Live {
-    pub fn new(mut child: Child, key: CatalogKey) -> std::io::Result<Live> {
+    pub fn new(mut child: Child, key: CatalogKey, bridge: Option<Bridge>) -> std::io::Result<Live> {
         let missing = || std::io::Error::other("the interpreter has no pipes");
         let stdin = child.stdin.take().ok_or_else(missing)?;
         let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
@@ -93,6 +97,7 @@ impl Live {
             stdin,
             output,
             key,
+            bridge,
         })
     }
 

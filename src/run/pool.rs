@@ -184,18 +184,20 @@ impl Pool {
         self.cold(prepared, id, workspace).await
     }
 
-    /// A child started from scratch; `child::spawn` confines it before exec. Where code may
-    /// start processes, the child is instead forked by a fork server of its own, started for
-    /// this run and gone with it: the server is the subreaper that kills what the run leaves
-    /// behind, which from a cold child would go to init (docs/SECURITY.md). Either way only
-    /// from an SDK directory that still holds what was written (~1 ms of a ~40 ms start).
+    /// A child started from scratch; `child::spawn` confines it before exec. Where runs get
+    /// namespaces of their own, or code may start processes, the child is instead forked by a
+    /// fork server of its own, started for this run and gone with it: only a fork server's
+    /// child makes a run's namespaces, and without them the server is the subreaper that kills
+    /// what the run leaves behind, which from a cold child would go to init
+    /// (docs/SECURITY.md). Either way only from an SDK directory that still holds what was
+    /// written (~1 ms of a ~40 ms start).
     async fn cold(
         &self,
         prepared: &Prepared,
         id: &str,
         workspace: Option<&Path>,
     ) -> std::io::Result<Child> {
-        if !self.spec.sandbox.runs_may_fork() {
+        if !self.spec.sandbox.runs_may_fork() && self.spec.sandbox.namespaces().is_none() {
             checked(prepared)?;
             return child::spawn(&self.spec, &prepared.sdk_dir, id, workspace).await;
         }

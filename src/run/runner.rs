@@ -66,6 +66,8 @@ struct Inner {
     pool: Arc<Pool>,
     /// One permit per run at once (`max_runs`).
     slots: Semaphore,
+    /// The IPC bridge's listeners: the loopback one, and each run's own.
+    bridges: ipc::Bridges,
     ipc_addr: SocketAddr,
     sandbox: Arc<Sandbox>,
     /// Numbers the runs (`r0`, `r1`, ...).
@@ -92,7 +94,8 @@ impl Runner {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
         let ipc_addr = listener.local_addr()?;
         let calls = Calls::new(backends, Shapes::load(cfg.state_dir.clone()));
-        tokio::spawn(ipc::serve(listener, calls.clone(), shutdown.clone()));
+        let bridges = ipc::Bridges::new(calls.clone(), shutdown.clone());
+        tokio::spawn(bridges.clone().serve(listener));
 
         let (sandbox, filters) = confine::setup(
             &cfg.sandbox,
@@ -145,6 +148,7 @@ impl Runner {
                 calls,
                 preparations,
                 pool,
+                bridges,
                 ipc_addr,
                 sandbox,
                 counter: AtomicU64::new(0),
@@ -299,6 +303,8 @@ impl Runner {
 
         let on = TurnRun {
             id,
+            token: registration.token(),
+            bridges: &self.inner.bridges,
             prepared: &prepared,
             deadline,
             timeout,
@@ -306,9 +312,7 @@ impl Runner {
             output: req.output.clone(),
             files: req.files.as_ref(),
         };
-        let turn = self
-            .turn(&req, on, &code, functions, registration.token())
-            .await;
+        let turn = self.turn(&req, on, &code, functions).await;
         let finished = match turn {
             Ok(mut turn) => {
                 let quota = scratch::watch_run(
@@ -432,11 +436,10 @@ impl Runner {
         run: TurnRun<'_>,
         code: &str,
         functions: Option<String>,
-        token: &str,
     ) -> Result<Turn, Finished> {
         let cfg = &self.inner.cfg;
         let pool = &self.inner.pool;
-        let (id, prepared) = (run.id, run.prepared);
+        let (id, prepared, token) = (run.id, run.prepared, run.token);
         let mut job = json!({
             "code": code,
             "ipc": self.ipc_addr().to_string(),

@@ -11,6 +11,9 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// `ptc_sandbox.py`, which the sandbox's startup probe also runs (`confine::setup`).
+pub const SANDBOX_PY: &str = include_str!("../../sdk-template/ptc_sandbox.py");
+
 /// The SDK's files, as shipped in this binary.
 const FILES: &[(&str, &str)] = &[
     (
@@ -18,10 +21,7 @@ const FILES: &[(&str, &str)] = &[
         include_str!("../../sdk-template/ptc_bootstrap.py"),
     ),
     ("ptc_sdk.py", include_str!("../../sdk-template/ptc_sdk.py")),
-    (
-        "ptc_sandbox.py",
-        include_str!("../../sdk-template/ptc_sandbox.py"),
-    ),
+    ("ptc_sandbox.py", SANDBOX_PY),
     (
         "ptc_guard.py",
         include_str!("../../sdk-template/ptc_guard.py"),

@@ -13,6 +13,7 @@
 
 use super::child::{self, Child};
 use super::files::Files;
+use super::ipc::{Bridge, Bridges};
 use super::live::{Interpreters, Live, Lost, Slot};
 use super::output::{self, Capture, Captured, OutputChunk};
 use super::pool::Pool;
@@ -32,6 +33,9 @@ pub const STOPPED_MESSAGE: &str =
 /// What a turn needs of its run.
 pub struct TurnRun<'a> {
     pub id: &'a str,
+    /// The run's token: what its end of the IPC bridge answers, when it has one.
+    pub token: &'a str,
+    pub bridges: &'a Bridges,
     pub prepared: &'a Arc<Prepared>,
     pub deadline: Instant,
     /// The run's whole budget (for messages).
@@ -87,6 +91,8 @@ pub enum Turn {
 pub struct FreshTurn {
     child: Child,
     capture: Capture,
+    /// Its end of the IPC bridge, when it has a network namespace of its own.
+    _bridge: Option<Bridge>,
 }
 
 /// A run on a session's live interpreter: the session's slot held for the run.
@@ -114,6 +120,10 @@ impl Turn {
                 pool.start_program(fork_from, run.id, program, dir).await?
             }
         };
+        let bridge = bridge_of(&mut child, run.bridges)?;
+        if let Some(bridge) = &bridge {
+            bridge.bind(run.token);
+        }
         let capture = Capture::start(
             child.stdout.take(),
             child.stderr.take(),
@@ -121,7 +131,11 @@ impl Turn {
             run.output,
             output::spills(run.files, run.id),
         );
-        Ok(Turn::Fresh(Box::new(FreshTurn { child, capture })))
+        Ok(Turn::Fresh(Box::new(FreshTurn {
+            child,
+            capture,
+            _bridge: bridge,
+        })))
     }
 
     /// The session's live interpreter (the one it has, else a new one, and then why the state
@@ -179,10 +193,11 @@ impl Turn {
                 unreachable!("a session run has a workspace (the runner checks)");
             };
             let started = async {
-                let child = pool
+                let mut child = pool
                     .start_live(run.prepared, run.id, &workspace.dir)
                     .await?;
-                Live::new(child, run.prepared.key)
+                let bridge = bridge_of(&mut child, run.bridges)?;
+                Live::new(child, run.prepared.key, bridge)
             };
             match started.await {
                 Ok(live) => {
@@ -199,6 +214,9 @@ impl Turn {
         let Some(live) = held.as_mut() else {
             unreachable!("an interpreter was found or started above");
         };
+        if let Some(bridge) = &live.bridge {
+            bridge.bind(run.token);
+        }
         live.child.resume();
         if let Err(e) = live.child.extend_cpu(cfg.limits.cpu_secs) {
             tracing::debug!(session, "cannot extend the CPU limit: {e}");
@@ -340,6 +358,14 @@ async fn keep_or_drop(
     lost
 }
 
+/// The child's own end of the IPC bridge, accepted on from here, when it has one.
+fn bridge_of(child: &mut Child, bridges: &Bridges) -> std::io::Result<Option<Bridge>> {
+    child
+        .take_listener()
+        .map(|listener| Bridge::start(bridges, listener))
+        .transpose()
+}
+
 /// The tools of a prepared catalog, as its `catalog.json` holds them (for a live interpreter
 /// that loaded an older one).
 async fn catalog_of(prepared: &Prepared) -> std::io::Result<serde_json::Value> {
@@ -399,6 +425,9 @@ impl LiveTurn {
             End::Exited(code) => {
                 let output = live.output.finish(false).await;
                 live.child.pause();
+                if let Some(bridge) = &live.bridge {
+                    bridge.unbind();
+                }
                 self.slot.end(None);
                 return Finished {
                     status: exit_status(code),

@@ -10,8 +10,13 @@
 //! Wire: a `SOCK_SEQPACKET` socketpair is the server's stdin. The sidecar sends one JSON message
 //! per fork with the child's stdin, stdout and stderr pipe ends and its Landlock ruleset (when
 //! there is one) attached (`SCM_RIGHTS`); the
-//! server answers `forked ID PID` (or `failed ID ERRNO`), and `exited PID CODE` when it reaps a
-//! child.
+//! server answers `forked ID PID` (with the run's end of the IPC bridge attached when the run
+//! has a network namespace of its own: a socket listening inside it), or `failed ID ERRNO
+//! MESSAGE`, and `exited PID CODE` when it reaps a child.
+//!
+//! The server runs as the sidecar's user, never as the run user (a run could otherwise signal
+//! it, or set its resource limits): each child switches itself, and where runs get namespaces
+//! of their own, makes them before it is confined (`ptc_sandbox.isolate`).
 
 use super::child::{self, Child, SpawnSpec};
 use crate::sandbox;
@@ -38,8 +43,16 @@ pub const FORK_TIMEOUT: Duration = Duration::from_secs(5);
 /// Largest control message read from the server.
 const MAX_MESSAGE: usize = 4096;
 
-/// The child's pid and where its exit code will come, or the errno of a fork that failed.
-type ForkReply = Result<(i32, oneshot::Receiver<i32>), i32>;
+/// A run's process from the server: its pid, where its exit code will come, and its end of
+/// the IPC bridge when it has one.
+struct Forked {
+    pid: i32,
+    exit: oneshot::Receiver<i32>,
+    listener: Option<OwnedFd>,
+}
+
+/// The forked run, or the errno and message of a fork that failed.
+type ForkReply = Result<Forked, (i32, String)>;
 
 #[derive(Default)]
 struct Waiters {
@@ -78,17 +91,8 @@ impl Zygote {
             .stdin(Stdio::from(theirs))
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
-        // The server never runs code, but it starts as the run user so that its children do
-        // without any privilege to drop; each child confines itself after the fork.
-        let run_as = spec.sandbox.run_as().cloned();
-        // SAFETY: `RunAs::switch` is async-signal-safe (set*id calls only), and `run_as` was
-        // cloned before the fork.
-        unsafe {
-            cmd.pre_exec(move || match &run_as {
-                Some(user) => user.switch(),
-                None => Ok(()),
-            });
-        }
+        // The server never runs code and keeps the sidecar's uid: each child becomes the run
+        // user and confines itself after the fork.
         // A sidecar that dies (even by SIGKILL) closes the control socket, and the server
         // leaves, killing its children; SIGTERM at the sidecar's death does the same if the
         // server is somehow not reading it.
@@ -196,11 +200,17 @@ impl Zygote {
             let _ = std::fs::remove_dir_all(&scratch);
             return Err(e);
         }
-        let (pid, exit) = match tokio::time::timeout(FORK_TIMEOUT, rx).await {
-            Ok(Ok(Ok(reply))) => reply,
-            Ok(Ok(Err(errno))) => {
+        let forked = match tokio::time::timeout(FORK_TIMEOUT, rx).await {
+            Ok(Ok(Ok(forked))) => forked,
+            Ok(Ok(Err((errno, message)))) => {
                 let _ = std::fs::remove_dir_all(&scratch);
-                let cause = io::Error::from_raw_os_error(errno);
+                let cause = match errno {
+                    libc::EAGAIN | 0 if message.is_empty() => io::Error::from_raw_os_error(errno),
+                    libc::EAGAIN => io::Error::from_raw_os_error(errno),
+                    _ => {
+                        io::Error::other(format!("the run's sandbox could not be made: {message}"))
+                    }
+                };
                 return Err(child::start_failed(cause, spec.limits.processes));
             }
             _ => {
@@ -211,8 +221,9 @@ impl Zygote {
             }
         };
         Child::forked(
-            pid,
-            exit,
+            forked.pid,
+            forked.exit,
+            forked.listener,
             self.clone(),
             tokio::net::unix::pipe::Sender::from_owned_fd(stdin_w)?,
             tokio::net::unix::pipe::Receiver::from_owned_fd(stdout_r)?,
@@ -270,7 +281,8 @@ fn write_files(scratch: &Path, files: &[(String, String)]) -> io::Result<()> {
     Ok(())
 }
 
-/// Reads the server's replies and hands them to whoever waits.
+/// Reads the server's replies and hands them to whoever waits. Each message is one line; a
+/// `forked` one may carry the run's end of the IPC bridge.
 async fn read_replies(
     ctl: Arc<AsyncFd<OwnedFd>>,
     waiters: Arc<Mutex<Waiters>>,
@@ -278,51 +290,22 @@ async fn read_replies(
 ) {
     let mut buf = vec![0u8; MAX_MESSAGE];
     loop {
-        let n = match ctl.ready(Interest::READABLE).await {
+        let (n, mut fds) = match ctl.ready(Interest::READABLE).await {
             Ok(mut guard) => {
-                match guard.try_io(|inner| recv(inner.get_ref().as_raw_fd(), &mut buf)) {
-                    Ok(Ok(n)) => n,
-                    Ok(Err(_)) => 0,
+                match guard.try_io(|inner| recv_with_fds(inner.get_ref().as_raw_fd(), &mut buf)) {
+                    Ok(Ok(got)) => got,
+                    Ok(Err(_)) => (0, Vec::new()),
                     Err(_would_block) => continue,
                 }
             }
-            Err(_) => 0,
+            Err(_) => (0, Vec::new()),
         };
         if n == 0 {
             break;
         }
         let text = String::from_utf8_lossy(&buf[..n]);
         for line in text.lines() {
-            let mut words = line.split_whitespace();
-            match (
-                words.next(),
-                words.next(),
-                words.next().and_then(|w| w.parse::<i32>().ok()),
-            ) {
-                (Some("forked"), Some(id), Some(pid)) => {
-                    let (exit_tx, exit_rx) = oneshot::channel();
-                    let mut w = lock(&waiters);
-                    w.exits.insert(pid, exit_tx);
-                    if let Some(tx) = w.forks.remove(id) {
-                        let _ = tx.send(Ok((pid, exit_rx)));
-                    }
-                }
-                (Some("failed"), Some(id), Some(errno)) => {
-                    if let Some(tx) = lock(&waiters).forks.remove(id) {
-                        let _ = tx.send(Err(errno));
-                    }
-                }
-                (Some("exited"), Some(pid), Some(code)) => {
-                    if let Some(tx) = pid
-                        .parse()
-                        .ok()
-                        .and_then(|p: i32| lock(&waiters).exits.remove(&p))
-                    {
-                        let _ = tx.send(code);
-                    }
-                }
-                _ => tracing::warn!("fork server said something unexpected: {line:?}"),
-            }
+            reply(line, &mut fds, &waiters);
         }
     }
     // The server is gone: nobody will report the remaining exits.
@@ -330,6 +313,47 @@ async fn read_replies(
     let mut w = lock(&waiters);
     w.forks.clear();
     w.exits.clear();
+}
+
+/// Hands one line of the server to whoever waits for it; `fds` came with it.
+fn reply(line: &str, fds: &mut Vec<OwnedFd>, waiters: &Mutex<Waiters>) {
+    let mut words = line.splitn(4, ' ');
+    let (kind, first, number, rest) = (
+        words.next(),
+        words.next(),
+        words.next().and_then(|w| w.trim().parse::<i32>().ok()),
+        words.next().unwrap_or("").trim(),
+    );
+    match (kind, first, number) {
+        (Some("forked"), Some(id), Some(pid)) => {
+            let (exit_tx, exit) = oneshot::channel();
+            let mut w = lock(waiters);
+            w.exits.insert(pid, exit_tx);
+            if let Some(tx) = w.forks.remove(id) {
+                let listener = (!fds.is_empty()).then(|| fds.remove(0));
+                let _ = tx.send(Ok(Forked {
+                    pid,
+                    exit,
+                    listener,
+                }));
+            }
+        }
+        (Some("failed"), Some(id), Some(errno)) => {
+            if let Some(tx) = lock(waiters).forks.remove(id) {
+                let _ = tx.send(Err((errno, rest.to_string())));
+            }
+        }
+        (Some("exited"), Some(pid), Some(code)) => {
+            if let Some(tx) = pid
+                .parse()
+                .ok()
+                .and_then(|p: i32| lock(waiters).exits.remove(&p))
+            {
+                let _ = tx.send(code);
+            }
+        }
+        _ => tracing::warn!("fork server said something unexpected: {line:?}"),
+    }
 }
 
 fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
@@ -372,14 +396,49 @@ fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
-fn recv(fd: RawFd, buf: &mut [u8]) -> io::Result<usize> {
-    // SAFETY: recv into a buffer we own, of its length.
-    let n = unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
-    if n < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(n as usize)
-    }
+/// Most descriptors one reply carries (a `forked` reply carries one).
+const MAX_REPLY_FDS: usize = 4;
+
+/// One message and the descriptors attached to it (`SCM_RIGHTS`, made close-on-exec).
+fn recv_with_fds(fd: RawFd, buf: &mut [u8]) -> io::Result<(usize, Vec<OwnedFd>)> {
+    let fds_len = MAX_REPLY_FDS * std::mem::size_of::<RawFd>();
+    // SAFETY: CMSG_SPACE is a pure computation.
+    let space = unsafe { libc::CMSG_SPACE(fds_len as u32) } as usize;
+    let mut control = vec![0u8; space];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let mut fds = Vec::new();
+    // SAFETY: a zeroed msghdr is valid; its pointers point into locals that outlive recvmsg, the
+    // control buffer is CMSG_SPACE bytes, and each descriptor read from a SCM_RIGHTS header is
+    // a new one the kernel gave this process, owned by nobody else.
+    let n = unsafe {
+        let mut msg: libc::msghdr = std::mem::zeroed();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.as_mut_ptr().cast();
+        msg.msg_controllen = space as _;
+        let n = libc::recvmsg(fd, &mut msg, libc::MSG_CMSG_CLOEXEC);
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+        while !cmsg.is_null() {
+            if (*cmsg).cmsg_level == libc::SOL_SOCKET && (*cmsg).cmsg_type == libc::SCM_RIGHTS {
+                let data = libc::CMSG_DATA(cmsg);
+                let count = ((*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize)
+                    / std::mem::size_of::<RawFd>();
+                for i in 0..count {
+                    let raw = std::ptr::read_unaligned(data.cast::<RawFd>().add(i));
+                    fds.push(OwnedFd::from_raw_fd(raw));
+                }
+            }
+            cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+        }
+        n as usize
+    };
+    Ok((n, fds))
 }
 
 /// One message with file descriptors attached (`SCM_RIGHTS`).

@@ -126,6 +126,58 @@ pub enum SandboxError {
     },
 }
 
+/// The namespaces each run gets of its own (docs/SECURITY.md, "Namespaces"): made by the
+/// run's child (`ptc_sandbox.isolate`), as the probe at startup found it could.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct Namespaces {
+    /// A user namespace mapping only the run's uid and gid: how a sidecar without
+    /// CAP_SYS_ADMIN makes the others (unprivileged user namespaces, as bubblewrap uses), and
+    /// what gives each run a process budget of its own.
+    pub user: bool,
+    /// The run's process is PID 1: when it exits, the kernel kills everything the run started.
+    pub pid: bool,
+    /// Only a loopback of its own: no route out at all.
+    pub net: bool,
+    pub ipc: bool,
+    pub uts: bool,
+    /// Its scratch and data directories mounted noexec, nosuid, nodev.
+    pub mount: bool,
+}
+
+impl Namespaces {
+    /// Every namespace, a user namespace included.
+    pub const ALL: Namespaces = Namespaces {
+        user: true,
+        pid: true,
+        net: true,
+        ipc: true,
+        uts: true,
+        mount: true,
+    };
+
+    /// Every namespace but a user namespace (a sidecar with CAP_SYS_ADMIN where user
+    /// namespaces are off).
+    pub const PRIVILEGED: Namespaces = Namespaces {
+        user: false,
+        ..Namespaces::ALL
+    };
+
+    /// The names of those in force, in the order `/healthz` lists them.
+    pub fn names(&self) -> Vec<&'static str> {
+        [
+            ("user", self.user),
+            ("pid", self.pid),
+            ("net", self.net),
+            ("ipc", self.ipc),
+            ("uts", self.uts),
+            ("mount", self.mount),
+        ]
+        .into_iter()
+        .filter_map(|(name, on)| on.then_some(name))
+        .collect()
+    }
+}
+
 /// Why a layer, or a part of one, cannot be applied here: one sentence naming the fix, for
 /// the startup log and `/healthz` (`missing`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -141,17 +193,24 @@ pub struct Status {
     pub seccomp: bool,
     /// Who code runs as: the run user's name, or the sidecar's own uid when it cannot switch.
     pub uid: String,
+    /// The namespaces each run has of its own (`user`, `pid`, `net`, `ipc`, `uts`, `mount`).
+    pub namespaces: Vec<&'static str>,
     pub subprocess: bool,
     /// Each layer (or part of one) that is not applied, with the reason.
     pub missing: Vec<String>,
 }
 
 impl fmt::Display for Status {
-    /// One line: `sandbox best-effort: landlock abi 7, seccomp on, uid ptc-run; missing: …`.
+    /// One line: `sandbox best-effort: landlock abi 7, seccomp on, uid ptc-run, namespaces
+    /// user,pid,net,ipc,uts,mount, subprocess denied; nothing missing`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let namespaces = match self.namespaces.is_empty() {
+            true => "none".to_string(),
+            false => self.namespaces.join(","),
+        };
         write!(
             f,
-            "sandbox {}: landlock {}, seccomp {}, uid {}, subprocess {}",
+            "sandbox {}: landlock {}, seccomp {}, uid {}, namespaces {namespaces}, subprocess {}",
             self.mode.as_str(),
             self.landlock,
             if self.seccomp { "on" } else { "off" },
@@ -181,6 +240,7 @@ pub struct Sandbox {
     landlock_abi: Option<i32>,
     seccomp: bool,
     run_as: Option<RunAs>,
+    namespaces: Option<Namespaces>,
 }
 
 impl Sandbox {
@@ -197,6 +257,7 @@ impl Sandbox {
                     landlock: "off".into(),
                     seccomp: false,
                     uid: my_uid.to_string(),
+                    namespaces: Vec::new(),
                     subprocess: true,
                     missing: vec!["every layer: PTC_SANDBOX=off".into()],
                 },
@@ -204,6 +265,7 @@ impl Sandbox {
                 landlock_abi: None,
                 seccomp: false,
                 run_as: None,
+                namespaces: None,
             });
         }
         let (landlock_abi, landlock) = match landlock::kernel_abi() {
@@ -269,6 +331,7 @@ impl Sandbox {
                 landlock,
                 seccomp,
                 uid,
+                namespaces: Vec::new(),
                 subprocess: policy.allow_subprocess,
                 missing,
             },
@@ -276,7 +339,48 @@ impl Sandbox {
             landlock_abi,
             seccomp,
             run_as,
+            namespaces: None,
         })
+    }
+
+    /// What to ask the startup probe for: every namespace, a user namespace included, where
+    /// the sandbox is on.
+    pub fn wants_namespaces(&self) -> bool {
+        self.policy.mode != Mode::Off
+    }
+
+    /// The sandbox with `namespaces` for every run, as the probe found them to work.
+    pub fn with_namespaces(mut self, namespaces: Namespaces) -> Sandbox {
+        self.namespaces = Some(namespaces);
+        self.status.namespaces = namespaces.names();
+        if !namespaces.user {
+            self.status.missing.push(
+                "a user namespace per run (user namespaces are unavailable): the runs' \
+                 processes share one RLIMIT_NPROC budget"
+                    .into(),
+            );
+        }
+        self
+    }
+
+    /// The sandbox without namespaces, because `reason`: best-effort lists it as missing,
+    /// strict refuses (a run must not reach the network nor outlive itself).
+    pub fn without_namespaces(mut self, reason: &str) -> Result<Sandbox, SandboxError> {
+        let missing = format!("namespaces: {reason}");
+        if self.policy.mode == Mode::Strict {
+            return Err(SandboxError::Strict(vec![format!(
+                "{missing} (strict needs each run in its own PID and network namespaces)"
+            )]));
+        }
+        self.namespaces = None;
+        self.status.namespaces = Vec::new();
+        self.status.missing.push(missing);
+        Ok(self)
+    }
+
+    /// The namespaces each run gets, when it gets any.
+    pub fn namespaces(&self) -> Option<Namespaces> {
+        self.namespaces
     }
 
     /// The same sandbox without the user switch, because `reason` (e.g. the run user cannot
@@ -336,14 +440,29 @@ impl Sandbox {
         seccomp::filters_json(self.policy.allow_subprocess).map(Some)
     }
 
-    /// What the child is told to apply (`ptc_sandbox.confine_spec`): each layer asked for fails
-    /// the child closed when it cannot be applied. `filters` is where the filter file is.
+    /// What the child is told to apply (`ptc_sandbox.confine_spec`, and in a fork server's
+    /// child `isolate`): each layer asked for fails the child closed when it cannot be applied.
+    /// `filters` is where the filter file is; `user` the run user a fork server's child becomes
+    /// (a cold child is switched before exec); `ns` the namespaces it makes, with the IPC
+    /// bridge's end inside listening on the policy's port.
     pub fn spec(&self, filters: Option<&Path>, ruleset_fd: Option<i32>) -> serde_json::Value {
         serde_json::json!({
             "landlock": self.landlock_abi.is_some(),
             "seccomp": self.seccomp,
             "filters": filters.map(|p| p.to_string_lossy().into_owned()),
             "ruleset_fd": ruleset_fd,
+            "user": self.run_as.as_ref().map(|u| serde_json::json!({"uid": u.uid, "gid": u.gid})),
+            "ns": self.namespaces,
+            "ipc_port": self.policy.ipc_port,
+        })
+    }
+
+    /// The spec the startup probe tries `namespaces` with.
+    pub fn probe_spec(&self, namespaces: Namespaces) -> serde_json::Value {
+        serde_json::json!({
+            "user": self.run_as.as_ref().map(|u| serde_json::json!({"uid": u.uid, "gid": u.gid})),
+            "ns": namespaces,
+            "ipc_port": self.policy.ipc_port,
         })
     }
 
@@ -438,18 +557,22 @@ mod tests {
             landlock: "abi 5".into(),
             seccomp: true,
             uid: "ptc-run".into(),
+            namespaces: Namespaces::ALL.names(),
             subprocess: false,
             missing: vec!["landlock scopes (ABI 6, Linux 6.12)".into()],
         };
         assert_eq!(
             status.to_string(),
-            "sandbox best-effort: landlock abi 5, seccomp on, uid ptc-run, subprocess denied; \
-             MISSING: landlock scopes (ABI 6, Linux 6.12)"
+            "sandbox best-effort: landlock abi 5, seccomp on, uid ptc-run, namespaces \
+             user,pid,net,ipc,uts,mount, subprocess denied; MISSING: landlock scopes (ABI 6, \
+             Linux 6.12)"
         );
         assert_eq!(
             serde_json::to_value(&status).unwrap(),
             serde_json::json!({"mode": "best-effort", "landlock": "abi 5", "seccomp": true,
-                               "uid": "ptc-run", "subprocess": false,
+                               "uid": "ptc-run",
+                               "namespaces": ["user", "pid", "net", "ipc", "uts", "mount"],
+                               "subprocess": false,
                                "missing": ["landlock scopes (ABI 6, Linux 6.12)"]})
         );
     }

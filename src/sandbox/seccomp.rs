@@ -6,10 +6,15 @@
 //! - `clone3`: ENOSYS, so glibc falls back to `clone`, whose flags a filter can read (clone3
 //!   passes them behind a pointer).
 //! - `always`: EPERM for what no run needs and an attacker wants: tracing and reading other
-//!   processes, namespaces, mounts, keyrings, BPF, io_uring (which would bypass this filter),
-//!   modules; sockets other than TCP streams; `socketpair` other than AF_UNIX; TCP Fast Open
-//!   sends (they connect without `connect`, past Landlock's port rule); undoing our prctls;
-//!   terminal injection.
+//!   processes, namespaces (`unshare`, `setns`, and `clone` with any `CLONE_NEW*` flag),
+//!   mounts, keyrings, BPF, io_uring (which would bypass this filter), modules; sockets other
+//!   than TCP streams; `socketpair` other than an AF_UNIX stream pair; TCP Fast Open sends
+//!   (they connect without `connect`, past Landlock's port rule); undoing our prctls;
+//!   terminal injection; resource limits, priorities, CPU affinity, scheduling and I/O
+//!   priority of any process but the caller (`prlimit64`, `setpriority`, `sched_set*`,
+//!   `ioprio_set` only with pid/who 0: they need only the same uid, and would let one run
+//!   starve or kill another); `memfd_create` with `MFD_EXEC` and `execveat` (running what a
+//!   run wrote without a file on a noexec mount).
 //! - `process` (unless `PTC_ALLOW_SUBPROCESS`): EPERM for fork, vfork, clone without
 //!   CLONE_THREAD, execve, execveat. Threads still start.
 //!
@@ -192,6 +197,9 @@ fn always_denied() -> Vec<i64> {
         libc::SYS_syslog,
         libc::SYS_vhangup,
         libc::SYS_personality,
+        // Executes a descriptor (a memfd the run wrote) where no noexec mount can stop it;
+        // nothing a run starts needs it (glibc's fexecve is its only user).
+        libc::SYS_execveat,
     ];
     #[cfg(target_arch = "x86_64")]
     list.extend([
@@ -236,14 +244,87 @@ fn always_rules() -> Result<Rules, SandboxError> {
         ])?,
     ];
     rules.insert(libc::SYS_socket, socket);
-    // socketpair: AF_UNIX only (asyncio's self-pipe); such a pair connects to nothing.
+    // socketpair: an AF_UNIX stream pair only (asyncio's self-pipe), which connects to
+    // nothing; a datagram pair's end can send to any pathname datagram socket (/dev/log,
+    // journald, NOTIFY_SOCKET) with sendto.
+    let mut not_stream_pair = Vec::new();
+    for ty in [
+        stream,
+        stream | nonblock,
+        stream | cloexec,
+        stream | nonblock | cloexec,
+    ] {
+        not_stream_pair.push(cond(1, Len::Dword, Op::Ne, ty)?);
+    }
     rules.insert(
         libc::SYS_socketpair,
+        vec![
+            rule(vec![cond(0, Len::Dword, Op::Ne, libc::AF_UNIX as u64)?])?,
+            rule(not_stream_pair)?,
+        ],
+    );
+    // Other processes' limits, priorities and scheduling need only the same uid: one run
+    // could set another's (or the fork server's) RLIMIT_NPROC to 0. Only the caller's own.
+    let not_self = |arg: u8| -> Result<SeccompRule, SandboxError> {
+        rule(vec![cond(arg, Len::Dword, Op::Ne, 0)?])
+    };
+    for nr in [
+        libc::SYS_prlimit64,
+        libc::SYS_sched_setaffinity,
+        libc::SYS_sched_setscheduler,
+        libc::SYS_sched_setattr,
+        libc::SYS_sched_setparam,
+    ] {
+        rules.insert(nr, vec![not_self(0)?]);
+    }
+    // setpriority(which, who, prio): PRIO_PROCESS of the caller only (PRIO_USER with who 0
+    // is every process of the caller's uid, other runs included).
+    rules.insert(
+        libc::SYS_setpriority,
+        vec![
+            rule(vec![cond(
+                0,
+                Len::Dword,
+                Op::Ne,
+                libc::PRIO_PROCESS as u64,
+            )?])?,
+            not_self(1)?,
+        ],
+    );
+    // ioprio_set(which, who, ioprio): IOPRIO_WHO_PROCESS of the caller only.
+    const IOPRIO_WHO_PROCESS: u64 = 1;
+    rules.insert(
+        libc::SYS_ioprio_set,
+        vec![
+            rule(vec![cond(0, Len::Dword, Op::Ne, IOPRIO_WHO_PROCESS)?])?,
+            not_self(1)?,
+        ],
+    );
+    // clone with a CLONE_NEW* flag makes namespaces as unshare does (the flags are clone's
+    // first argument on both architectures we build for; clone3 is ENOSYS).
+    let mut new_namespace = Vec::new();
+    for flag in [
+        libc::CLONE_NEWNS,
+        libc::CLONE_NEWCGROUP,
+        libc::CLONE_NEWUTS,
+        libc::CLONE_NEWIPC,
+        libc::CLONE_NEWUSER,
+        libc::CLONE_NEWPID,
+        libc::CLONE_NEWNET,
+    ] {
+        let flag = flag as u64;
+        new_namespace.push(rule(vec![cond(0, Len::Qword, Op::MaskedEq(flag), flag)?])?);
+    }
+    rules.insert(libc::SYS_clone, new_namespace);
+    // memfd_create with MFD_EXEC: an executable file that lives on no mount.
+    const MFD_EXEC: u64 = 0x10;
+    rules.insert(
+        libc::SYS_memfd_create,
         vec![rule(vec![cond(
-            0,
+            1,
             Len::Dword,
-            Op::Ne,
-            libc::AF_UNIX as u64,
+            Op::MaskedEq(MFD_EXEC),
+            MFD_EXEC,
         )?])?],
     );
     // TCP Fast Open: sendto/sendmsg with MSG_FASTOPEN connects without connect(2).
@@ -293,7 +374,6 @@ fn process_rules() -> Result<Rules, SandboxError> {
         rules.insert(libc::SYS_vfork, vec![]);
     }
     rules.insert(libc::SYS_execve, vec![]);
-    rules.insert(libc::SYS_execveat, vec![]);
     // clone's flags are its first argument on both architectures we build for.
     rules.insert(
         libc::SYS_clone,

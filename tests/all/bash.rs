@@ -5,7 +5,7 @@
 
 use crate::common::{TEST_TIMEOUT, assert_nothing_left};
 use crate::librechat::{PROGRAMMATIC, answer_all, cont, drive_body, post, sidecar, tools};
-use crate::procs::is_alive;
+use crate::procs::{marker, with_cmdline};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
@@ -60,20 +60,35 @@ async fn processes_of_a_bash_run_die_with_it() {
 async fn processes_die_with_the_run(warm_workers: &str) {
     tokio::time::timeout(TEST_TIMEOUT, async {
         let s = sidecar(&[("PTC_WARM_WORKERS", warm_workers)]).await;
-        let code = "sleep 300 & echo $!\n\
-                    setsid sleep 301 & echo $!\n\
-                    ( setsid sh -c 'sleep 302 & echo $!' ) \n\
-                    ls /usr >/dev/null && echo listed";
-        let (status, r) = post(&s, PROGRAMMATIC, &bash(code)).await;
+        // Found from outside by their command lines: the pids the run sees are its own
+        // namespace's.
+        let [a, b, c] = [marker(), marker(), marker()].map(|n| format!("300.{n}"));
+        let code = format!(
+            "sleep {a} & echo $!\n\
+             setsid sleep {b} & echo $!\n\
+             ( setsid sh -c 'sleep {c} & echo $!' ) \n\
+             sleep 0.2; ls /usr >/dev/null && echo listed"
+        );
+        let (status, r) = post(&s, PROGRAMMATIC, &bash(&code)).await;
         assert_eq!(status, 200, "{r}");
         assert_eq!(r["status"], "completed", "{r}");
         let stdout = r["stdout"].as_str().unwrap();
         assert!(stdout.ends_with("listed\n"), "{r}");
-        let pids: Vec<i32> = stdout.lines().filter_map(|l| l.parse().ok()).collect();
-        assert_eq!(pids.len(), 3, "{stdout}");
+        let started: Vec<&str> = stdout
+            .lines()
+            .filter(|l| l.parse::<i32>().is_ok())
+            .collect();
+        assert_eq!(started.len(), 3, "the three were started: {stdout}");
         let deadline = Instant::now() + Duration::from_secs(5);
-        while pids.iter().any(|p| is_alive(*p)) {
-            assert!(Instant::now() < deadline, "outlived the run: {pids:?}");
+        loop {
+            let alive: Vec<i32> = [&a, &b, &c]
+                .iter()
+                .flat_map(|m| with_cmdline(&format!("sleep {m}")))
+                .collect();
+            if alive.is_empty() {
+                break;
+            }
+            assert!(Instant::now() < deadline, "outlived the run: {alive:?}");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         if warm_workers == "0" {

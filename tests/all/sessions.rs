@@ -231,7 +231,8 @@ async fn an_idle_session_is_stopped_and_keeps_its_files() {
             "import os\nv = 1\nopen('f.txt', 'w').write('x')\nprint(os.getpid())",
         )
         .await;
-        let pid: i32 = r["stdout"].as_str().unwrap().trim().parse().unwrap();
+        assert!(r["stdout"].as_str().is_some_and(|o| !o.is_empty()), "{r}");
+        let pid = interpreter_pid(&f.s, "idle").await;
         assert!(std::path::Path::new(&format!("/proc/{pid}")).exists());
         let gone = async {
             while std::path::Path::new(&format!("/proc/{pid}")).exists() {
@@ -300,7 +301,8 @@ async fn deleting_a_session_stops_its_interpreter_and_removes_its_files() {
             "import os\nopen('f.txt', 'w').write('x')\nprint(os.getpid())",
         )
         .await;
-        let pid: i32 = r["stdout"].as_str().unwrap().trim().parse().unwrap();
+        assert!(r["stdout"].as_str().is_some_and(|o| !o.is_empty()), "{r}");
+        let pid = interpreter_pid(&f.s, "del-me").await;
         let listed = f.s.get_json("/v1/sessions").await;
         let entry = listed["sessions"]
             .as_array()
@@ -817,4 +819,25 @@ async fn reloads(s: &TestSidecar, n: u64) {
     tokio::time::timeout(Duration::from_secs(10), reloaded)
         .await
         .expect("the catalog was reloaded");
+}
+
+/// The pid of session `id`'s live interpreter, as `GET /v1/sessions` names it (the one we see:
+/// inside its own PID namespace the interpreter is PID 1).
+async fn interpreter_pid(s: &TestSidecar, id: &str) -> i32 {
+    let listed = s.get_json("/v1/sessions").await;
+    let entry = listed["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["id"] == id)
+        .cloned()
+        .unwrap_or_else(|| panic!("no session {id}: {listed}"));
+    let pid = entry["pid"]
+        .as_i64()
+        .unwrap_or_else(|| panic!("no pid: {entry}"));
+    assert!(
+        std::path::Path::new(&format!("/proc/{pid}")).exists(),
+        "{entry}"
+    );
+    pid as i32
 }

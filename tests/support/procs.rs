@@ -91,3 +91,22 @@ pub async fn wait_dead(pids: &[i32]) -> Vec<i32> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// The live processes whose command line contains `needle`: how a test finds, from outside, a
+/// process a run started (inside its own PID namespace, the pid the run sees is not ours).
+pub fn with_cmdline(needle: &str) -> Vec<i32> {
+    let mut found: Vec<i32> = processes()
+        .into_iter()
+        .filter(|(pid, p)| p.cmdline.contains(needle) && is_alive(*pid))
+        .map(|(pid, _)| pid)
+        .collect();
+    found.sort();
+    found
+}
+
+/// A number no other test of this process uses, for a command line a test looks for.
+pub fn marker() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(1);
+    (u64::from(std::process::id()) % 100_000) * 1000 + N.fetch_add(1, Ordering::Relaxed)
+}
