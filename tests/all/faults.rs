@@ -27,8 +27,12 @@ async fn kill_interpreter_mid_run(s: &TestSidecar, body: Value) -> Value {
             stdout.push_str(data["text"].as_str().unwrap());
             // Whole lines only: a chunk may end in the middle of the number.
             let mut lines = stdout.split_inclusive('\n');
-            if let Some(pid) = lines.find_map(|l| l.strip_prefix("pid ")?.strip_suffix('\n')) {
-                break pid.parse().unwrap();
+            if let Some(said) = lines.find_map(|l| l.strip_prefix("pid ")?.strip_suffix('\n')) {
+                // `pid INNER DIR`: its own pid and working directory, which find its pid as
+                // we see it (inside its own PID namespace it is 1).
+                let (inner, dir) = said.split_once(' ').unwrap();
+                break procs::outer_pid(dir, inner.parse().unwrap())
+                    .unwrap_or_else(|| panic!("no process of the run in {dir}"));
             }
         }
     };
@@ -56,7 +60,7 @@ async fn kill_interpreter_mid_run(s: &TestSidecar, body: Value) -> Value {
 }
 
 /// What the code of a killed run prints before it is killed, and after (which must not appear).
-const PRINT_THEN_SLEEP: &str = "import os, time\nprint('partial', flush=True)\nprint('pid', os.getpid(), flush=True)\ntime.sleep(30)\nprint('never')\n";
+const PRINT_THEN_SLEEP: &str = "import os, time\nprint('partial', flush=True)\nprint('pid', os.getpid(), os.getcwd(), flush=True)\ntime.sleep(30)\nprint('never')\n";
 
 /// A SIGKILLed interpreter: the run ends `error` and its stderr says the interpreter was killed
 /// by signal 9 (SIGKILL), the output printed before the kill is kept, and the sidecar serves the

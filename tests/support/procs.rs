@@ -110,3 +110,43 @@ pub fn marker() -> u64 {
     static N: AtomicU64 = AtomicU64::new(1);
     (u64::from(std::process::id()) % 100_000) * 1000 + N.fetch_add(1, Ordering::Relaxed)
 }
+
+/// The live processes of the run whose scratch (or data) directory is `dir`, found from outside:
+/// a run in a mount namespace of its own has `dir` mounted there (noexec), which no other
+/// process has; a run without namespaces is found by its working directory. How a test finds a
+/// run's processes when the pids it prints are its own PID namespace's.
+pub fn of_run(dir: &str) -> Vec<i32> {
+    let dir = dir.trim_end_matches('/');
+    let mut found: Vec<i32> = processes()
+        .into_keys()
+        .filter(|pid| {
+            let mounted = std::fs::read_to_string(format!("/proc/{pid}/mountinfo"))
+                .is_ok_and(|m| m.lines().any(|l| l.split(' ').nth(4) == Some(dir)));
+            mounted
+                || std::fs::read_link(format!("/proc/{pid}/cwd"))
+                    .is_ok_and(|cwd| cwd.to_str() == Some(dir))
+        })
+        .collect();
+    found.sort();
+    found
+}
+
+/// The pid in its own innermost PID namespace of process `pid` (the last of `NSpid`).
+pub fn inner_pid(pid: i32) -> Option<i32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("NSpid:"))?
+        .split_whitespace()
+        .last()?
+        .parse()
+        .ok()
+}
+
+/// The process of the run with working directory `dir` whose own pid (inside the run) is
+/// `inner`: the outer pid of what the run printed as `os.getpid()`.
+pub fn outer_pid(dir: &str, inner: i32) -> Option<i32> {
+    of_run(dir)
+        .into_iter()
+        .find(|pid| inner_pid(*pid) == Some(inner))
+}
