@@ -146,153 +146,230 @@ pub struct Sidecar {
 }
 
 impl Sidecar {
-    /// Starts the MCP servers, loads the catalog and, with PTC on, starts the runner (IPC
-    /// bridge, warm pool); then watches the sources. A failure stops whatever had started.
+    /// Starts, in this order, the hub (the MCP servers), the first snapshot, the event
+    /// publisher, with PTC on the runner (IPC bridge, warm pool) and its stores, and the
+    /// events' observers (metrics, OTLP); builds the [`AppState`] of them and starts the
+    /// reloader on it. A failure stops whatever had started.
     pub async fn start(config: Config, saved: &[SavedCatalog]) -> Result<Sidecar, StartError> {
         let shutdown = CancellationToken::new();
         // Cancels everything started so far if a later step fails.
         let started = shutdown.clone().drop_guard();
-        let mcp = sources::start_mcp(&config, shutdown.child_token()).await?;
-        for line in mcp.iter().flat_map(Hub::status_lines) {
-            tracing::info!("{line}");
-        }
-        let snapshot = Arc::new(sources::first_snapshot(&config, saved, mcp.as_ref())?);
-        sources::log_report(&snapshot);
-        let (tx, rx) = watch::channel(snapshot);
-        let events = Events::start(
-            EventsConfig {
-                agent_id: config.agent_id.clone(),
-                redis_url: config.redis_url.clone(),
-                stream_maxlen: config.events_stream_maxlen,
-                bodies: config.events_bodies,
-                hold: DEFAULT_HOLD,
-            },
-            shutdown.child_token(),
-        )?;
-        let mut owned = None;
-        let mut sessions = None;
-        let mut artifacts = None;
-        let runner = if config.enabled {
-            let python = resolve_python(&config.python).await?;
-            let dir = match &config.runtime_dir {
-                Some(dir) => {
-                    // The scratch directories are ours alone, and gone when we are: those an
-                    // earlier process left (killed, it could not remove them) go now, ours at
-                    // the exit. A child removes its own off the async workers, which a runtime
-                    // shutting down no longer does: at SIGTERM with 20 sessions' interpreters
-                    // live, 19 or 20 of the 22 scratch directories (with the warm children's)
-                    // stayed.
-                    let scratch = dir.join(SCRATCH_DIR);
-                    let _ = std::fs::remove_dir_all(&scratch);
-                    owned = Some(OwnedDir(scratch));
-                    dir.clone()
-                }
-                None => {
-                    let dir =
-                        private_dir(&config.temp_dir, RUNTIME_DIR_PREFIX).map_err(|source| {
-                            StartError::RuntimeDir {
-                                parent: config.temp_dir.clone(),
-                                source,
-                            }
-                        })?;
-                    owned.insert(OwnedDir(dir)).0.clone()
-                }
-            };
-            let mut backends = Backends::new(config.tool_timeout);
-            backends.events = events.clone();
-            backends.mcp = mcp.clone().map(|hub| Arc::new(hub) as Arc<dyn McpCaller>);
-            let rc = runner_config(&config, python, dir.clone());
-            let runner = Runner::start(rc, rx.clone(), backends, shutdown.child_token())
-                .await
-                .map_err(StartError::Runner)?;
-            let store = Sessions::new(SessionConfig {
-                root: config
-                    .session_dir
-                    .clone()
-                    .unwrap_or_else(|| dir.join("sessions")),
-                ttl: config.session_ttl,
-                max_bytes: config.session_max_mb << 20,
-                max_files: config.session_max_files,
-                owner: runner.run_user(),
-            })
-            .map_err(StartError::Sessions)?;
-            store.spawn_sweeper(shutdown.child_token());
-            sessions = Some(store);
-            // The files of runs without a session: written by the sidecar only, never by a run.
-            let kept = Sessions::new(SessionConfig {
-                root: dir.join("artifacts"),
-                ttl: config.artifact_ttl,
-                max_bytes: config.session_max_mb << 20,
-                max_files: config.session_max_files,
-                owner: None,
-            })
-            .map_err(StartError::Sessions)?;
-            kept.spawn_sweeper(shutdown.child_token());
-            artifacts = Some(kept);
-            Some(runner)
+        let mcp = start_hub(&config, &shutdown).await?;
+        let (snapshots, snapshot) = watch::channel(first_snapshot(&config, saved, mcp.as_ref())?);
+        let events = start_events(&config, &shutdown)?;
+        let running = if config.enabled {
+            start_runner(&config, &snapshot, &events, &mcp, &shutdown).await?
         } else {
-            None
+            Running::default()
         };
-        let sandbox: Vec<(&str, String)> = match &runner {
-            Some(r) => {
-                let s = r.sandbox_status();
-                vec![
-                    ("mode", s.mode.as_str().to_string()),
-                    ("landlock", s.landlock.clone()),
-                    ("seccomp", s.seccomp.to_string()),
-                    ("uid", s.uid.clone()),
-                    ("subprocess", s.subprocess.to_string()),
-                    ("missing", s.missing.len().to_string()),
-                ]
-            }
-            None => vec![("mode", "ptc-off".to_string())],
+        let (metrics, otel) = observe_events(&config, &events, running.runner.as_ref())?;
+        let state = AppState {
+            config: Arc::new(config),
+            snapshot,
+            runner: running.runner,
+            sessions: running.sessions,
+            artifacts: running.artifacts,
+            mcp,
+            events,
+            reload: Arc::new(std::sync::Mutex::new(ReloadStatus::default())),
+            metrics,
+            board: Default::default(),
         };
-        let metrics = Metrics::new(&sandbox);
-        let mut observers: Vec<Arc<dyn Observer>> = Vec::new();
-        if config.metrics {
-            observers.push(Arc::new(metrics.clone()));
-        }
-        let otel = match &config.otel_endpoint {
-            Some(endpoint) => {
-                let otel = Arc::new(Otel::start(endpoint, &config.otel_service)?);
-                observers.push(otel.clone());
-                tracing::info!(endpoint = %redact_urls(endpoint), "exporting spans over OTLP");
-                Some(otel)
-            }
-            None => None,
-        };
-        events.observe_with(Arc::new(observers));
-        let config = Arc::new(config);
-        let reload = Arc::new(std::sync::Mutex::new(ReloadStatus::default()));
-        Reloader {
-            config: config.clone(),
-            saved: saved.to_vec(),
-            mcp: mcp.clone(),
-            snapshots: tx.clone(),
-            events: events.clone(),
-            status: reload.clone(),
-        }
-        .spawn(shutdown.child_token())?;
+        start_reloader(&state, saved, &snapshots, &shutdown)?;
         started.disarm();
         Ok(Sidecar {
-            state: AppState {
-                config,
-                snapshot: rx,
-                runner,
-                sessions,
-                artifacts,
-                mcp,
-                events,
-                reload,
-                metrics,
-                board: Default::default(),
-            },
+            state,
             shutdown,
-            snapshots: tx,
+            snapshots,
             otel,
-            _owned: owned,
+            _owned: running.owned,
         })
     }
+}
+
+/// The MCP servers of `PTC_MCP_CONFIG`, each started (or failing) once, their states logged.
+async fn start_hub(
+    config: &Config,
+    shutdown: &CancellationToken,
+) -> Result<Option<Hub>, StartError> {
+    let mcp = sources::start_mcp(config, shutdown.child_token()).await?;
+    for line in mcp.iter().flat_map(Hub::status_lines) {
+        tracing::info!("{line}");
+    }
+    Ok(mcp)
+}
+
+/// The first catalog snapshot (from the tool files, the saved catalogs and the hub's servers),
+/// logged.
+fn first_snapshot(
+    config: &Config,
+    saved: &[SavedCatalog],
+    mcp: Option<&Hub>,
+) -> Result<Arc<Snapshot>, StartError> {
+    let snapshot = Arc::new(sources::first_snapshot(config, saved, mcp)?);
+    sources::log_report(&snapshot);
+    Ok(snapshot)
+}
+
+/// The event publisher (its Redis writer with `REDIS_URL`).
+fn start_events(config: &Config, shutdown: &CancellationToken) -> Result<Events, StartError> {
+    Ok(Events::start(
+        EventsConfig {
+            agent_id: config.agent_id.clone(),
+            redis_url: config.redis_url.clone(),
+            stream_maxlen: config.events_stream_maxlen,
+            bodies: config.events_bodies,
+            hold: DEFAULT_HOLD,
+        },
+        shutdown.child_token(),
+    )?)
+}
+
+/// What starts with PTC on: the runner and the stores of its runs' files, in the runtime
+/// directory (each `None` with PTC off).
+#[derive(Default)]
+struct Running {
+    runner: Option<Runner>,
+    sessions: Option<Sessions>,
+    artifacts: Option<Sessions>,
+    /// What of the runtime directory is this process's to remove.
+    owned: Option<OwnedDir>,
+}
+
+/// The interpreter, the runtime directory, the runner on the first snapshot, and the session
+/// and artifact stores with their sweepers.
+async fn start_runner(
+    config: &Config,
+    snapshot: &watch::Receiver<Arc<Snapshot>>,
+    events: &Events,
+    mcp: &Option<Hub>,
+    shutdown: &CancellationToken,
+) -> Result<Running, StartError> {
+    let python = resolve_python(&config.python).await?;
+    let (dir, owned) = runtime_dir(config)?;
+    let mut backends = Backends::new(config.tool_timeout);
+    backends.events = events.clone();
+    backends.mcp = mcp.clone().map(|hub| Arc::new(hub) as Arc<dyn McpCaller>);
+    let rc = runner_config(config, python, dir.clone());
+    let runner = Runner::start(rc, snapshot.clone(), backends, shutdown.child_token())
+        .await
+        .map_err(StartError::Runner)?;
+    let sessions = Sessions::new(SessionConfig {
+        root: config
+            .session_dir
+            .clone()
+            .unwrap_or_else(|| dir.join("sessions")),
+        ttl: config.session_ttl,
+        max_bytes: config.session_max_mb << 20,
+        max_files: config.session_max_files,
+        owner: runner.run_user(),
+    })
+    .map_err(StartError::Sessions)?;
+    sessions.spawn_sweeper(shutdown.child_token());
+    // The files of runs without a session: written by the sidecar only, never by a run.
+    let artifacts = Sessions::new(SessionConfig {
+        root: dir.join("artifacts"),
+        ttl: config.artifact_ttl,
+        max_bytes: config.session_max_mb << 20,
+        max_files: config.session_max_files,
+        owner: None,
+    })
+    .map_err(StartError::Sessions)?;
+    artifacts.spawn_sweeper(shutdown.child_token());
+    Ok(Running {
+        runner: Some(runner),
+        sessions: Some(sessions),
+        artifacts: Some(artifacts),
+        owned: Some(owned),
+    })
+}
+
+/// The runtime directory in use, and what of it is this process's to remove.
+fn runtime_dir(config: &Config) -> Result<(PathBuf, OwnedDir), StartError> {
+    match &config.runtime_dir {
+        Some(dir) => {
+            // The scratch directories are ours alone, and gone when we are: those an earlier
+            // process left (killed, it could not remove them) go now, ours at the exit. A
+            // child removes its own off the async workers, which a runtime shutting down no
+            // longer does: at SIGTERM with 20 sessions' interpreters live, 19 or 20 of the 22
+            // scratch directories (with the warm children's) stayed.
+            let scratch = dir.join(SCRATCH_DIR);
+            let _ = std::fs::remove_dir_all(&scratch);
+            Ok((dir.clone(), OwnedDir(scratch)))
+        }
+        None => {
+            let dir = private_dir(&config.temp_dir, RUNTIME_DIR_PREFIX).map_err(|source| {
+                StartError::RuntimeDir {
+                    parent: config.temp_dir.clone(),
+                    source,
+                }
+            })?;
+            Ok((dir.clone(), OwnedDir(dir)))
+        }
+    }
+}
+
+/// The metrics (always made, fed with `PTC_METRICS`) and the OTLP exporter (with
+/// `OTEL_EXPORTER_OTLP_ENDPOINT`) as the observers of every event.
+fn observe_events(
+    config: &Config,
+    events: &Events,
+    runner: Option<&Runner>,
+) -> Result<(Metrics, Option<Arc<Otel>>), StartError> {
+    let metrics = Metrics::new(&sandbox_labels(runner));
+    let mut observers: Vec<Arc<dyn Observer>> = Vec::new();
+    if config.metrics {
+        observers.push(Arc::new(metrics.clone()));
+    }
+    let otel = match &config.otel_endpoint {
+        Some(endpoint) => {
+            let otel = Arc::new(Otel::start(endpoint, &config.otel_service)?);
+            observers.push(otel.clone());
+            tracing::info!(endpoint = %redact_urls(endpoint), "exporting spans over OTLP");
+            Some(otel)
+        }
+        None => None,
+    };
+    events.observe_with(Arc::new(observers));
+    Ok((metrics, otel))
+}
+
+/// The labels of `ptc_sandbox_info`: how the runner confines runs, or `ptc-off`.
+fn sandbox_labels(runner: Option<&Runner>) -> Vec<(&'static str, String)> {
+    match runner {
+        Some(r) => {
+            let s = r.sandbox_status();
+            vec![
+                ("mode", s.mode.as_str().to_string()),
+                ("landlock", s.landlock.clone()),
+                ("seccomp", s.seccomp.to_string()),
+                ("uid", s.uid.clone()),
+                ("subprocess", s.subprocess.to_string()),
+                ("missing", s.missing.len().to_string()),
+            ]
+        }
+        None => vec![("mode", "ptc-off".to_string())],
+    }
+}
+
+/// The reloader: watches the tool files and the hub, and sends each new snapshot on
+/// `snapshots`; it writes its outcome to the state's `reload` and emits on its events.
+fn start_reloader(
+    state: &AppState,
+    saved: &[SavedCatalog],
+    snapshots: &watch::Sender<Arc<Snapshot>>,
+    shutdown: &CancellationToken,
+) -> Result<(), StartError> {
+    Reloader {
+        config: state.config.clone(),
+        saved: saved.to_vec(),
+        mcp: state.mcp.clone(),
+        snapshots: snapshots.clone(),
+        events: state.events.clone(),
+        status: state.reload.clone(),
+    }
+    .spawn(shutdown.child_token())?;
+    Ok(())
 }
 
 impl Sidecar {

@@ -73,8 +73,8 @@ pub struct Model {
     /// (agent, tool) → statistics; a view merges the agents it admits.
     tools: HashMap<(String, String), ToolStats>,
     reloads: VecDeque<Value>,
-    /// Agent → whether its latest catalog reload succeeded, and why not.
-    last_reload: HashMap<String, Result<(), String>>,
+    /// Agent → how its latest catalog reload ended.
+    last_reload: HashMap<String, ReloadOutcome>,
     /// Agent → last event's time (ms).
     agents: HashMap<String, u64>,
     /// Agent → the `(seq, ts)` of its latest event: an event at or before both is one seen
@@ -82,6 +82,14 @@ pub struct Model {
     latest: HashMap<String, (u64, u64)>,
     /// Events folded in all.
     pub events: u64,
+}
+
+/// How an agent's latest catalog reload ended, as its health reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum ReloadOutcome {
+    Ok,
+    /// The old catalog was kept; why (the event's `error.message`).
+    Failed(String),
 }
 
 fn text(v: &Value, key: &str) -> Option<String> {
@@ -111,11 +119,13 @@ impl Model {
             "tool_call.finished" => self.call_finished(&agent, e, ts),
             "catalog.reloaded" => {
                 let outcome = match e["ok"].as_bool() {
-                    Some(false) => Err(e["error"]["message"]
-                        .as_str()
-                        .unwrap_or("the reload failed")
-                        .to_string()),
-                    _ => Ok(()),
+                    Some(false) => ReloadOutcome::Failed(
+                        e["error"]["message"]
+                            .as_str()
+                            .unwrap_or("the reload failed")
+                            .to_string(),
+                    ),
+                    _ => ReloadOutcome::Ok,
                 };
                 self.last_reload.insert(agent.clone(), outcome);
                 if self.reloads.len() == MAX_RELOADS {
@@ -364,7 +374,7 @@ impl Model {
             failed,
         } = runs;
         let reload_error = match self.last_reload.get(agent) {
-            Some(Err(why)) => Some(why.as_str()),
+            Some(ReloadOutcome::Failed(why)) => Some(why.as_str()),
             _ => None,
         };
         let health = if reload_error.is_some() || (recent > 0 && failed * 2 >= recent) {

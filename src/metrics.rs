@@ -69,26 +69,61 @@ pub struct Metrics {
 
 struct Inner {
     registry: Registry,
-    runs: Family<Labels, Counter>,
-    run_duration: Histogram,
-    calls: Family<Labels, Counter>,
+    runs: Runs,
+    calls: Calls,
+    runner: Runner,
+    mcp: Mcp,
+    events: EventCounts,
+    catalog: CatalogMetrics,
+    sessions: SessionGauges,
+}
+
+/// `ptc_runs` and `ptc_run_duration_seconds`, observed from `exec.finished`.
+struct Runs {
+    count: Family<Labels, Counter>,
+    duration: Histogram,
+}
+
+/// `ptc_tool_calls` and `ptc_tool_call_duration_seconds`, observed from `tool_call.finished`.
+struct Calls {
+    count: Family<Labels, Counter>,
     /// The `tool_call_duration_seconds` series of each backend, kept at hand.
     host_latency: Histogram,
     mcp_latency: Histogram,
     /// Each tool's label and its counters by `(backend, outcome)`: a call of a tool seen before
     /// finds its counter without building a label set.
     tools_seen: Mutex<HashMap<String, ToolCounters>>,
+}
+
+/// The runner's gauges, set at a scrape.
+struct Runner {
     in_flight: Gauge,
     queued: Gauge,
     warm: Gauge,
-    mcp_servers: Family<Labels, Gauge>,
-    mcp_restarts: Family<Labels, Counter>,
-    events: Family<Labels, Counter<u64, AtomicU64>>,
-    events_held: Gauge,
-    catalog_version: Gauge,
+}
+
+/// Each MCP server's state and restarts, set at a scrape.
+struct Mcp {
+    servers: Family<Labels, Gauge>,
+    restarts: Family<Labels, Counter>,
+}
+
+/// What became of the events, mirrored from the publisher's stats at a scrape.
+struct EventCounts {
+    count: Family<Labels, Counter<u64, AtomicU64>>,
+    held: Gauge,
+}
+
+/// The catalog's version and its hot reloads, set at a scrape.
+struct CatalogMetrics {
+    version: Gauge,
     reloads: Family<Labels, Counter>,
-    sessions_live: Gauge,
-    sessions_max: Gauge,
+}
+
+/// The live interpreters of sessions, set at a scrape.
+struct SessionGauges {
+    live: Gauge,
+    max: Gauge,
 }
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
@@ -99,127 +134,28 @@ fn labels(pairs: &[(&str, &str)]) -> Labels {
 }
 
 impl Metrics {
-    /// Every metric, registered; `sandbox` becomes the `ptc_sandbox_info` labels.
+    /// Every metric, registered; `sandbox` becomes the `ptc_sandbox_info` labels. The families
+    /// are registered in this order, which is the order of the text a scrape gets.
     pub fn new(sandbox: &[(&str, String)]) -> Metrics {
         let mut registry = Registry::with_prefix("ptc");
-        let runs = Family::<Labels, Counter>::default();
-        registry.register("runs", "exec_code runs by how they ended", runs.clone());
-        let run_duration = Histogram::new(RUN_BUCKETS);
-        registry.register_with_unit(
-            "run_duration",
-            "exec_code run duration, start to result",
-            Unit::Seconds,
-            run_duration.clone(),
-        );
-        let calls = Family::<Labels, Counter>::default();
-        registry.register(
-            "tool_calls",
-            "tool calls by tool, backend (mcp, host) and outcome (ok or the error type)",
-            calls.clone(),
-        );
-        let call_duration =
-            Family::<Labels, Histogram>::new_with_constructor(|| Histogram::new(CALL_BUCKETS));
-        registry.register_with_unit(
-            "tool_call_duration",
-            "tool call latency by backend",
-            Unit::Seconds,
-            call_duration.clone(),
-        );
-        let in_flight = Gauge::default();
-        registry.register("runs_in_flight", "runs going on now", in_flight.clone());
-        let queued = Gauge::default();
-        registry.register(
-            "runs_queued",
-            "runs waiting for one of the PTC_MAX_RUNS slots",
-            queued.clone(),
-        );
-        let warm = Gauge::default();
-        registry.register(
-            "warm_workers",
-            "pre-started interpreters ready for a run",
-            warm.clone(),
-        );
-        let mcp_servers = Family::<Labels, Gauge>::default();
-        registry.register(
-            "mcp_servers",
-            "MCP servers by state (1 for the state each server is in)",
-            mcp_servers.clone(),
-        );
-        let mcp_restarts = Family::<Labels, Counter>::default();
-        registry.register(
-            "mcp_server_restarts",
-            "restarts of each MCP server",
-            mcp_restarts.clone(),
-        );
-        let events = Family::<Labels, Counter<u64, AtomicU64>>::default();
-        registry.register(
-            "events",
-            "events by what became of them (published to Redis, dropped)",
-            events.clone(),
-        );
-        let events_held = Gauge::default();
-        registry.register(
-            "events_held",
-            "events held while Redis is away",
-            events_held.clone(),
-        );
-        let catalog_version = Gauge::default();
-        registry.register(
-            "catalog_version",
-            "the tool catalog's version",
-            catalog_version.clone(),
-        );
-        let reloads = Family::<Labels, Counter>::default();
-        registry.register(
-            "catalog_reloads",
-            "hot reloads by result (ok: a new catalog; failed: the old one kept)",
-            reloads.clone(),
-        );
-        let sessions_live = Gauge::default();
-        registry.register(
-            "sessions_live",
-            "sessions with a live interpreter",
-            sessions_live.clone(),
-        );
-        let sessions_max = Gauge::default();
-        registry.register(
-            "sessions_max",
-            "live interpreters allowed at once (PTC_MAX_SESSIONS)",
-            sessions_max.clone(),
-        );
-        let info: Labels = sandbox
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.clone()))
-            .collect();
-        registry.register(
-            "sandbox",
-            "how runs are confined (docs/SECURITY.md)",
-            Info::new(info),
-        );
-        // One statement each: a family's read guard lives to the end of its statement, and the
-        // next series is made under its write lock.
-        let host_latency = call_duration.get_or_create_owned(&labels(&[("backend", "host")]));
-        let mcp_latency = call_duration.get_or_create_owned(&labels(&[("backend", "mcp")]));
+        let runs = Runs::register(&mut registry);
+        let calls = Calls::register(&mut registry);
+        let runner = Runner::register(&mut registry);
+        let mcp = Mcp::register(&mut registry);
+        let events = EventCounts::register(&mut registry);
+        let catalog = CatalogMetrics::register(&mut registry);
+        let sessions = SessionGauges::register(&mut registry);
+        register_sandbox(&mut registry, sandbox);
         Metrics {
             inner: Arc::new(Inner {
                 registry,
                 runs,
-                run_duration,
                 calls,
-                host_latency,
-                mcp_latency,
-                tools_seen: Mutex::new(HashMap::new()),
-                in_flight,
-                queued,
-                warm,
-                mcp_servers,
-                mcp_restarts,
+                runner,
+                mcp,
                 events,
-                events_held,
-                catalog_version,
-                reloads,
-                sessions_live,
-                sessions_max,
+                catalog,
+                sessions,
             }),
         }
     }
@@ -227,29 +163,30 @@ impl Metrics {
     /// The Prometheus text of every metric, the gauges set from `now` first.
     pub fn render(&self, now: &Gauges) -> String {
         let m = &self.inner;
-        m.in_flight.set(now.runs_in_flight);
-        m.queued.set(now.runs_queued);
-        m.warm.set(now.warm_workers);
+        m.runner.in_flight.set(now.runs_in_flight);
+        m.runner.queued.set(now.runs_queued);
+        m.runner.warm.set(now.warm_workers);
         // A server removed by a reload must not stay at its last state.
-        m.mcp_servers.clear();
+        m.mcp.servers.clear();
         for (server, state, restarts) in &now.mcp_servers {
-            m.mcp_servers
+            m.mcp
+                .servers
                 .get_or_create(&labels(&[("server", server), ("state", state)]))
                 .set(1);
-            let counter = m.mcp_restarts.get_or_create(&labels(&[("server", server)]));
+            let counter = m.mcp.restarts.get_or_create(&labels(&[("server", server)]));
             let seen = counter.get();
             if *restarts > seen {
                 counter.inc_by(restarts - seen);
             }
         }
-        set_total(&m.events, "published", now.events_published);
-        set_total(&m.events, "dropped", now.events_dropped);
-        m.events_held.set(now.events_held as i64);
-        m.catalog_version.set(now.catalog_version);
-        set_total(&m.reloads, "ok", now.reloads_ok);
-        set_total(&m.reloads, "failed", now.reloads_failed);
-        m.sessions_live.set(now.sessions_live);
-        m.sessions_max.set(now.sessions_max);
+        set_total(&m.events.count, "published", now.events_published);
+        set_total(&m.events.count, "dropped", now.events_dropped);
+        m.events.held.set(now.events_held as i64);
+        m.catalog.version.set(now.catalog_version);
+        set_total(&m.catalog.reloads, "ok", now.reloads_ok);
+        set_total(&m.catalog.reloads, "failed", now.reloads_failed);
+        m.sessions.live.set(now.sessions_live);
+        m.sessions.max.set(now.sessions_max);
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &m.registry);
@@ -266,7 +203,7 @@ impl Metrics {
         outcome: &str,
     ) -> Counter {
         let key = if unknown { "(unknown)" } else { tool };
-        let mut seen = lock(&self.inner.tools_seen);
+        let mut seen = lock(&self.inner.calls.tools_seen);
         if !seen.contains_key(key) {
             let label = if unknown || seen.len() < MAX_TOOL_LABELS {
                 key.to_string()
@@ -291,7 +228,7 @@ impl Metrics {
         {
             return c.clone();
         }
-        let counter = self.inner.calls.get_or_create_owned(&labels(&[
+        let counter = self.inner.calls.count.get_or_create_owned(&labels(&[
             ("tool", &tool.label),
             ("backend", backend),
             ("outcome", outcome),
@@ -300,6 +237,159 @@ impl Metrics {
             .push((backend, outcome.to_string(), counter.clone()));
         counter
     }
+}
+
+impl Runs {
+    fn register(registry: &mut Registry) -> Runs {
+        let count = Family::<Labels, Counter>::default();
+        registry.register("runs", "exec_code runs by how they ended", count.clone());
+        let duration = Histogram::new(RUN_BUCKETS);
+        registry.register_with_unit(
+            "run_duration",
+            "exec_code run duration, start to result",
+            Unit::Seconds,
+            duration.clone(),
+        );
+        Runs { count, duration }
+    }
+}
+
+impl Calls {
+    fn register(registry: &mut Registry) -> Calls {
+        let count = Family::<Labels, Counter>::default();
+        registry.register(
+            "tool_calls",
+            "tool calls by tool, backend (mcp, host) and outcome (ok or the error type)",
+            count.clone(),
+        );
+        let duration =
+            Family::<Labels, Histogram>::new_with_constructor(|| Histogram::new(CALL_BUCKETS));
+        registry.register_with_unit(
+            "tool_call_duration",
+            "tool call latency by backend",
+            Unit::Seconds,
+            duration.clone(),
+        );
+        // One statement each: a family's read guard lives to the end of its statement, and the
+        // next series is made under its write lock.
+        let host_latency = duration.get_or_create_owned(&labels(&[("backend", "host")]));
+        let mcp_latency = duration.get_or_create_owned(&labels(&[("backend", "mcp")]));
+        Calls {
+            count,
+            host_latency,
+            mcp_latency,
+            tools_seen: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl Runner {
+    fn register(registry: &mut Registry) -> Runner {
+        let in_flight = Gauge::default();
+        registry.register("runs_in_flight", "runs going on now", in_flight.clone());
+        let queued = Gauge::default();
+        registry.register(
+            "runs_queued",
+            "runs waiting for one of the PTC_MAX_RUNS slots",
+            queued.clone(),
+        );
+        let warm = Gauge::default();
+        registry.register(
+            "warm_workers",
+            "pre-started interpreters ready for a run",
+            warm.clone(),
+        );
+        Runner {
+            in_flight,
+            queued,
+            warm,
+        }
+    }
+}
+
+impl Mcp {
+    fn register(registry: &mut Registry) -> Mcp {
+        let servers = Family::<Labels, Gauge>::default();
+        registry.register(
+            "mcp_servers",
+            "MCP servers by state (1 for the state each server is in)",
+            servers.clone(),
+        );
+        let restarts = Family::<Labels, Counter>::default();
+        registry.register(
+            "mcp_server_restarts",
+            "restarts of each MCP server",
+            restarts.clone(),
+        );
+        Mcp { servers, restarts }
+    }
+}
+
+impl EventCounts {
+    fn register(registry: &mut Registry) -> EventCounts {
+        let count = Family::<Labels, Counter<u64, AtomicU64>>::default();
+        registry.register(
+            "events",
+            "events by what became of them (published to Redis, dropped)",
+            count.clone(),
+        );
+        let held = Gauge::default();
+        registry.register(
+            "events_held",
+            "events held while Redis is away",
+            held.clone(),
+        );
+        EventCounts { count, held }
+    }
+}
+
+impl CatalogMetrics {
+    fn register(registry: &mut Registry) -> CatalogMetrics {
+        let version = Gauge::default();
+        registry.register(
+            "catalog_version",
+            "the tool catalog's version",
+            version.clone(),
+        );
+        let reloads = Family::<Labels, Counter>::default();
+        registry.register(
+            "catalog_reloads",
+            "hot reloads by result (ok: a new catalog; failed: the old one kept)",
+            reloads.clone(),
+        );
+        CatalogMetrics { version, reloads }
+    }
+}
+
+impl SessionGauges {
+    fn register(registry: &mut Registry) -> SessionGauges {
+        let live = Gauge::default();
+        registry.register(
+            "sessions_live",
+            "sessions with a live interpreter",
+            live.clone(),
+        );
+        let max = Gauge::default();
+        registry.register(
+            "sessions_max",
+            "live interpreters allowed at once (PTC_MAX_SESSIONS)",
+            max.clone(),
+        );
+        SessionGauges { live, max }
+    }
+}
+
+/// `ptc_sandbox_info`: how runs are confined, as labels of one info metric.
+fn register_sandbox(registry: &mut Registry, sandbox: &[(&str, String)]) {
+    let info: Labels = sandbox
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    registry.register(
+        "sandbox",
+        "how runs are confined (docs/SECURITY.md)",
+        Info::new(info),
+    );
 }
 
 /// Moves a counter that mirrors a total kept elsewhere up to `total` (counters only go up).
@@ -324,9 +414,12 @@ impl Observer for Metrics {
                     Some("cancelled") => "cancelled",
                     _ => e.status.unwrap_or("error"),
                 };
-                m.runs.get_or_create(&labels(&[("status", status)])).inc();
+                m.runs
+                    .count
+                    .get_or_create(&labels(&[("status", status)]))
+                    .inc();
                 if let Some(ms) = e.duration_ms {
-                    m.run_duration.observe(ms / 1e3);
+                    m.runs.duration.observe(ms / 1e3);
                 }
             }
             "tool_call.finished" => {
@@ -342,8 +435,8 @@ impl Observer for Metrics {
                     .inc();
                 if let Some(ms) = e.duration_ms {
                     let latency = match backend {
-                        "host" => &m.host_latency,
-                        "mcp" => &m.mcp_latency,
+                        "host" => &m.calls.host_latency,
+                        "mcp" => &m.calls.mcp_latency,
                         _ => return,
                     };
                     latency.observe(ms / 1e3);
@@ -351,5 +444,73 @@ impl Observer for Metrics {
             }
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    /// The families' names, help, types and units, in the order a scrape lists them: what
+    /// dashboards and alerts are written against. (A family without a series is not listed,
+    /// so each gets one.)
+    #[test]
+    fn every_family_is_described_in_registration_order() {
+        let metrics = Metrics::new(&[("mode", "best-effort".to_string())]);
+        metrics.observe(&Event::new("exec.finished"));
+        let mut call = Event::new("tool_call.finished");
+        call.tool = Some("t".into());
+        metrics.observe(&call);
+        let now = Gauges {
+            mcp_servers: vec![("s".into(), "ready", 0)],
+            ..Gauges::default()
+        };
+        let text = metrics.render(&now);
+        let described: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                l.starts_with("# HELP") || l.starts_with("# TYPE") || l.starts_with("# UNIT")
+            })
+            .collect();
+        assert_eq!(
+            described,
+            [
+                "# HELP ptc_runs exec_code runs by how they ended.",
+                "# TYPE ptc_runs counter",
+                "# HELP ptc_run_duration_seconds exec_code run duration, start to result.",
+                "# TYPE ptc_run_duration_seconds histogram",
+                "# UNIT ptc_run_duration_seconds seconds",
+                "# HELP ptc_tool_calls tool calls by tool, backend (mcp, host) and outcome (ok or the error type).",
+                "# TYPE ptc_tool_calls counter",
+                "# HELP ptc_tool_call_duration_seconds tool call latency by backend.",
+                "# TYPE ptc_tool_call_duration_seconds histogram",
+                "# UNIT ptc_tool_call_duration_seconds seconds",
+                "# HELP ptc_runs_in_flight runs going on now.",
+                "# TYPE ptc_runs_in_flight gauge",
+                "# HELP ptc_runs_queued runs waiting for one of the PTC_MAX_RUNS slots.",
+                "# TYPE ptc_runs_queued gauge",
+                "# HELP ptc_warm_workers pre-started interpreters ready for a run.",
+                "# TYPE ptc_warm_workers gauge",
+                "# HELP ptc_mcp_servers MCP servers by state (1 for the state each server is in).",
+                "# TYPE ptc_mcp_servers gauge",
+                "# HELP ptc_mcp_server_restarts restarts of each MCP server.",
+                "# TYPE ptc_mcp_server_restarts counter",
+                "# HELP ptc_events events by what became of them (published to Redis, dropped).",
+                "# TYPE ptc_events counter",
+                "# HELP ptc_events_held events held while Redis is away.",
+                "# TYPE ptc_events_held gauge",
+                "# HELP ptc_catalog_version the tool catalog's version.",
+                "# TYPE ptc_catalog_version gauge",
+                "# HELP ptc_catalog_reloads hot reloads by result (ok: a new catalog; failed: the old one kept).",
+                "# TYPE ptc_catalog_reloads counter",
+                "# HELP ptc_sessions_live sessions with a live interpreter.",
+                "# TYPE ptc_sessions_live gauge",
+                "# HELP ptc_sessions_max live interpreters allowed at once (PTC_MAX_SESSIONS).",
+                "# TYPE ptc_sessions_max gauge",
+                "# HELP ptc_sandbox how runs are confined (docs/SECURITY.md).",
+                "# TYPE ptc_sandbox info",
+            ]
+        );
     }
 }

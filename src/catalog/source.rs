@@ -255,46 +255,83 @@ pub fn parse_tool_list(
     Ok((defs, problems))
 }
 
-type ToolResult = Result<(ToolDef, Vec<String>), (Option<String>, String)>;
+/// Why one tool entry is skipped: the tool's name when it has one, and what is wrong.
+type Refused = (Option<String>, String);
+
+/// One tool and its warnings, or why it is skipped.
+type ToolResult = Result<(ToolDef, Vec<String>), Refused>;
 
 fn parse_tool(entry: &Value) -> ToolResult {
+    let obj = tool_object(entry)?;
+    let name = tool_name(obj)?;
+    let mut warnings = Vec::new();
+    let input_schema = input_schema(obj, &name, &mut warnings)?;
+    let output_schema = output_schema(obj, &mut warnings);
+    let description = description(obj, &mut warnings);
+    let title = obj.get("title").and_then(Value::as_str).map(str::to_string);
+    let annotations = match obj.get("annotations") {
+        Some(a @ Value::Object(_)) => Some(a.clone()),
+        _ => None,
+    };
+    Ok((
+        ToolDef {
+            name,
+            title,
+            description,
+            input_schema,
+            output_schema,
+            annotations,
+        },
+        warnings,
+    ))
+}
+
+/// The entry's object, unwrapped from OpenAI chat-completions' `{"type": "function",
+/// "function": {...}}`.
+fn tool_object(entry: &Value) -> Result<&Map<String, Value>, Refused> {
     let Value::Object(obj) = entry else {
         return Err((
             None,
             format!("is a JSON {}, expected an object", kind(entry)),
         ));
     };
-    // OpenAI chat-completions wraps the tool: {"type": "function", "function": {...}}.
-    let obj = match obj.get("function") {
+    Ok(match obj.get("function") {
         Some(Value::Object(inner))
             if obj.get("type").and_then(Value::as_str) == Some("function") =>
         {
             inner
         }
         _ => obj,
-    };
-    let name = match obj.get("name") {
-        Some(Value::String(name)) if name.trim().is_empty() => {
-            return Err((None, "has an empty name".into()));
-        }
-        Some(Value::String(name)) if name.chars().count() > MAX_NAME_CHARS => {
-            return Err((
-                Some(name.chars().take(40).collect::<String>() + "…"),
-                format!("has a name longer than {MAX_NAME_CHARS} characters"),
-            ));
-        }
-        Some(Value::String(name)) => name.clone(),
-        Some(other) => {
-            return Err((
-                None,
-                format!(r#""name" is a JSON {}, expected a string"#, kind(other)),
-            ));
-        }
-        None => return Err((None, r#"has no "name""#.into())),
-    };
-    let fail = |message: String| Err((Some(name.clone()), message));
-    let mut warnings = Vec::new();
+    })
+}
 
+/// The tool's name: a non-empty string of at most [`MAX_NAME_CHARS`].
+fn tool_name(obj: &Map<String, Value>) -> Result<String, Refused> {
+    match obj.get("name") {
+        Some(Value::String(name)) if name.trim().is_empty() => {
+            Err((None, "has an empty name".into()))
+        }
+        Some(Value::String(name)) if name.chars().count() > MAX_NAME_CHARS => Err((
+            Some(name.chars().take(40).collect::<String>() + "…"),
+            format!("has a name longer than {MAX_NAME_CHARS} characters"),
+        )),
+        Some(Value::String(name)) => Ok(name.clone()),
+        Some(other) => Err((
+            None,
+            format!(r#""name" is a JSON {}, expected a string"#, kind(other)),
+        )),
+        None => Err((None, r#"has no "name""#.into())),
+    }
+}
+
+/// The input schema under whichever of its three keys comes first (a warning when several
+/// are given); none is a tool without arguments, and its type must be an object.
+fn input_schema(
+    obj: &Map<String, Value>,
+    name: &str,
+    warnings: &mut Vec<String>,
+) -> Result<Value, Refused> {
+    let fail = |message: String| Err((Some(name.to_string()), message));
     let schema_keys = ["input_schema", "inputSchema", "parameters"];
     let given: Vec<&str> = schema_keys
         .iter()
@@ -333,16 +370,24 @@ fn parse_tool(entry: &Value) -> ToolResult {
             r#"input schema has "type": {t:?}; a tool's arguments must be an "object""#
         ));
     }
+    Ok(input_schema)
+}
 
-    let output_schema = match obj.get("output_schema").or_else(|| obj.get("outputSchema")) {
+/// The output schema when it is an object; anything else is ignored with a warning.
+fn output_schema(obj: &Map<String, Value>, warnings: &mut Vec<String>) -> Option<Value> {
+    match obj.get("output_schema").or_else(|| obj.get("outputSchema")) {
         None | Some(Value::Null) => None,
         Some(schema @ Value::Object(_)) => Some(schema.clone()),
         Some(other) => {
             warnings.push(format!("output schema is a JSON {}, ignored", kind(other)));
             None
         }
-    };
-    let description = match obj.get("description") {
+    }
+}
+
+/// The description when it is a string; anything else is ignored with a warning.
+fn description(obj: &Map<String, Value>, warnings: &mut Vec<String>) -> String {
+    match obj.get("description") {
         None | Some(Value::Null) => String::new(),
         Some(Value::String(d)) => d.clone(),
         Some(other) => {
@@ -352,23 +397,7 @@ fn parse_tool(entry: &Value) -> ToolResult {
             ));
             String::new()
         }
-    };
-    let title = obj.get("title").and_then(Value::as_str).map(str::to_string);
-    let annotations = match obj.get("annotations") {
-        Some(a @ Value::Object(_)) => Some(a.clone()),
-        _ => None,
-    };
-    Ok((
-        ToolDef {
-            name,
-            title,
-            description,
-            input_schema,
-            output_schema,
-            annotations,
-        },
-        warnings,
-    ))
+    }
 }
 
 fn parse_callback(value: &Value) -> Result<Callback, CallbackError> {

@@ -26,6 +26,7 @@
 //! the hub sees the new set, so dispatch and `/healthz` follow at once.
 
 pub mod config;
+mod connect;
 mod http;
 pub mod result;
 mod server;
@@ -35,10 +36,8 @@ pub use config::{
     McpConfigError, ServerError, ServerNameError, ServerSpec, ShapeError, Transport,
     check_server_name,
 };
-pub use server::{
-    BACKOFF_MAX, BACKOFF_MIN, CALL_QUEUE, ConnectError, ListError, MAX_TOOL_PAGES, MAX_TOOLS,
-    backoff,
-};
+pub use connect::{ConnectError, ListError, MAX_TOOL_PAGES, MAX_TOOLS};
+pub use server::{BACKOFF_MAX, BACKOFF_MIN, CALL_QUEUE, backoff};
 
 use crate::catalog::ServerTools;
 use crate::catalog::source::{Problem, ToolDef};

@@ -1,7 +1,9 @@
 //! One MCP server's actor: the single task that owns its connection (the child process or the
-//! HTTP session, and rmcp's client), starts it, lists its tools, passes calls to it, notices when
-//! it goes away and starts it again with backoff. Calls that come while it restarts wait for
-//! the start (when it is due before their deadline) and go first once it serves.
+//! HTTP session, and rmcp's client), starts it (each start, its tools listed, is
+//! [`super::connect`]'s), passes calls to it, re-lists its tools when it says they changed,
+//! notices when it goes away and starts it again with backoff. Calls that come while it
+//! restarts wait for the start (when it is due before their deadline) and go first once it
+//! serves.
 //!
 //! Everyone else holds a [`ServerHandle`] (a bounded sender). The actor never waits on a call:
 //! each call runs in its own task on a clone of rmcp's `Peer`, so a slow tool holds up nothing
@@ -9,27 +11,18 @@
 //! which is killed when the connection ends however it ends (see [`super::stdio`]). Must not leak
 //! a secret: failure reasons (the log, `/healthz`) show URLs without userinfo or query.
 
-use super::config::{ServerSpec, Transport};
-use super::http::Traced;
+use super::config::ServerSpec;
+use super::connect::{ConnectError, Connection, Relist, connect, relist_tools};
 use super::result::map_result;
-use super::stdio::{StdioChild, StdioSpec, describe_exit, spawn_stdio, wait_child};
+use super::stdio::{STOP_GRACE, describe_exit, wait_child};
 use super::{HubOptions, ServerState, ServerStatus, StatusBoard};
-use crate::catalog::source::{Problem, ToolDef, ToolListError, parse_tool_list};
 use crate::run::CallError;
 use crate::util::redact_urls;
-use rmcp::model::{
-    CallToolRequestParams, ClientCapabilities, ClientConfig, Implementation, JsonObject,
-    PaginatedRequestParams, ProtocolVersion, RequestMetaObject,
-};
-use rmcp::service::{
-    ClientInitializeError, NotificationContext, Peer, QuitReason, RoleClient, RunningService,
-};
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::async_rw::AsyncRwTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{ClientHandler, ServiceError, ServiceExt};
+use rmcp::ServiceError;
+use rmcp::model::{CallToolRequestParams, JsonObject, RequestMetaObject};
+use rmcp::service::{Peer, QuitReason, RoleClient};
 use serde_json::Value;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -40,16 +33,6 @@ use tokio::task::JoinSet;
 /// Calls queued for one server before callers wait: back-pressure instead of unbounded memory
 /// when a script fires thousands of calls at a slow server.
 pub const CALL_QUEUE: usize = 256;
-/// Largest JSON-RPC line read from a stdio server: a runaway server cannot make us buffer
-/// without bound. (Lines over it are dropped by rmcp, and the call then times out.)
-pub const MAX_MESSAGE_BYTES: usize = 16 << 20;
-/// Pages of `tools/list` followed: a server that always returns a cursor cannot loop us forever.
-pub const MAX_TOOL_PAGES: usize = 100;
-/// Tools taken from one server: the catalog and the model's prompt stay bounded.
-pub const MAX_TOOLS: usize = 1000;
-/// Bound on re-listing tools after `notifications/tools/list_changed`: a server that stops
-/// answering `tools/list` keeps its last list instead of stalling.
-pub const RELIST_TIMEOUT: Duration = Duration::from_secs(20);
 /// First and longest wait before restarting a failed server: a crash loop costs little.
 pub const BACKOFF_MIN: Duration = Duration::from_millis(500);
 pub const BACKOFF_MAX: Duration = Duration::from_secs(60);
@@ -58,9 +41,6 @@ pub const BACKOFF_MAX: Duration = Duration::from_secs(60);
 /// that crashes on some calls but answers the others is worth restarting at once; one that
 /// fails before it answers anything backs off.)
 pub const BACKOFF_RESET_AFTER: Duration = Duration::from_secs(60);
-/// How long a stopping stdio server gets to exit after its stdin closes before its group is
-/// killed: enough to flush, not enough to hold up shutdown.
-pub const STOP_GRACE: Duration = Duration::from_millis(500);
 /// Calls held at once for a server that is restarting; more are answered `unavailable` at
 /// once. As many as may queue in front of a serving one: a burst during a restart costs no
 /// more memory than a burst during service.
@@ -80,69 +60,6 @@ pub(crate) struct CallRequest {
 #[derive(Clone)]
 pub(crate) struct ServerHandle {
     pub calls: mpsc::Sender<CallRequest>,
-}
-
-/// The rmcp client handler: identifies us, and forwards `tools/list_changed` to the actor.
-struct Handler {
-    tools_changed: mpsc::Sender<()>,
-}
-
-impl ClientHandler for Handler {
-    fn get_info(&self) -> ClientConfig {
-        ClientConfig::new(
-            ClientCapabilities::default(),
-            Implementation::new("ptc-sidecar", env!("CARGO_PKG_VERSION")),
-        )
-        // The version every server we use speaks; newer lifecycles are opt-in.
-        .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
-    }
-
-    async fn on_tool_list_changed(&self, _cx: NotificationContext<RoleClient>) {
-        // Capacity 1: a burst of notifications is one re-list.
-        let _ = self.tools_changed.try_send(());
-    }
-}
-
-/// Why a server did not come up (spawn or connect, initialize, list tools).
-#[derive(Debug, thiserror::Error)]
-pub enum ConnectError {
-    #[error("did not start within {} s", .0.as_secs_f64())]
-    Timeout(Duration),
-    #[error("cannot start {command:?}: {source}")]
-    Spawn {
-        command: String,
-        source: std::io::Error,
-    },
-    /// `exit` says how the process ended, when it did within [`STOP_GRACE`].
-    #[error("initialize failed: {source}{}", .exit.as_ref().map(|e| format!(" ({e})")).unwrap_or_default())]
-    Initialize {
-        // Boxed: rmcp's error is large, and this travels in every `Result` of a start.
-        source: Box<ClientInitializeError>,
-        exit: Option<String>,
-    },
-    #[error(transparent)]
-    List(#[from] ListError),
-}
-
-/// Why listing a server's tools failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ListError {
-    #[error("tools/list failed: {0}")]
-    Request(#[from] ServiceError),
-    #[error("tools/list did not answer within {} s", RELIST_TIMEOUT.as_secs())]
-    Timeout,
-    #[error("cannot read its tool list: {0}")]
-    Encode(#[from] serde_json::Error),
-    #[error(transparent)]
-    Shape(#[from] ToolListError),
-}
-
-/// A started, initialized server with its tools listed.
-struct Connection {
-    service: RunningService<RoleClient, Handler>,
-    child: Option<StdioChild>,
-    tools: Vec<ToolDef>,
-    problems: Vec<Problem>,
 }
 
 /// The actor of one server.
@@ -495,142 +412,10 @@ fn transport_failure(e: &ServiceError) -> String {
     }
 }
 
-type Listed = (Vec<ToolDef>, Vec<Problem>);
-/// A re-listing of tools under way.
-type Relist = std::pin::Pin<Box<dyn Future<Output = Result<Listed, ListError>> + Send>>;
-
-async fn relist_tools(peer: Peer<RoleClient>, server: String) -> Result<Listed, ListError> {
-    tokio::time::timeout(RELIST_TIMEOUT, list_tools(&peer, &server))
-        .await
-        .unwrap_or(Err(ListError::Timeout))
-}
-
-/// Every page of `tools/list`, capped, as catalog tool definitions.
-async fn list_tools(peer: &Peer<RoleClient>, server: &str) -> Result<Listed, ListError> {
-    let origin = format!("mcp server {server}");
-    let mut tools = Vec::new();
-    let mut problems = Vec::new();
-    let mut cursor = None;
-    for page in 0.. {
-        if page == MAX_TOOL_PAGES {
-            problems.push(Problem {
-                origin: origin.clone(),
-                index: None,
-                tool: None,
-                message: format!(
-                    "tools/list has more than {MAX_TOOL_PAGES} pages; the rest are left out"
-                ),
-                skipped: true,
-            });
-            break;
-        }
-        let result = peer
-            .list_tools(Some(PaginatedRequestParams::default().with_cursor(cursor)))
-            .await?;
-        tools.extend(result.tools);
-        if tools.len() > MAX_TOOLS {
-            tools.truncate(MAX_TOOLS);
-            problems.push(Problem {
-                origin: origin.clone(),
-                index: None,
-                tool: None,
-                message: format!("lists more than {MAX_TOOLS} tools; the rest are left out"),
-                skipped: true,
-            });
-            break;
-        }
-        cursor = result.next_cursor;
-        if cursor.is_none() {
-            break;
-        }
-    }
-    let value = serde_json::to_value(&tools)?;
-    let (defs, more) = parse_tool_list(&origin, &value)?;
-    problems.extend(more);
-    Ok((defs, problems))
-}
-
-/// Starts the server, initializes the session and lists its tools.
-async fn connect(
-    spec: &ServerSpec,
-    options: &HubOptions,
-    tools_changed: mpsc::Sender<()>,
-) -> Result<Connection, ConnectError> {
-    let handler = Handler { tools_changed };
-    let (service, child) = match &spec.transport {
-        Transport::Stdio { command, args, env } => {
-            let stdio = StdioSpec {
-                server: &spec.name,
-                command,
-                args,
-                env,
-            };
-            let (child, stdout, stdin) =
-                spawn_stdio(&stdio, options)
-                    .await
-                    .map_err(|source| ConnectError::Spawn {
-                        command: command.clone(),
-                        source,
-                    })?;
-            let transport =
-                AsyncRwTransport::new_client(stdout, stdin).with_max_line_length(MAX_MESSAGE_BYTES);
-            match handler.serve(transport).await {
-                Ok(service) => (service, Some(child)),
-                Err(source) => {
-                    // Give the process a moment to finish printing why it failed.
-                    let mut child = child;
-                    let status = tokio::time::timeout(STOP_GRACE, child.process.wait()).await;
-                    child.log_tail(&spec.name);
-                    return Err(ConnectError::Initialize {
-                        source: Box::new(source),
-                        exit: status.ok().map(describe_exit),
-                    });
-                }
-            }
-        }
-        Transport::Http { url, headers } => {
-            let mut map = HashMap::new();
-            for (k, v) in headers {
-                // Checked when the config was read; a failure here is skipped, not fatal.
-                if let (Ok(k), Ok(v)) = (
-                    reqwest::header::HeaderName::from_bytes(k.as_bytes()),
-                    reqwest::header::HeaderValue::from_str(v),
-                ) {
-                    map.insert(k, v);
-                }
-            }
-            let config =
-                StreamableHttpClientTransportConfig::with_uri(url.as_str()).custom_headers(map);
-            let transport =
-                StreamableHttpClientTransport::with_client(Traced(options.http.clone()), config);
-            let service =
-                handler
-                    .serve(transport)
-                    .await
-                    .map_err(|source| ConnectError::Initialize {
-                        source: Box::new(source),
-                        exit: None,
-                    })?;
-            (service, None)
-        }
-    };
-    // A catalog must reflect the server exactly, not a cached page.
-    service
-        .peer()
-        .set_response_cache_config(rmcp::service::ClientCacheConfig::disabled())
-        .await;
-    let (tools, problems) = list_tools(service.peer(), &spec.name).await?;
-    Ok(Connection {
-        service,
-        child,
-        tools,
-        problems,
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mcp::Transport;
 
     #[test]
     fn backoff_doubles_and_is_capped() {

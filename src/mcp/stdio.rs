@@ -10,12 +10,16 @@ use crate::util::{GroupKill, lock};
 use std::collections::VecDeque;
 use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 use tokio::io::AsyncReadExt;
 
 /// Longest stderr line forwarded to the log: a server printing a binary blob cannot flood it.
 pub const MAX_STDERR_LINE: usize = 2048;
 /// Last stderr lines kept to explain a failure in the log (a missing module, a bad token).
 pub const STDERR_TAIL_LINES: usize = 3;
+/// How long a stopping stdio server gets to exit after its stdin closes before its group is
+/// killed: enough to flush, not enough to hold up shutdown.
+pub const STOP_GRACE: Duration = Duration::from_millis(500);
 
 /// A running stdio server process.
 pub(super) struct StdioChild {

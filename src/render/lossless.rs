@@ -7,31 +7,22 @@
 //! optional, retyped or missing an enum value anywhere is a difference. Validation-only keywords
 //! (`minimum`, `format`, …) and descriptions are not facts: `describe()` carries them (and the
 //! rich description's bracketed notes, which read back as part of the summary).
+//!
+//! The schema's side is [`from_schema`]; reading the description back, the line's side
+//! ([`ty_facts`]) and the comparison are here.
+
+mod from_schema;
+
+pub use from_schema::schema_facts;
 
 use super::description::{SECTION_PREFIX_END, TYPES_HEADER};
-use super::lower::resolve_pointer;
 use super::ty::{Params, ParseError, Signature, Ty, parse_definition, parse_signature};
 use crate::catalog::Catalog;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// Deepest path compared; matches the renderer's own bound with room to spare.
 const MAX_DEPTH: usize = 64;
-
-/// Keywords that make a schema say something about type.
-const TYPEFUL: &[&str] = &[
-    "type",
-    "enum",
-    "const",
-    "properties",
-    "items",
-    "additionalProperties",
-    "$ref",
-    "anyOf",
-    "oneOf",
-    "allOf",
-    "nullable",
-];
 
 /// The fact recorded where a shape refers back to itself, so that a recursive reference and a
 /// plain `dict` at that point differ.
@@ -168,34 +159,6 @@ fn collapse_any(facts: &Facts) -> Facts {
     out
 }
 
-/// What holds where both `a` and `b` hold (allOf): where one allows any type, the other's
-/// types; a property required by either is required. Types that contradict (a string that
-/// is a number) are kept side by side: no value satisfies them, and no line can say so.
-fn meet(mut a: Facts, b: Facts) -> Facts {
-    // No types: a name another member's `required` lists, which says only that.
-    let any_type = |f: &Fact| f.types.is_empty() || (f.types.len() == 1 && f.types.contains("any"));
-    for (path, fb) in b {
-        let Some(fa) = a.get_mut(&path) else {
-            a.insert(path, fb);
-            continue;
-        };
-        if any_type(fa) {
-            if !fb.types.is_empty() {
-                fa.types = fb.types;
-            }
-        } else if !any_type(&fb) {
-            fa.types.extend(fb.types);
-        }
-        if fa.required.contains(&true) || fb.required.contains(&true) {
-            fa.required = BTreeSet::from([true]);
-        } else {
-            fa.required.extend(fb.required);
-        }
-        fa.values.extend(fb.values);
-    }
-    a
-}
-
 /// Any type, nothing more: what `{}` says.
 fn only_any(fact: &Fact) -> bool {
     fact.types.len() == 1
@@ -204,263 +167,9 @@ fn only_any(fact: &Fact) -> bool {
         && fact.values.is_empty()
 }
 
-// ---------------------------------------------------------------------------------------------
-// Facts of a schema
-
-pub fn schema_facts(schema: &Value) -> Facts {
-    let mut facts = Facts::new();
-    SchemaWalk {
-        root: schema,
-        stack: Vec::new(),
-        member: false,
-    }
-    .walk(schema, &mut Vec::new(), &mut facts, 0, false);
-    // A name `required` lists that no `properties` (of any allOf member) declares.
-    facts.retain(|_, f| !f.types.is_empty());
-    facts
-}
-
-struct SchemaWalk<'a> {
-    root: &'a Value,
-    stack: Vec<String>,
-    /// The schema walked next is an allOf member (through `$ref`s): its `required` names
-    /// count for the other members' properties too.
-    member: bool,
-}
-
-impl<'a> SchemaWalk<'a> {
-    /// Records facts of `schema` at `path`; with `cut`, only its own types (a recursion point).
-    fn walk(
-        &mut self,
-        schema: &Value,
-        path: &mut Vec<String>,
-        facts: &mut Facts,
-        depth: usize,
-        cut: bool,
-    ) {
-        let member = std::mem::take(&mut self.member);
-        if depth > MAX_DEPTH {
-            return;
-        }
-        let Some(obj) = schema
-            .as_object()
-            .filter(|o| TYPEFUL.iter().any(|k| o.contains_key(*k)))
-        else {
-            fact(facts, path).types.insert("any");
-            return;
-        };
-        if obj.get("nullable") == Some(&Value::Bool(true)) {
-            fact(facts, path).types.insert("null");
-        }
-        if let Some(pointer) = obj.get("$ref").and_then(Value::as_str) {
-            match resolve_pointer(self.root, pointer) {
-                None => {
-                    fact(facts, path).types.insert("any");
-                }
-                Some(target) => {
-                    let again = self.stack.iter().any(|p| p == pointer);
-                    if again {
-                        fact(facts, path).values.insert(RECURSION.into());
-                    }
-                    self.stack.push(pointer.to_string());
-                    self.member = member;
-                    self.walk(target, path, facts, depth + 1, cut || again);
-                    self.stack.pop();
-                }
-            }
-            return;
-        }
-        if let Some(members) = obj.get("allOf").and_then(Value::as_array) {
-            let mut rest = obj.clone();
-            rest.remove("allOf");
-            // Recorded above: beside allOf it adds null to the members' types, no type of its own.
-            rest.remove("nullable");
-            // A member that constrains no type (`{}`) adds nothing to the others.
-            let typed: Vec<Value> = members
-                .iter()
-                .chain(std::iter::once(&Value::Object(rest)))
-                .filter(|m| {
-                    m.as_object()
-                        .is_some_and(|o| TYPEFUL.iter().any(|k| o.contains_key(*k)))
-                })
-                .cloned()
-                .collect();
-            if typed.is_empty() {
-                fact(facts, path).types.insert("any");
-            }
-            // Every member holds: each is walked alone and the facts are met, not pooled.
-            let mut met: Option<Facts> = None;
-            for m in &typed {
-                let mut own = Facts::new();
-                self.member = true;
-                self.walk(m, path, &mut own, depth + 1, cut);
-                met = Some(match met {
-                    None => own,
-                    Some(acc) => meet(acc, own),
-                });
-            }
-            // A required name no member declares says nothing beyond this allOf.
-            for (p, f) in met.unwrap_or_default() {
-                if f.types.is_empty() {
-                    continue;
-                }
-                let into = facts.entry(p).or_default();
-                into.types.extend(f.types);
-                into.required.extend(f.required);
-                into.values.extend(f.values);
-            }
-            return;
-        }
-        if let Some(values) = obj.get("enum").and_then(Value::as_array) {
-            for v in values {
-                record_value(facts, path, v);
-            }
-            return;
-        }
-        if let Some(v) = obj.get("const") {
-            record_value(facts, path, v);
-            return;
-        }
-        let every: Vec<&Value> = ["anyOf", "oneOf"]
-            .iter()
-            .filter_map(|k| obj.get(*k).and_then(Value::as_array))
-            .flatten()
-            .collect();
-        let branches: Vec<&Value> = every
-            .iter()
-            .copied()
-            .filter(|b| {
-                b.as_object()
-                    .is_some_and(|o| TYPEFUL.iter().any(|k| o.contains_key(*k)))
-            })
-            .collect();
-        // A branch that constrains no type (`{}`, `true`) lets any value through the union.
-        if !branches.is_empty() && branches.len() < every.len() {
-            fact(facts, path).types.insert("any");
-            return;
-        }
-        if !branches.is_empty() {
-            for b in branches {
-                self.walk(b, path, facts, depth + 1, cut);
-            }
-            return;
-        }
-        let declared: Vec<&str> = match obj.get("type") {
-            Some(Value::String(t)) => vec![t],
-            Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).collect(),
-            _ if obj.contains_key("properties") || obj.contains_key("additionalProperties") => {
-                vec!["object"]
-            }
-            _ if obj.contains_key("items") => vec!["array"],
-            _ => vec![],
-        };
-        if declared.is_empty() {
-            fact(facts, path).types.insert("any");
-        }
-        for t in declared {
-            let t = json_type(t);
-            fact(facts, path).types.insert(t);
-            if cut {
-                continue;
-            }
-            match t {
-                "object" => self.walk_object(obj, path, facts, depth, member),
-                "array" => match obj.get("items") {
-                    Some(Value::Array(items)) => {
-                        for item in items {
-                            self.child(item, path, "[]", facts, depth);
-                        }
-                    }
-                    Some(item @ Value::Object(o)) if TYPEFUL.iter().any(|k| o.contains_key(*k)) => {
-                        self.child(item, path, "[]", facts, depth)
-                    }
-                    // Items of any type, as `list` says.
-                    _ => self.child(&Value::Bool(true), path, "[]", facts, depth),
-                },
-                _ => {}
-            }
-        }
-    }
-
-    fn walk_object(
-        &mut self,
-        obj: &Map<String, Value>,
-        path: &mut Vec<String>,
-        facts: &mut Facts,
-        depth: usize,
-        member: bool,
-    ) {
-        match obj
-            .get("properties")
-            .and_then(Value::as_object)
-            .filter(|p| {
-                !p.is_empty() || !matches!(obj.get("additionalProperties"), Some(Value::Object(_)))
-            }) {
-            Some(props) => {
-                let required: Vec<&str> = obj
-                    .get("required")
-                    .and_then(Value::as_array)
-                    .map(|r| r.iter().filter_map(Value::as_str).collect())
-                    .unwrap_or_default();
-                // Required here and declared by another allOf member: `meet` joins them.
-                let undeclared = required
-                    .iter()
-                    .filter(|n| member && !props.contains_key(**n));
-                for name in undeclared {
-                    path.push(format!(".{name}"));
-                    fact(facts, path).required.insert(true);
-                    path.pop();
-                }
-                for (name, prop) in props {
-                    let seg = format!(".{name}");
-                    path.push(seg);
-                    fact(facts, path)
-                        .required
-                        .insert(required.contains(&name.as_str()));
-                    path.pop();
-                    self.child(prop, path, &format!(".{name}"), facts, depth);
-                }
-            }
-            None => match obj.get("additionalProperties") {
-                Some(extra @ Value::Object(o)) if TYPEFUL.iter().any(|k| o.contains_key(*k)) => {
-                    self.child(extra, path, ".*", facts, depth);
-                }
-                // Values of any type, as `dict` says.
-                _ => self.child(&Value::Bool(true), path, ".*", facts, depth),
-            },
-        }
-    }
-
-    fn child(
-        &mut self,
-        schema: &Value,
-        path: &mut Vec<String>,
-        seg: &str,
-        facts: &mut Facts,
-        depth: usize,
-    ) {
-        path.push(seg.to_string());
-        self.walk(schema, path, facts, depth + 1, false);
-        path.pop();
-    }
-}
-
 /// The facts at `path`, created empty on first use.
 fn fact<'f>(facts: &'f mut Facts, path: &[String]) -> &'f mut Fact {
     facts.entry(path.to_vec()).or_default()
-}
-
-fn json_type(t: &str) -> &'static str {
-    match t {
-        "string" => "string",
-        "integer" => "integer",
-        "number" => "number",
-        "boolean" => "boolean",
-        "null" => "null",
-        "array" => "array",
-        "object" => "object",
-        _ => "any",
-    }
 }
 
 fn record_value(facts: &mut Facts, path: &[String], value: &Value) {
