@@ -189,17 +189,7 @@ impl Turn {
         };
         if held.is_none() {
             interpreters.make_room(session);
-            let Some(workspace) = run.workspace else {
-                unreachable!("a session run has a workspace (the runner checks)");
-            };
-            let started = async {
-                let mut child = pool
-                    .start_live(run.prepared, run.id, &workspace.dir)
-                    .await?;
-                let bridge = bridge_of(&mut child, run.bridges)?;
-                Live::new(child, run.prepared.key, bridge)
-            };
-            match started.await {
+            match start_interpreter(pool, &run).await {
                 Ok(live) => {
                     slot.started(live.child.pid());
                     *held = Some(live);
@@ -320,6 +310,18 @@ impl Turn {
             Turn::Live(turn) => turn.finish(end).await,
         }
     }
+}
+
+/// A new live interpreter for a session run, in the session's data directory.
+async fn start_interpreter(pool: &Pool, run: &TurnRun<'_>) -> std::io::Result<Live> {
+    let Some(workspace) = run.workspace else {
+        unreachable!("a session run has a workspace (the runner checks)");
+    };
+    let mut child = pool
+        .start_live(run.prepared, run.id, &workspace.dir)
+        .await?;
+    let bridge = bridge_of(&mut child, run.bridges)?;
+    Live::new(child, run.prepared.key, bridge)
 }
 
 /// The session's interpreter kept for this run, or dropped (and why the state is gone): it

@@ -158,34 +158,7 @@ impl Zygote {
         let (stderr_r, stderr_w) = pipe()?;
         let (tx, rx) = oneshot::channel();
         lock(&self.waiters).forks.insert(id.to_string(), tx);
-        let limits = spec.limits;
-        let mut env: serde_json::Map<String, serde_json::Value> = spec
-            .run_env(&scratch, workspace)
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v.into()))
-            .collect();
-        let mut message = json!({
-            "id": id,
-            "scratch": scratch.to_string_lossy(),
-            "limits": {
-                "as": limits.address_space,
-                "cpu": limits.cpu_secs,
-                "fsize": limits.file_size,
-                "nofile": limits.open_files,
-                "nproc": limits.processes,
-            },
-        });
-        if let Some(program) = program {
-            for (k, v) in &program.env {
-                env.insert(k.clone(), v.clone().into());
-            }
-            message["exec"] = json!(program.argv);
-        }
-        message["env"] = env.into();
-        if let Some(dir) = workspace {
-            message["cwd"] = dir.to_string_lossy().into();
-        }
-        let message = message.to_string();
+        let message = request(spec, id, &scratch, program, workspace);
         let mut fds = vec![
             stdin_r.as_raw_fd(),
             stdout_w.as_raw_fd(),
@@ -264,6 +237,45 @@ impl Drop for Zygote {
         }
         // Otherwise `group` and the process handle (kill_on_drop) kill it here.
     }
+}
+
+/// One fork request: the run's id, scratch directory, limits and environment, what it execs
+/// (a program) and where it works (a session's data directory).
+fn request(
+    spec: &SpawnSpec,
+    id: &str,
+    scratch: &Path,
+    program: Option<&Program>,
+    workspace: Option<&Path>,
+) -> String {
+    let limits = spec.limits;
+    let mut env: serde_json::Map<String, serde_json::Value> = spec
+        .run_env(scratch, workspace)
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.into()))
+        .collect();
+    let mut message = json!({
+        "id": id,
+        "scratch": scratch.to_string_lossy(),
+        "limits": {
+            "as": limits.address_space,
+            "cpu": limits.cpu_secs,
+            "fsize": limits.file_size,
+            "nofile": limits.open_files,
+            "nproc": limits.processes,
+        },
+    });
+    if let Some(program) = program {
+        for (k, v) in &program.env {
+            env.insert(k.clone(), v.clone().into());
+        }
+        message["exec"] = json!(program.argv);
+    }
+    message["env"] = env.into();
+    if let Some(dir) = workspace {
+        message["cwd"] = dir.to_string_lossy().into();
+    }
+    message.to_string()
 }
 
 /// Writes a program's files into its scratch directory, readable by the run and not writable.

@@ -216,28 +216,40 @@ fn always_denied() -> Vec<i64> {
 
 fn always_rules() -> Result<Rules, SandboxError> {
     let mut rules: Rules = always_denied().into_iter().map(|nr| (nr, vec![])).collect();
+    socket_rules(&mut rules)?;
+    other_process_rules(&mut rules)?;
+    self_rules(&mut rules)?;
+    Ok(rules)
+}
 
-    // socket(domain, type, protocol): only TCP over IPv4/IPv6. Refused when the domain is
-    // neither, when the type is not SOCK_STREAM (with or without SOCK_NONBLOCK/SOCK_CLOEXEC:
-    // four values, listed rather than masked since a rule can only AND `!=`), or when the
-    // protocol is not 0/TCP (SCTP and MPTCP streams are not TCP to Landlock).
+/// The stream socket types a rule lists (a rule can only AND `!=`, so no mask): SOCK_STREAM
+/// with or without SOCK_NONBLOCK and SOCK_CLOEXEC, as `!=` conditions on argument `arg`.
+fn not_a_stream(arg: u8) -> Result<Vec<SeccompCondition>, SandboxError> {
     let stream = libc::SOCK_STREAM as u64;
     let (nonblock, cloexec) = (libc::SOCK_NONBLOCK as u64, libc::SOCK_CLOEXEC as u64);
-    let mut not_stream = Vec::new();
-    for ty in [
+    [
         stream,
         stream | nonblock,
         stream | cloexec,
         stream | nonblock | cloexec,
-    ] {
-        not_stream.push(cond(1, Len::Dword, Op::Ne, ty)?);
-    }
+    ]
+    .into_iter()
+    .map(|ty| cond(arg, Len::Dword, Op::Ne, ty))
+    .collect()
+}
+
+/// Sockets: TCP streams, AF_UNIX stream pairs, no Fast Open.
+fn socket_rules(rules: &mut Rules) -> Result<(), SandboxError> {
+    // socket(domain, type, protocol): only TCP over IPv4/IPv6. Refused when the domain is
+    // neither, when the type is not SOCK_STREAM (with or without SOCK_NONBLOCK/SOCK_CLOEXEC:
+    // four values, listed rather than masked since a rule can only AND `!=`), or when the
+    // protocol is not 0/TCP (SCTP and MPTCP streams are not TCP to Landlock).
     let socket = vec![
         rule(vec![
             cond(0, Len::Dword, Op::Ne, libc::AF_INET as u64)?,
             cond(0, Len::Dword, Op::Ne, libc::AF_INET6 as u64)?,
         ])?,
-        rule(not_stream)?,
+        rule(not_a_stream(1)?)?,
         rule(vec![
             cond(2, Len::Dword, Op::Ne, 0)?,
             cond(2, Len::Dword, Op::Ne, libc::IPPROTO_TCP as u64)?,
@@ -247,22 +259,18 @@ fn always_rules() -> Result<Rules, SandboxError> {
     // socketpair: an AF_UNIX stream pair only (asyncio's self-pipe), which connects to
     // nothing; a datagram pair's end can send to any pathname datagram socket (/dev/log,
     // journald, NOTIFY_SOCKET) with sendto.
-    let mut not_stream_pair = Vec::new();
-    for ty in [
-        stream,
-        stream | nonblock,
-        stream | cloexec,
-        stream | nonblock | cloexec,
-    ] {
-        not_stream_pair.push(cond(1, Len::Dword, Op::Ne, ty)?);
-    }
     rules.insert(
         libc::SYS_socketpair,
         vec![
             rule(vec![cond(0, Len::Dword, Op::Ne, libc::AF_UNIX as u64)?])?,
-            rule(not_stream_pair)?,
+            rule(not_a_stream(1)?)?,
         ],
     );
+    Ok(())
+}
+
+/// Other processes' limits, priorities and scheduling.
+fn other_process_rules(rules: &mut Rules) -> Result<(), SandboxError> {
     // Other processes' limits, priorities and scheduling need only the same uid: one run
     // could set another's (or the fork server's) RLIMIT_NPROC to 0. Only the caller's own.
     let not_self = |arg: u8| -> Result<SeccompRule, SandboxError> {
@@ -300,6 +308,12 @@ fn always_rules() -> Result<Rules, SandboxError> {
             not_self(1)?,
         ],
     );
+    Ok(())
+}
+
+/// What a run could do to its own confinement: namespaces by clone, executable memfds, our
+/// prctls, terminal injection.
+fn self_rules(rules: &mut Rules) -> Result<(), SandboxError> {
     // clone with a CLONE_NEW* flag makes namespaces as unshare does (the flags are clone's
     // first argument on both architectures we build for; clone3 is ENOSYS).
     let mut new_namespace = Vec::new();
@@ -363,7 +377,7 @@ fn always_rules() -> Result<Rules, SandboxError> {
             rule(vec![cond(1, Len::Dword, Op::Eq, libc::TIOCLINUX)?])?,
         ],
     );
-    Ok(rules)
+    Ok(())
 }
 
 fn process_rules() -> Result<Rules, SandboxError> {
