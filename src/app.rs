@@ -105,10 +105,14 @@ pub fn runner_config(config: &Config, python: PathBuf, runtime_dir: PathBuf) -> 
                 SandboxMode::BestEffort => sandbox::Mode::BestEffort,
                 SandboxMode::Off => sandbox::Mode::Off,
             },
-            user: Some(match &config.sandbox_user {
-                SandboxUser::Name(name) => name.clone(),
-                SandboxUser::Uid(uid) => uid.to_string(),
-            }),
+            user: match &config.sandbox_user {
+                SandboxUser::Default => Some(sandbox::DEFAULT_USER.to_string()),
+                SandboxUser::Name(name) => Some(name.clone()),
+                SandboxUser::Uid(uid) => Some(uid.to_string()),
+                SandboxUser::Sidecar => None,
+            },
+            user_is_default: config.sandbox_user == SandboxUser::Default,
+            fallback_python: config.python_fallback.clone(),
             read_paths: config.sandbox_read_paths.clone(),
         },
         scratch_quota: ScratchQuota {

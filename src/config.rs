@@ -118,8 +118,13 @@ impl std::str::FromStr for SandboxMode {
 /// The account runs switch to (`PTC_SANDBOX_USER`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SandboxUser {
+    /// Unset: `ptc-run`, or where it does not exist, a uid of its own with no passwd entry
+    /// ([`crate::sandbox::FALLBACK_UID`]); never the sidecar's own.
+    Default,
     Name(String),
     Uid(u32),
+    /// `none`: code runs as the sidecar's own uid, even where it could switch (said loudly).
+    Sidecar,
 }
 
 /// The validated configuration.
@@ -136,6 +141,10 @@ pub struct Config {
     pub redis_url: Option<String>,
     pub agent_id: String,
     pub python: String,
+    /// The interpreter to use instead when the run user cannot start `python`: the system's
+    /// (`/usr/bin/python3`) when `PTC_PYTHON` is unset, none when it was given (an explicit
+    /// interpreter is used or refused, never swapped).
+    pub python_fallback: Option<PathBuf>,
     pub tool_timeout: Duration,
     pub max_output_bytes: usize,
     pub allow_tools: Vec<String>,
@@ -214,6 +223,13 @@ pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// The temp directory when `TMPDIR` is unset, as for `std::env::temp_dir`.
 pub const DEFAULT_TEMP_DIR: &str = "/tmp";
 pub const DEFAULT_SANDBOX_USER: &str = "ptc-run";
+
+/// `PTC_PYTHON`'s default: the `python3` on `PATH`.
+pub const DEFAULT_PYTHON: &str = "python3";
+
+/// The system's interpreter, readable by every user: what runs use when `PTC_PYTHON` is unset
+/// and the run user cannot start the `python3` on `PATH` (a pyenv build in root's home).
+pub const SYSTEM_PYTHON: &str = "/usr/bin/python3";
 
 /// `PTC_MAX_OUTPUT_BYTES` bounds: enough for a traceback, at most 64 MiB held per stream.
 const OUTPUT_BYTES_RANGE: (u64, u64) = (1024, 64 * 1024 * 1024);
@@ -322,7 +338,7 @@ mod tests {
         );
         assert!(c.api_key.is_none() && c.redis_url.is_none());
         assert_eq!(c.sandbox, SandboxMode::BestEffort);
-        assert_eq!(c.sandbox_user, SandboxUser::Name("ptc-run".into()));
+        assert_eq!(c.sandbox_user, SandboxUser::Default);
         assert_eq!(c.sandbox_read_paths, Vec::<PathBuf>::new());
         assert_eq!((c.scratch_max_mb, c.scratch_max_files), (256, 10_000));
         assert_eq!(c.path_env, DEFAULT_PATH);
@@ -355,6 +371,23 @@ mod tests {
         assert_eq!(c.home, Some(PathBuf::from("/home/agent")));
         assert_eq!(c.temp_dir, PathBuf::from("/var/tmp"));
         assert_eq!(config(&[]).unwrap().home, None);
+    }
+
+    #[test]
+    fn code_runs_as_the_sidecar_only_when_asked_and_python_falls_back_only_when_unset() {
+        let c = config(&[("PTC_SANDBOX_USER", "none")]).unwrap();
+        assert_eq!(c.sandbox_user, SandboxUser::Sidecar);
+        assert_eq!(config(&[]).unwrap().sandbox_user, SandboxUser::Default);
+        let unset = config(&[]).unwrap();
+        assert_eq!(
+            (unset.python.as_str(), unset.python_fallback),
+            ("python3", Some(PathBuf::from("/usr/bin/python3")))
+        );
+        let given = config(&[("PTC_PYTHON", "/opt/py/bin/python3")]).unwrap();
+        assert_eq!(
+            (given.python.as_str(), given.python_fallback),
+            ("/opt/py/bin/python3", None)
+        );
     }
 
     #[test]

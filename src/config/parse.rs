@@ -4,7 +4,7 @@
 //!
 //! Pure functions of the strings given; only [`default_agent_id`] reads a file (the hostname).
 
-use super::{ConfigError, DEFAULT_SANDBOX_USER, Listen, SandboxMode, SandboxUser};
+use super::{ConfigError, Listen, SandboxMode, SandboxUser};
 use crate::util::redact_urls;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -143,9 +143,12 @@ pub(super) fn parse_sandbox(value: Option<String>) -> Result<SandboxMode, Config
 
 pub(super) fn parse_sandbox_user(value: Option<String>) -> Result<SandboxUser, ConfigError> {
     let Some(value) = non_empty(value) else {
-        return Ok(SandboxUser::Name(DEFAULT_SANDBOX_USER.into()));
+        return Ok(SandboxUser::Default);
     };
     let user = value.trim();
+    if user == "none" {
+        return Ok(SandboxUser::Sidecar);
+    }
     if !user.is_empty() && user.bytes().all(|b| b.is_ascii_digit()) {
         // (uid_t)-1 means "no change" to setuid(2), so it is not a user.
         if let Ok(uid) = user.parse::<u32>()
@@ -164,7 +167,8 @@ pub(super) fn parse_sandbox_user(value: Option<String>) -> Result<SandboxUser, C
     Err(ConfigError {
         variable: "PTC_SANDBOX_USER",
         value,
-        expected: "a user name (up to 32 characters from A-Z a-z 0-9 _ - ., not starting                    with -) or a numeric uid below 4294967295"
+        expected: "a user name (up to 32 characters from A-Z a-z 0-9 _ - ., not starting with -), \
+                   a numeric uid below 4294967295, or none (code runs as the sidecar's own uid)"
             .into(),
     })
 }

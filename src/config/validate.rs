@@ -13,10 +13,11 @@ use super::parse::{
 };
 use super::{
     Config, ConfigError, DEFAULT_ARTIFACT_TTL_SECS, DEFAULT_DESCRIPTION_BUDGET,
-    DEFAULT_DIRECT_TOOLS, DEFAULT_LISTEN, DEFAULT_MAX_SESSIONS, DEFAULT_PATH,
+    DEFAULT_DIRECT_TOOLS, DEFAULT_LISTEN, DEFAULT_MAX_SESSIONS, DEFAULT_PATH, DEFAULT_PYTHON,
     DEFAULT_SESSION_IDLE_TTL_SECS, DEFAULT_SESSION_TTL_SECS, DEFAULT_SHUTDOWN_GRACE_SECS,
     DEFAULT_TEMP_DIR, DESCRIPTION_BUDGET_RANGE, Listen, LogFormat, MAX_SCRATCH_FILES,
-    MAX_SHUTDOWN_GRACE_SECS, OUTPUT_BYTES_RANGE, RawConfig, SandboxMode, SandboxUser,
+    MAX_SHUTDOWN_GRACE_SECS, OUTPUT_BYTES_RANGE, RawConfig, SYSTEM_PYTHON, SandboxMode,
+    SandboxUser,
 };
 use std::path::PathBuf;
 use std::time::Duration;
@@ -44,7 +45,11 @@ impl RawConfig {
             api_key,
             redis_url: core.redis_url,
             agent_id,
-            python: core.python,
+            python_fallback: match core.python {
+                Some(_) => None,
+                None => Some(PathBuf::from(SYSTEM_PYTHON)),
+            },
+            python: core.python.unwrap_or_else(|| DEFAULT_PYTHON.into()),
             tool_timeout: core.tool_timeout,
             max_output_bytes: core.max_output_bytes,
             allow_tools: core.allow_tools,
@@ -153,7 +158,7 @@ impl RawConfig {
             tools_file: non_empty(self.ptc_tools_file.take()).map(PathBuf::from),
             mcp_config: non_empty(self.ptc_mcp_config.take()).map(PathBuf::from),
             redis_url: parse_redis_url(self.redis_url.take())?,
-            python: non_empty(self.ptc_python.take()).unwrap_or_else(|| "python3".into()),
+            python: non_empty(self.ptc_python.take()),
             tool_timeout: parse_secs("PTC_TOOL_TIMEOUT", self.ptc_tool_timeout.take(), 30)?,
             max_output_bytes: parse_range(
                 "PTC_MAX_OUTPUT_BYTES",
@@ -333,7 +338,7 @@ struct Core {
     tools_file: Option<PathBuf>,
     mcp_config: Option<PathBuf>,
     redis_url: Option<String>,
-    python: String,
+    python: Option<String>,
     tool_timeout: Duration,
     max_output_bytes: usize,
     allow_tools: Vec<String>,

@@ -28,8 +28,13 @@ pub struct SandboxSettings {
     pub mode: Mode,
     /// The user code runs as (a name, a uid or `uid:gid`); `None` never switches.
     pub user: Option<String>,
+    /// `user` is the default, not a setting (see [`sandbox::Policy::user_is_default`]).
+    pub user_is_default: bool,
     /// Operator paths code may read.
     pub read_paths: Vec<PathBuf>,
+    /// The interpreter to use when the run user cannot start the configured one (the system's,
+    /// when `PTC_PYTHON` is unset).
+    pub fallback_python: Option<PathBuf>,
 }
 
 impl Default for SandboxSettings {
@@ -38,43 +43,52 @@ impl Default for SandboxSettings {
         SandboxSettings {
             mode: Mode::BestEffort,
             user: Some(sandbox::DEFAULT_USER.to_string()),
+            user_is_default: true,
             read_paths: Vec::new(),
+            fallback_python: None,
         }
     }
 }
 
+/// What [`setup`] made: the sandbox, the seccomp filter file, and the interpreter runs use
+/// (the configured one, or the fallback the run user can start).
+#[derive(Debug)]
+pub struct Confinement {
+    pub sandbox: Sandbox,
+    pub filters: Option<PathBuf>,
+    pub python: PathBuf,
+}
+
 /// Builds the sandbox of a runner whose IPC server listens on `ipc_port`, and writes what
-/// children read into `runtime_dir`. Errors only when `strict` cannot be met or the runtime
-/// directory cannot be written.
+/// children read into `runtime_dir`. Errors when `strict` cannot be met, when code would run as
+/// the sidecar's uid though it could switch (the run user cannot start the interpreter and
+/// there is no fallback it can start), or when the runtime directory cannot be written.
 pub async fn setup(
     settings: &SandboxSettings,
     python: &Path,
     allow_subprocess: bool,
     runtime_dir: &Path,
     ipc_port: u16,
-) -> Result<(Sandbox, Option<PathBuf>), SandboxError> {
-    let interpreter = if settings.mode == Mode::Off {
-        Vec::new()
-    } else {
-        sandbox::interpreter_paths(python)?
-    };
-    let mut policy = Policy::new(interpreter, runtime_dir.to_path_buf(), ipc_port);
+) -> Result<Confinement, SandboxError> {
+    let mut policy = Policy::new(Vec::new(), runtime_dir.to_path_buf(), ipc_port);
     policy.mode = settings.mode;
     policy.user = settings.user.clone();
+    policy.user_is_default = settings.user_is_default;
     policy.read_paths = settings.read_paths.clone();
     policy.allow_subprocess = allow_subprocess;
+    let mut python = python.to_path_buf();
+    if settings.mode != Mode::Off {
+        python = interpreter_for(&Sandbox::new(policy.clone())?, python, settings).await?;
+        policy.interpreter_paths = sandbox::interpreter_paths(&python)?;
+    }
     let mut sandbox = Sandbox::new(policy)?;
-    if let Some(user) = sandbox.run_as().cloned() {
+    if sandbox.run_as().is_some() {
         // The run user must be able to traverse to its SDK and scratch directories; it still
         // cannot list the runtime directory, and Landlock keeps it out of everything else.
         set_mode(runtime_dir, 0o711)?;
-        if let Err(reason) = probe_as(python, &user).await {
-            sandbox = sandbox.without_user(&reason.0)?;
-            set_mode(runtime_dir, 0o700)?;
-        }
     }
     if sandbox.wants_namespaces() {
-        sandbox = with_namespaces(sandbox, python).await?;
+        sandbox = with_namespaces(sandbox, &python).await?;
     }
     let filters = match sandbox.filters_json()? {
         Some(json) => {
@@ -84,7 +98,41 @@ pub async fn setup(
         }
         None => None,
     };
-    Ok((sandbox, filters))
+    Ok(Confinement {
+        sandbox,
+        filters,
+        python,
+    })
+}
+
+/// The interpreter runs use: `python` when the run user can start it (or there is no run
+/// user), else the settings' fallback when it can start that one (said in the log), else an
+/// error: code would otherwise run as the sidecar's uid.
+async fn interpreter_for(
+    sandbox: &Sandbox,
+    python: PathBuf,
+    settings: &SandboxSettings,
+) -> Result<PathBuf, SandboxError> {
+    let Some(user) = sandbox.run_as() else {
+        return Ok(python);
+    };
+    let Err(reason) = probe_as(&python, user).await else {
+        return Ok(python);
+    };
+    if let Some(fallback) = &settings.fallback_python
+        && fallback.as_path() != python
+        && probe_as(fallback, user).await.is_ok()
+    {
+        tracing::info!(
+            "PTC_PYTHON is unset and {} cannot be started by the run user {} ({}); runs use {}",
+            python.display(),
+            user.name,
+            reason.0,
+            fallback.display()
+        );
+        return Ok(fallback.clone());
+    }
+    Err(sandbox.user_cannot_run(&python, &reason.0))
 }
 
 /// The sandbox with every namespace a run can have here: all of them with a user namespace

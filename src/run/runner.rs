@@ -97,7 +97,11 @@ impl Runner {
         let bridges = ipc::Bridges::new(calls.clone(), shutdown.clone());
         tokio::spawn(bridges.clone().serve(listener));
 
-        let (sandbox, filters) = confine::setup(
+        let confine::Confinement {
+            sandbox,
+            filters,
+            python,
+        } = confine::setup(
             &cfg.sandbox,
             &cfg.python,
             cfg.allow_subprocess,
@@ -106,6 +110,8 @@ impl Runner {
         )
         .await
         .map_err(std::io::Error::other)?;
+        let mut cfg = cfg;
+        cfg.python = python;
         if sandbox.status().missing.is_empty() || sandbox.status().mode == Mode::Off {
             tracing::info!("{}", sandbox.status());
         } else {

@@ -82,12 +82,19 @@ pub struct Policy {
     pub allow_subprocess: bool,
     /// `PTC_SANDBOX_USER` (a name, a uid, or `uid:gid`); `None` never switches users.
     pub user: Option<String>,
+    /// `user` is the default, not a setting: where it does not exist, code runs as
+    /// [`FALLBACK_UID`] rather than refusing to start.
+    pub user_is_default: bool,
     /// `RLIMIT_NPROC` for the run user: processes *and threads* of that uid, all runs together.
     pub max_processes: u64,
 }
 
 /// The documented default of `PTC_SANDBOX_USER`.
 pub const DEFAULT_USER: &str = "ptc-run";
+
+/// The uid and gid code runs as when the default run user does not exist and the sidecar may
+/// switch users: distroless's `nonroot`, which needs no passwd entry and owns nothing else.
+pub const FALLBACK_UID: u32 = 65532;
 
 /// The default `RLIMIT_NPROC` of the run user: room for every warm worker and run with a few
 /// dozen threads each, far below the 3,000-thread flood of issue 9.
@@ -104,6 +111,7 @@ impl Policy {
             ipc_port,
             allow_subprocess: false,
             user: Some(DEFAULT_USER.to_string()),
+            user_is_default: true,
             max_processes: DEFAULT_MAX_PROCESSES,
         }
     }
@@ -286,19 +294,33 @@ impl Sandbox {
             }
         };
         let (run_as, uid) = match &policy.user {
-            None => (None, my_uid.to_string()),
+            None => {
+                if can_switch_users() {
+                    missing.push(format!(
+                        "user switch: PTC_SANDBOX_USER=none, so code runs as the sidecar's own \
+                         uid {my_uid}"
+                    ));
+                }
+                (None, my_uid.to_string())
+            }
             Some(name) if can_switch_users() => match user::resolve(name, policy.max_processes) {
                 Ok(run_as) => {
                     let uid = run_as.name.clone();
                     (Some(run_as), uid)
                 }
-                // Code would run with the sidecar's privileges: strict refuses, best-effort
-                // says so.
-                Err(e) if policy.mode == Mode::Strict => return Err(e),
-                Err(e) => {
-                    missing.push(format!("user switch: {e}; code runs as uid {my_uid}"));
-                    (None, my_uid.to_string())
+                // The default user is missing: a uid of its own instead, never the sidecar's.
+                Err(_) if policy.user_is_default => {
+                    let run_as = user::fallback(policy.max_processes);
+                    tracing::info!(
+                        "the run user {DEFAULT_USER:?} does not exist: code runs as uid {FALLBACK_UID} \
+                         (create {DEFAULT_USER}, or set PTC_SANDBOX_USER)"
+                    );
+                    let uid = run_as.name.clone();
+                    (Some(run_as), uid)
                 }
+                // Code would run with the sidecar's privileges: only PTC_SANDBOX_USER=none
+                // asks for that.
+                Err(e) => return Err(e),
             },
             Some(name) => {
                 missing.push(format!(
@@ -383,23 +405,19 @@ impl Sandbox {
         self.namespaces
     }
 
-    /// The same sandbox without the user switch, because `reason` (e.g. the run user cannot
-    /// execute the interpreter): best-effort lists it as missing, strict refuses.
-    pub fn without_user(mut self, reason: &str) -> Result<Sandbox, SandboxError> {
-        let Some(user) = self.run_as.take() else {
-            return Ok(self);
-        };
-        let missing = format!(
-            "user switch to {}: {reason}; code runs as uid {}",
-            user.name,
-            user::current_uid()
-        );
-        if self.policy.mode == Mode::Strict {
-            return Err(SandboxError::Strict(vec![missing]));
+    /// The interpreter `python` cannot run as the run user, because `reason`: code would run
+    /// as the sidecar's uid, which only `PTC_SANDBOX_USER=none` asks for, so this is an error
+    /// saying how to fix it.
+    pub fn user_cannot_run(&self, python: &Path, reason: &str) -> SandboxError {
+        let user = self.run_as.as_ref().map_or("?", |u| u.name.as_str());
+        SandboxError::User {
+            user: user.to_string(),
+            reason: format!(
+                "cannot start {} ({reason}); set PTC_PYTHON to an interpreter it can read (e.g. \
+                 /usr/bin/python3), or PTC_SANDBOX_USER=none to run code as the sidecar's own uid",
+                python.display()
+            ),
         }
-        self.status.uid = user::current_uid().to_string();
-        self.status.missing.push(missing);
-        Ok(self)
     }
 
     pub fn status(&self) -> &Status {

@@ -100,6 +100,17 @@ pub fn resolve_in(passwd: &str, user: &str, max_processes: u64) -> Result<RunAs,
     })
 }
 
+/// [`FALLBACK_UID`](super::FALLBACK_UID) as the run user: the default user's stand-in where it
+/// does not exist.
+pub fn fallback(max_processes: u64) -> RunAs {
+    RunAs {
+        name: super::FALLBACK_UID.to_string(),
+        uid: super::FALLBACK_UID,
+        gid: super::FALLBACK_UID,
+        max_processes,
+    }
+}
+
 /// `(name, uid, gid)` of each well-formed line.
 fn passwd_entries(passwd: &str) -> impl Iterator<Item = (&str, u32, u32)> {
     passwd.lines().filter_map(|line| {

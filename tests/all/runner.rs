@@ -89,7 +89,12 @@ fn config(python: PathBuf, runtime_dir: PathBuf) -> RunnerConfig {
         },
         path_env: std::env::var("PATH").unwrap_or_default(),
         allow_subprocess: false,
-        sandbox: SandboxSettings::default(),
+        // Code runs as this test's uid, explicitly: the interpreter is a wrapper in a temp dir
+        // only we can read, and these tests are about preparation, not confinement.
+        sandbox: SandboxSettings {
+            user: None,
+            ..SandboxSettings::default()
+        },
         scratch_quota: ScratchQuota {
             max_bytes: 1 << 20,
             max_files: 100,

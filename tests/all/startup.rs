@@ -30,6 +30,10 @@ async fn the_default_runtime_dir_is_private_fresh_and_removed() {
         let second = Sidecar::start(config(&vars), &[]).await.unwrap();
         let dirs = entries(&tmp);
         assert_eq!(dirs.len(), 2, "one directory per sidecar: {dirs:?}");
+        // Private to the sidecar; where code runs as another user, that user may traverse it
+        // to its SDK and scratch directories (0711), never list it.
+        let switches = first.state.runner.as_ref().unwrap().run_user().is_some();
+        let private = if switches { 0o711 } else { 0o700 };
         for dir in &dirs {
             let name = dir.file_name().unwrap().to_str().unwrap();
             let suffix = name
@@ -41,7 +45,7 @@ async fn the_default_runtime_dir_is_private_fresh_and_removed() {
             );
             let meta = std::fs::symlink_metadata(dir).unwrap();
             assert!(meta.is_dir());
-            assert_eq!(meta.permissions().mode() & 0o777, 0o700, "{name}");
+            assert_eq!(meta.permissions().mode() & 0o777, private, "{name}");
         }
         let runner = first.state.runner.clone().unwrap();
         let r = runner
