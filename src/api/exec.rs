@@ -99,6 +99,10 @@ struct ExecBody {
     /// A session: its files are the run's working directory, and Python's globals persist
     /// from one run of the session to the next.
     session_id: Option<String>,
+    /// With `session_id`: a fresh interpreter for this run; the state of the session's earlier
+    /// runs, and anything they left running, is dropped first (the files stay).
+    #[serde(default)]
+    reset: bool,
 }
 
 /// JSON, or with `Accept: text/event-stream` the attached protocol's event stream.
@@ -112,7 +116,7 @@ async fn exec_code(State(exec): State<Exec>, request: Request) -> Result<Respons
     let body: ExecBody = json_body(
         request,
         MAX_EXEC_BYTES,
-        r#"{"code": "...", "timeout_ms"?: N, "lang"?: "python" | "bash", "session_id"?: "..."}"#,
+        r#"{"code": "...", "timeout_ms"?: N, "lang"?: "python" | "bash", "session_id"?: "...", "reset"?: bool}"#,
     )
     .await?;
     let lang = match body.lang.as_deref() {
@@ -154,6 +158,7 @@ async fn exec_code(State(exec): State<Exec>, request: Request) -> Result<Respons
             request.workspace = Some(held.workspace(sessions));
             request.session = Some(id);
             request.live = true;
+            request.reset = body.reset;
             Some(held)
         }
     };

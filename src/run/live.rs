@@ -48,6 +48,8 @@ pub enum Lost {
     CatalogChanged,
     /// Deleted through the API.
     Deleted,
+    /// The run asked for a fresh interpreter (`reset: true`).
+    Reset,
 }
 
 impl Lost {
@@ -70,6 +72,7 @@ impl Lost {
             Lost::Quota => "a run went past its quota and was stopped with its interpreter".into(),
             Lost::CatalogChanged => "the tool catalog changed".into(),
             Lost::Deleted => "the session was deleted".into(),
+            Lost::Reset => "the run asked for a fresh interpreter (reset: true)".into(),
         }
     }
 }

@@ -91,6 +91,10 @@ pub struct ExecRequest {
     /// Run Python code on the session's live interpreter (with a `session` and a
     /// `workspace`): the globals of its earlier runs are there ([`live`](super::live)).
     pub live: bool,
+    /// A live session run on a fresh interpreter: the one the session has is stopped first
+    /// (a live session is one trust domain: an earlier run may have left code running that
+    /// controls the later ones; docs/SECURITY.md).
+    pub reset: bool,
     /// Capped by `PTC_TIMEOUT`.
     pub timeout: Option<Duration>,
     /// Run against this catalog instead of the sidecar's current one (a protocol that sends its

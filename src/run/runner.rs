@@ -315,6 +315,7 @@ impl Runner {
             deadline,
             timeout,
             workspace: req.workspace.as_ref(),
+            reset: req.reset,
             output: req.output.clone(),
             files: req.files.as_ref(),
         };

@@ -41,6 +41,8 @@ pub struct TurnRun<'a> {
     /// The run's whole budget (for messages).
     pub timeout: Duration,
     pub workspace: Option<&'a Workspace>,
+    /// A session run on a fresh interpreter (`reset: true`).
+    pub reset: bool,
     pub output: Option<mpsc::UnboundedSender<OutputChunk>>,
     pub files: Option<&'a Files>,
 }
@@ -181,7 +183,7 @@ impl Turn {
             ));
         };
         slot.begin();
-        let lost = keep_or_drop(&mut held, &slot, run.prepared, &mut job, session).await;
+        let lost = keep_or_drop(&mut held, &slot, &run, &mut job, session).await;
         let change = match (&*held, lost) {
             (Some(_), _) => StateChange::Kept,
             (None, Some(_)) => StateChange::Reset,
@@ -324,20 +326,26 @@ async fn start_interpreter(pool: &Pool, run: &TurnRun<'_>) -> std::io::Result<Li
     Live::new(child, run.prepared.key, bridge)
 }
 
-/// The session's interpreter kept for this run, or dropped (and why the state is gone): it
-/// died since the last run, or a reload changed the catalog and its new tool functions cannot
-/// be sent with the job.
+/// The session's interpreter kept for this run, or dropped (and why the state is gone): the
+/// run asked for a fresh one, it died since the last run, or a reload changed the catalog and
+/// its new tool functions cannot be sent with the job.
 async fn keep_or_drop(
     held: &mut Option<Live>,
     slot: &Slot,
-    prepared: &Prepared,
+    run: &TurnRun<'_>,
     job: &mut serde_json::Value,
     session: &str,
 ) -> Option<Lost> {
+    let prepared = run.prepared;
     let mut lost = slot.take_lost();
     let Some(live) = held.as_mut() else {
         return lost;
     };
+    if run.reset {
+        // Dropping it kills its group: nothing an earlier run left goes on.
+        *held = None;
+        return Some(Lost::Reset);
+    }
     if live.child.has_exited() {
         *held = None;
         return Some(Lost::Crashed);

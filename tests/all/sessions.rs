@@ -841,3 +841,41 @@ async fn interpreter_pid(s: &TestSidecar, id: &str) -> i32 {
     );
     pid as i32
 }
+
+/// A live session is one trust domain: a run can leave code running (here a thread) that acts
+/// in the session's later runs. `reset: true` on a run gives it a fresh interpreter: the
+/// earlier state and what was left running are gone, the files stay, and the run says why.
+#[tokio::test]
+async fn a_reset_run_gets_a_fresh_interpreter_and_nothing_left_running() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let f = fixture(&[]).await;
+        let left = "import threading, time\nx = 41\nopen('kept.txt', 'w').write('k')\n\
+                    def spy():\n    while True:\n        print('spy', flush=True)\n        time.sleep(0.05)\n\
+                    threading.Thread(target=spy, daemon=True).start()";
+        let r = run(&f.s, "trust", left).await;
+        assert_eq!(r["status"], "ok", "{r}");
+        // Without a reset the thread acts in the next run of the session.
+        let r = run(&f.s, "trust", "import time\ntime.sleep(0.3)\nprint('x' in globals())").await;
+        assert!(r["stdout"].as_str().unwrap().contains("spy"), "{r}");
+        assert_eq!(state(&r), ("kept", 2), "{r}");
+        let r =
+            f.s.exec_body(json!({"code": "import time\ntime.sleep(0.3)\nprint('x' in globals(), open('kept.txt').read())",
+                                 "session_id": "trust", "reset": true}))
+                .await;
+        assert_eq!(r["status"], "ok", "{r}");
+        assert_eq!(r["stdout"], "False k\n", "nothing of the earlier runs but the files: {r}");
+        assert_eq!(
+            (state(&r), r["session"]["reason"].as_str()),
+            (("reset", 1), Some("reset")),
+            "{r}"
+        );
+        assert!(
+            r["stderr"].as_str().unwrap().starts_with(
+                "ptc-sidecar: state was reset: the run asked for a fresh interpreter (reset: true)"
+            ),
+            "{r}"
+        );
+    })
+    .await
+    .unwrap();
+}

@@ -172,6 +172,7 @@ impl Runs {
         let run = Arc::new(run);
         lock(&self.0.runs).insert(run.id.clone(), run.clone());
         let request = ExecRequest {
+            reset: false,
             code: s.code,
             lang: s.lang,
             workspace: s.workspace,
