@@ -71,6 +71,7 @@ enum Command {
 
 fn main() -> ExitCode {
     one_malloc_arena();
+    more_open_files();
     let cli = Cli::parse();
     let config = match Config::from_env() {
         Ok(config) => config,
@@ -126,6 +127,26 @@ fn one_malloc_arena() {
         }
     }
 }
+
+/// Raises the soft limit on open descriptors to the hard one (at most [`MAX_OPEN_FILES`]), as
+/// Go's runtime does: a soft limit of 1024 (systemd's default) is used up by a few hundred runs'
+/// pipes, bridges and connections. Children set their own (`RLIMIT_NOFILE` 256 for a run).
+fn more_open_files() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit and setrlimit with a valid pointer to a local.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+            limit.rlim_cur = limit.rlim_max.min(MAX_OPEN_FILES);
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
+
+/// The most open descriptors [`more_open_files`] asks for.
+const MAX_OPEN_FILES: libc::rlim_t = 1 << 16;
 
 /// An error with its causes, as `{:#}` shows them, less each cause the message before it
 /// already contains (our errors say their cause in their own message).

@@ -71,7 +71,7 @@ impl Bridges {
     pub fn new(calls: Calls, shutdown: CancellationToken) -> Bridges {
         Bridges {
             router: router(calls),
-            connections: Arc::new(Semaphore::new(MAX_CONNECTIONS)),
+            connections: Arc::new(Semaphore::new(connection_cap())),
             shutdown,
         }
     }
@@ -81,6 +81,21 @@ impl Bridges {
         let stop = self.shutdown.clone();
         accept(listener, self, None, None, stop).await;
     }
+}
+
+/// [`MAX_CONNECTIONS`], or a quarter of this process's descriptors when that is less: the
+/// bridge must never take the sidecar to its descriptor limit.
+fn connection_cap() -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit with a valid pointer to a local.
+    let soft = match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } {
+        0 => usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX),
+        _ => MAX_CONNECTIONS,
+    };
+    (soft / 4).clamp(MAX_RUN_CONNECTIONS, MAX_CONNECTIONS)
 }
 
 /// One run's own end of the bridge: a socket listening inside the run's network namespace

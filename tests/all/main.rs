@@ -7,6 +7,7 @@
 mod agents;
 mod api;
 mod bash;
+mod bridge;
 mod catalog;
 mod common;
 mod dashboard;

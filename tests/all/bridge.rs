@@ -1,0 +1,151 @@
+//! The IPC bridge's bounds on connections, against the real binary: connections past the cap
+//! are closed as they are accepted, idle ones are closed after `HEADER_TIMEOUT`, and one run
+//! holds at most `MAX_RUN_CONNECTIONS` of its own bridge. (A review took the sidecar to its descriptor limit with 24,800 idle
+//! connections: no cap, no header or idle timeout.)
+
+use crate::common::{TEST_TIMEOUT, TempDir, TestRedis};
+use crate::serving::Serving;
+use ptc_sidecar::run::ipc::{HEADER_TIMEOUT, MAX_CONNECTIONS, MAX_RUN_CONNECTIONS};
+use std::io::Read;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+/// Descriptors the process `pid` holds.
+fn fds(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// Whether the peer closed `stream` (a read returns end of file), waiting at most `wait`.
+fn closed_by_peer(mut stream: &TcpStream, wait: Duration) -> bool {
+    stream.set_read_timeout(Some(wait)).unwrap();
+    let mut byte = [0u8; 1];
+    match stream.read(&mut byte) {
+        Ok(0) => true,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+        Ok(_) => false,
+    }
+}
+
+#[tokio::test]
+async fn idle_connections_are_capped_and_closed() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let dir = TempDir::new("bridge");
+        let redis = TestRedis::any();
+        let s = Serving::start(&dir, &redis, &[("PTC_WARM_WORKERS", "1")]).await;
+        // The loopback listener's port, as a run's SDK is told it.
+        let (status, r) = s
+            .exec("import ptc_sdk\nprint(ptc_sdk._client.port)")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(status, 200, "{r}");
+        let port: u16 = r["stdout"].as_str().unwrap().trim().parse().unwrap();
+        let baseline = fds(s.pid);
+
+        // More connections than the cap, sending nothing: the ones past it are closed at once.
+        let attempted = MAX_CONNECTIONS + 300;
+        let held: Vec<TcpStream> = (0..attempted)
+            .filter_map(|_| TcpStream::connect(("127.0.0.1", port)).ok())
+            .collect();
+        assert_eq!(held.len(), attempted, "the kernel took every connection");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let open = held
+            .iter()
+            .filter(|c| !closed_by_peer(c, Duration::from_millis(1)))
+            .count();
+        assert!(
+            open <= MAX_CONNECTIONS && open >= MAX_CONNECTIONS / 2,
+            "{open} of {attempted} idle connections stayed open (cap {MAX_CONNECTIONS})"
+        );
+        let peak = fds(s.pid);
+        assert!(
+            peak <= baseline + MAX_CONNECTIONS + 64,
+            "the sidecar holds {peak} descriptors (baseline {baseline})"
+        );
+        // Idle past the header timeout: closed by the sidecar.
+        tokio::time::sleep(HEADER_TIMEOUT + Duration::from_secs(1)).await;
+        let still = held
+            .iter()
+            .filter(|c| !closed_by_peer(c, Duration::from_millis(1)))
+            .count();
+        assert_eq!(still, 0, "idle connections outlived HEADER_TIMEOUT");
+        drop(held);
+        let settled = Instant::now() + Duration::from_secs(5);
+        while fds(s.pid) > baseline + 8 && Instant::now() < settled {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(fds(s.pid) <= baseline + 8, "descriptors came back");
+
+        // A run still runs, and calls its tools.
+        let (status, r) = s
+            .exec("print(await demo__add(a=2, b=3))")
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!((status, r["stdout"].as_str()), (200, Some("5\n")), "{r}");
+    })
+    .await
+    .unwrap();
+}
+
+/// A run's own bridge (a network namespace of its own): at most MAX_RUN_CONNECTIONS at once;
+/// the run goes on calling its tools.
+#[tokio::test]
+async fn a_runs_bridge_is_its_own() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let dir = TempDir::new("bridge-run");
+        let redis = TestRedis::any();
+        let s = Serving::start(&dir, &redis, &[("PTC_WARM_WORKERS", "1")]).await;
+        let code = format!(
+            "import socket, time, ptc_sdk\n\
+             held = []\n\
+             for _ in range({n}):\n\
+             \x20   c = socket.create_connection(('127.0.0.1', ptc_sdk._client.port))\n\
+             \x20   held.append(c)\n\
+             time.sleep(0.5)\n\
+             open_ = 0\n\
+             for c in held:\n\
+             \x20   c.setblocking(False)\n\
+             \x20   try:\n\
+             \x20       open_ += c.recv(1) != b''\n\
+             \x20   except BlockingIOError:\n\
+             \x20       open_ += 1\n\
+             \x20   except OSError:\n\
+             \x20       pass\n\
+             print(open_)\n\
+             for c in held:\n\
+             \x20   c.close()\n\
+             print(await demo__add(a=1, b=1))",
+            n = MAX_RUN_CONNECTIONS * 3
+        );
+        let (status, r) = s.exec(&code).await.unwrap().unwrap();
+        assert_eq!(status, 200, "{r}");
+        let health: serde_json::Value = s
+            .http
+            .get(s.url("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let namespaced = health["sandbox"]["namespaces"]
+            .as_array()
+            .is_some_and(|n| n.iter().any(|v| v == "net"));
+        let mut lines = r["stdout"].as_str().unwrap().lines();
+        let open: usize = lines.next().unwrap().parse().unwrap();
+        if namespaced {
+            assert!(
+                open <= MAX_RUN_CONNECTIONS,
+                "{open} connections held to one run's bridge (cap {MAX_RUN_CONNECTIONS})"
+            );
+        }
+        assert_eq!(
+            lines.next(),
+            Some("2"),
+            "the run still calls its tools: {r}"
+        );
+    })
+    .await
+    .unwrap();
+}
