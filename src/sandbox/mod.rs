@@ -596,6 +596,48 @@ mod tests {
     }
 
     #[test]
+    fn strict_refuses_to_start_without_namespaces_and_best_effort_says_so() {
+        let mut policy = Policy::new(vec![], PathBuf::from("/nonexistent"), 1);
+        policy.user = None;
+        policy.mode = Mode::Strict;
+        let refused = match Sandbox::new(policy.clone()) {
+            // A kernel without Landlock or seccomp is refused before namespaces are asked.
+            Err(e) => e.to_string(),
+            Ok(sandbox) => sandbox
+                .without_namespaces("no user namespaces")
+                .unwrap_err()
+                .to_string(),
+        };
+        assert!(refused.starts_with("PTC_SANDBOX=strict, but"), "{refused}");
+        policy.mode = Mode::BestEffort;
+        let sandbox = Sandbox::new(policy.clone())
+            .unwrap()
+            .without_namespaces("no user namespaces")
+            .unwrap();
+        assert!(sandbox.status().namespaces.is_empty());
+        assert!(
+            sandbox
+                .status()
+                .missing
+                .contains(&"namespaces: no user namespaces".to_string()),
+            "{:?}",
+            sandbox.status()
+        );
+        let with = Sandbox::new(policy)
+            .unwrap()
+            .with_namespaces(Namespaces::ALL);
+        assert_eq!(
+            with.spec(None, None)["ns"],
+            serde_json::json!({"user": true, "pid": true, "net": true, "ipc": true, "uts": true,
+                               "mount": true})
+        );
+        assert_eq!(
+            with.status().namespaces,
+            ["user", "pid", "net", "ipc", "uts", "mount"]
+        );
+    }
+
+    #[test]
     fn off_applies_nothing_and_says_so() {
         let mut policy = Policy::new(vec![], PathBuf::from("/nonexistent"), 1);
         policy.mode = Mode::Off;
