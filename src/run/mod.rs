@@ -18,13 +18,15 @@
 //! | `prepare` | the prepared-SDK cache, one [`prepare::CatalogKey`] for every catalog | `sdk`, `dispatch` |
 //! | `pool` | where a child comes from: warm, forked or cold; the refill loop | `child`, `zygote`, `prepare` |
 //! | `calls` | the live runs by token, [`calls::RunCtx`], [`CallRecord`], `call(run, tool, args)` | `dispatch`, `prepare`, `shapes` |
-//! | `ipc` | the loopback HTTP bridge (`/call`, `/tool_call`, `/bash/{tool}`, `/search`, `/describe`) | `calls`, `dispatch`, `bash`, `shapes` |
-//! | `live` | the sessions' live interpreters: which run takes which, eviction, idle expiry, [`live::Lost`] | `child`, `output`, `prepare` |
+//! | `ipc` | the IPC bridge (`/call`, `/tool_call`, `/bash/{tool}`, `/file`, `/search`, `/describe`): the loopback listener and each run's own ([`ipc::Bridge`]), their bounds | `calls`, `dispatch`, `bash`, `files`, `shapes` |
+//! | `live` | the sessions' live interpreters: which run takes which, eviction, idle expiry, [`live::Lost`] | `child`, `ipc`, `output`, `prepare` |
 //! | `request` | what a run is asked and gives back: [`RunnerConfig`], [`ExecRequest`], [`ExecResult`], the `/mnt/data` rewrite | `calls`, `child`, `confine`, `dispatch`, `files`, `live`, `output`, `scratch` |
-//! | `turn` | a run's turn on an interpreter: a fresh child or a session's live one, and how its output ends | `child`, `files`, `live`, `output`, `pool`, `prepare`, `request`, `zygote` |
+//! | `turn` | a run's turn on an interpreter: a fresh child or a session's live one, its end of the bridge, how its output ends | `child`, `files`, `ipc`, `live`, `output`, `pool`, `prepare`, `request`, `zygote` |
 //! | `runner` | a run's lifecycle, one path for every run: [`Runner`] | all of the above |
 //!
-//! `child` and `zygote` take a child's confinement from `crate::sandbox` (docs/SECURITY.md).
+//! `child` and `zygote` take a child's confinement from `crate::sandbox` (docs/SECURITY.md);
+//! the child applies it, in the namespaces a fork server's child makes
+//! (`sdk-template/ptc_sandbox.py` `isolate`).
 //!
 //! Outside `run/`, use what this module re-exports rather than reaching into its submodules.
 
