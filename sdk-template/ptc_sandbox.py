@@ -326,6 +326,12 @@ def isolate(spec, dirs, report, life_fd, go_fd, nproc=None):
             _remount_noexec(libc, ctypes, os.fsencode(d), fail)
         # The working directory was entered before its new mount: enter it again, through it.
         os.chdir(os.getcwd())
+        # The machine's /proc and /sys under an empty read-only tmpfs: Landlock keeps a run
+        # out of their files, but not from listing every pid on the machine with stat().
+        for hidden in (b"/proc", b"/sys"):
+            if libc.mount(b"tmpfs", hidden, b"tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV
+                          | _MS_NOEXEC, b"size=4k,nr_inodes=1,mode=555") != 0:
+                fail("hiding %s" % os.fsdecode(hidden))
     listener = None
     if names.get("net"):
         _loopback_up()

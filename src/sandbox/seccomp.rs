@@ -13,8 +13,8 @@
 //!   terminal injection; resource limits, priorities, CPU affinity, scheduling and I/O
 //!   priority of any process but the caller (`prlimit64`, `setpriority`, `sched_set*`,
 //!   `ioprio_set` only with pid/who 0: they need only the same uid, and would let one run
-//!   starve or kill another); `memfd_create` with `MFD_EXEC` and `execveat` (running what a
-//!   run wrote without a file on a noexec mount).
+//!   starve or kill another); `memfd_create` and `execveat` (running what a run wrote
+//!   without a file on a noexec mount).
 //! - `process` (unless `PTC_ALLOW_SUBPROCESS`): EPERM for fork, vfork, clone without
 //!   CLONE_THREAD, execve, execveat. Threads still start.
 //!
@@ -200,6 +200,11 @@ fn always_denied() -> Vec<i64> {
         // Executes a descriptor (a memfd the run wrote) where no noexec mount can stop it;
         // nothing a run starts needs it (glibc's fexecve is its only user).
         libc::SYS_execveat,
+        // A file on no mount: executable by default (vm.memfd_noexec 0), reachable through
+        // /proc/self/fd past Landlock, mappable executable by the dynamic loader. A run has no
+        // use for one that its scratch directory does not serve.
+        libc::SYS_memfd_create,
+        libc::SYS_memfd_secret,
     ];
     #[cfg(target_arch = "x86_64")]
     list.extend([
@@ -311,8 +316,8 @@ fn other_process_rules(rules: &mut Rules) -> Result<(), SandboxError> {
     Ok(())
 }
 
-/// What a run could do to its own confinement: namespaces by clone, executable memfds, our
-/// prctls, terminal injection.
+/// What a run could do to its own confinement: namespaces by clone, our prctls, terminal
+/// injection.
 fn self_rules(rules: &mut Rules) -> Result<(), SandboxError> {
     // clone with a CLONE_NEW* flag makes namespaces as unshare does (the flags are clone's
     // first argument on both architectures we build for; clone3 is ENOSYS).
@@ -330,17 +335,6 @@ fn self_rules(rules: &mut Rules) -> Result<(), SandboxError> {
         new_namespace.push(rule(vec![cond(0, Len::Qword, Op::MaskedEq(flag), flag)?])?);
     }
     rules.insert(libc::SYS_clone, new_namespace);
-    // memfd_create with MFD_EXEC: an executable file that lives on no mount.
-    const MFD_EXEC: u64 = 0x10;
-    rules.insert(
-        libc::SYS_memfd_create,
-        vec![rule(vec![cond(
-            1,
-            Len::Dword,
-            Op::MaskedEq(MFD_EXEC),
-            MFD_EXEC,
-        )?])?],
-    );
     // TCP Fast Open: sendto/sendmsg with MSG_FASTOPEN connects without connect(2).
     let fastopen = libc::MSG_FASTOPEN as u64;
     for (nr, flags_arg) in [
