@@ -26,7 +26,8 @@
 //! interpreter, the fork server, the sidecar) are given those outer pids, so they are really
 //! attempted.
 //!
-//! The families: `secrets`, `reach` (the control plane, Redis, the callback, any other address), `other_runs` (memory, stdout, a warm worker's stdin,
+//! The families: `secrets`, `reach` (the control plane, Redis, the callback, any other address,
+//! the IPC port on any other address), `other_runs` (memory, stdout, a warm worker's stdin,
 //! sessions), `persist` (files, the SDK, the configs, an MCP server's
 //! stdin, the process guard), `lifetime` (killing, detaching, a killed sidecar), `resources` (threads, the scratch quota), `works` (what must keep
 //! working, and `/healthz`). The harness: `stage` (the sidecar under attack), `script` (a run of

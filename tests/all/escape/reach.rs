@@ -1,10 +1,10 @@
-//! Reach: the control API, Redis, the host callback, any other address: the only door out of a
-//! run is the IPC bridge.
+//! Reach: the control API, Redis, the host callback, any other address, and the IPC port on any
+//! other address: the only door out of a run is its own end of the IPC bridge.
 
 use super::stage::set_mode;
-use super::{Opts, against_both, attack};
+use super::{Opts, against_both, attack, broken};
 use serde_json::json;
-use std::net::TcpListener;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
 use std::sync::atomic::Ordering;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -98,4 +98,124 @@ async fn reaching_any_other_address_is_refused() {
         run?.all_refused(4)
     })
     .await;
+}
+
+/// Issue 21's "data leaves": Landlock's TCP rule is a port, not an address, and a run once
+/// connected to `127.0.0.2:<IPC port>` (in a pod: any host listening on that port number) and
+/// handed over its data. The harness listens on the sidecar's IPC port at other addresses:
+/// another loopback address, IPv6's loopback, and this machine's addresses that are not
+/// loopback. The run connects to each and sends data, and tries TCP Fast Open; each must be
+/// refused, nothing may reach a listener, and the bridge itself must still answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ipc_port_on_any_other_address_is_out_of_reach() {
+    against_both(
+        "reach_ipc_port_elsewhere",
+        Opts::default(),
+        |s| async move {
+            let port = s.ipc.port();
+            let mut addresses: Vec<IpAddr> = vec![
+                IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)),
+                IpAddr::V6(Ipv6Addr::LOCALHOST),
+            ];
+            addresses.extend(outside_addresses());
+            let listeners: Vec<(SocketAddr, TcpListener)> = addresses
+                .iter()
+                .filter_map(|ip| {
+                    let addr = SocketAddr::new(*ip, port);
+                    let l = TcpListener::bind(addr).ok()?;
+                    l.set_nonblocking(true).ok()?;
+                    Some((addr, l))
+                })
+                .collect();
+            let listening: Vec<SocketAddr> = listeners.iter().map(|(a, _)| *a).collect();
+            let loopback_2 = SocketAddr::new(addresses[0], port);
+            if !listening.contains(&loopback_2) || !listening.iter().any(|a| !a.ip().is_loopback())
+            {
+                return Err(broken(format!(
+                    "the harness could not listen on 127.0.0.2 and an outside address at port \
+                 {port} (listening on {listening:?})"
+                )));
+            }
+            let targets: Vec<(String, u16)> =
+                addresses.iter().map(|ip| (ip.to_string(), port)).collect();
+            let run = s
+                .attack(
+                    "reach_ipc_port_elsewhere.py",
+                    json!({"targets": targets, "mark": s.mark}),
+                )
+                .await;
+            let arrived: Vec<String> = listeners
+                .iter()
+                .filter_map(|(addr, l)| {
+                    l.accept()
+                        .ok()
+                        .map(|(_, from)| format!("{addr} from {from}"))
+                })
+                .collect();
+            if !arrived.is_empty() {
+                return Err(attack(format!(
+                    "connections reached the harness's listeners: {arrived:?}"
+                )));
+            }
+            let run = run?;
+            if run.said("BRIDGE") != Some("through the bridge") {
+                return Err(broken(format!(
+                    "the run's own bridge did not answer: {}\n{}",
+                    run.stdout, run.stderr
+                )));
+            }
+            run.all_refused(targets.len() + 1)
+        },
+    )
+    .await;
+}
+
+/// This machine's addresses that are neither loopback nor link-local: where a run's data would
+/// leave to if a connection to them worked.
+fn outside_addresses() -> Vec<IpAddr> {
+    let mut found = Vec::new();
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list` with a list of its own, freed below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return found;
+    }
+    let mut node = list;
+    while !node.is_null() {
+        // SAFETY: `node` is a node of the list getifaddrs made, not yet freed.
+        let ifa = unsafe { &*node };
+        if !ifa.ifa_addr.is_null() {
+            // SAFETY: ifa_addr points at a sockaddr of the family it names.
+            let ip = unsafe {
+                match i32::from((*ifa.ifa_addr).sa_family) {
+                    libc::AF_INET => {
+                        let sin = &*(ifa.ifa_addr as *const libc::sockaddr_in);
+                        Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                            sin.sin_addr.s_addr,
+                        ))))
+                    }
+                    libc::AF_INET6 => {
+                        let sin6 = &*(ifa.ifa_addr as *const libc::sockaddr_in6);
+                        Some(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)))
+                    }
+                    _ => None,
+                }
+            };
+            let link_local = |ip: &IpAddr| match ip {
+                IpAddr::V4(v4) => v4.is_link_local(),
+                IpAddr::V6(v6) => (v6.segments()[0] & 0xffc0) == 0xfe80,
+            };
+            if let Some(ip) = ip
+                && !ip.is_loopback()
+                && !ip.is_unspecified()
+                && !link_local(&ip)
+                && !found.contains(&ip)
+            {
+                found.push(ip);
+            }
+        }
+        node = ifa.ifa_next;
+    }
+    // SAFETY: the list getifaddrs made, freed once.
+    unsafe { libc::freeifaddrs(list) };
+    found
 }

@@ -197,6 +197,9 @@ pub struct StageInner {
     child: Mutex<Option<std::process::Child>>,
     pub pid: i32,
     pub addr: SocketAddr,
+    /// The sidecar's own end of the IPC bridge (`ipc=` of its serving line): its port is the
+    /// one every run's Landlock rule allows.
+    pub ipc: SocketAddr,
     http: reqwest::Client,
     pub secrets: Secrets,
     pub mark: String,
@@ -341,6 +344,7 @@ impl StageInner {
             child: Mutex::new(Some(child)),
             pid,
             addr: "127.0.0.1:0".parse().unwrap(),
+            ipc: "127.0.0.1:0".parse().unwrap(),
             http: reqwest::Client::builder().no_proxy().build().unwrap(),
             secrets,
             agent_id,
@@ -369,6 +373,8 @@ impl StageInner {
         };
         stage.addr = field_addr(&line, "listen=")
             .ok_or_else(|| broken(format!("no listen= in the serving line: {line}")))?;
+        stage.ipc = field_addr(&line, "ipc=")
+            .ok_or_else(|| broken(format!("no ipc= in the serving line: {line}")))?;
         let stage = Arc::new(stage);
         stage.wait_until_ready().await?;
         Ok(stage)
