@@ -28,7 +28,7 @@
 //!
 //! The families: `secrets`, `reach` (the control plane, Redis, the callback, any other address,
 //! the IPC port on any other address), `other_runs` (memory, stdout, a warm worker's stdin,
-//! sessions), `persist` (files, the SDK, the configs, an MCP server's
+//! sessions, limits and scheduling), `persist` (files, the SDK, the configs, an MCP server's
 //! stdin, the process guard), `lifetime` (killing, detaching, a killed sidecar), `resources` (threads, the scratch quota), `works` (what must keep
 //! working, and `/healthz`). The harness: `stage` (the sidecar under attack), `script` (a run of
 //! a script and its verdict), `seen` (a run's processes from outside).

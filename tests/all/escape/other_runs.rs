@@ -1,5 +1,7 @@
 //! Other runs: a concurrent run's memory and stdout, a waiting warm worker's stdin, a live
-//! session's files, memory and job pipe. The targets' pids are ours, found from outside: in its own PID namespace a run has no pid for
+//! session's files, memory and job pipe, and the limits and scheduling of every process a run
+//! could break the others through (the fork server, another run, a session, the sidecar). The
+//! targets' pids are ours, found from outside: in its own PID namespace a run has no pid for
 //! any of them.
 
 use super::{Opts, Stage, against_both, attack, broken};
@@ -131,6 +133,123 @@ async fn reaching_another_sessions_files_and_globals_is_refused() {
             .await;
         check_session_kept(&s, "victim-s").await?;
         run?.all_refused(4)
+    })
+    .await;
+}
+
+/// What a run could change of another process from outside its own: its limits, nice value,
+/// scheduling policy, CPUs and I/O priority, read from `/proc` and `ioprio_get`.
+#[derive(Debug, PartialEq)]
+struct Sched {
+    limits: Vec<String>,
+    nice: String,
+    policy: String,
+    cpus: String,
+    ioprio: i64,
+}
+
+impl Sched {
+    fn of(pid: i32) -> Option<Sched> {
+        let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).ok()?;
+        let limits = limits
+            .lines()
+            .filter(|l| {
+                ["Max cpu time", "Max processes", "Max open files"]
+                    .iter()
+                    .any(|k| l.starts_with(k))
+            })
+            .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+            .collect();
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // After the command name: state is field 3, nice 19, policy 41.
+        let fields: Vec<String> = stat
+            .rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .map(str::to_string)
+            .collect();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+        let cpus = status
+            .lines()
+            .find_map(|l| l.strip_prefix("Cpus_allowed_list:"))?
+            .trim()
+            .to_string();
+        const IOPRIO_WHO_PROCESS: libc::c_long = 1;
+        // SAFETY: ioprio_get reads one process's I/O priority; no memory is passed.
+        let ioprio = unsafe {
+            libc::syscall(
+                libc::SYS_ioprio_get,
+                IOPRIO_WHO_PROCESS,
+                libc::c_long::from(pid),
+            )
+        };
+        Some(Sched {
+            limits,
+            nice: fields.get(16)?.clone(),
+            policy: fields.get(38)?.clone(),
+            cpus,
+            ioprio,
+        })
+    }
+}
+
+/// Issue 21's "one run breaks the others": prlimit, setpriority, sched_set* and ioprio_set on
+/// the fork server, a concurrent run, a live session's interpreter and the sidecar. Each is
+/// refused; from outside, no target changed; afterwards the other run, the session and later
+/// runs work, and `/healthz` is ok.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changing_other_processes_limits_and_scheduling_is_refused() {
+    against_both("other_runs_limits", Opts::default(), |s| async move {
+        let (session, _) = start_session(&s, "victim-limits").await?;
+        let victim = s.start_victim("victim.py", json!({})).await?;
+        let fork_server = s
+            .fork_server()
+            .ok_or_else(|| broken("no fork server is running"))?;
+        let targets: Vec<(&str, i32)> = vec![
+            ("the fork server", fork_server),
+            ("a concurrent run", victim.outer.unwrap()),
+            ("a live session's interpreter", session),
+            ("the sidecar", s.pid),
+        ];
+        let before: Vec<Option<Sched>> = targets.iter().map(|(_, p)| Sched::of(*p)).collect();
+        if let Some(i) = before.iter().position(Option::is_none) {
+            return Err(broken(format!("cannot read {:?} from /proc", targets[i])));
+        }
+        let run = s
+            .attack("other_runs_limits.py", json!({"targets": targets}))
+            .await;
+        let changed: Vec<String> = targets
+            .iter()
+            .zip(&before)
+            .filter_map(|((name, pid), was)| {
+                let now = Sched::of(*pid);
+                (now.as_ref() != was.as_ref()).then(|| format!("{name} {pid}: {was:?} -> {now:?}"))
+            })
+            .collect();
+        if !changed.is_empty() {
+            return Err(attack(format!("changed from outside the run: {changed:?}")));
+        }
+        let v = s.finish_victim(victim).await?;
+        if v.status() != "ok" || !v.stdout.ends_with("victim done\n") {
+            return Err(attack(format!("the concurrent run: {}", v.result)));
+        }
+        check_session_kept(&s, "victim-limits").await?;
+        s.check_a_run_works("after the attack").await?;
+        s.check_healthy("the attack").await?;
+        let run = run?;
+        if run.said("CONTROL").is_none() {
+            return Err(broken(format!(
+                "the calls failed on the run itself: {}\n{}",
+                run.stdout, run.stderr
+            )));
+        }
+        let probes: Vec<&str> = run
+            .stdout
+            .lines()
+            .filter(|l| l.starts_with("PROBE "))
+            .collect();
+        eprintln!("other_runs_limits {}: {probes:?}", s.who.label());
+        run.all_refused(targets.len() * 9)
     })
     .await;
 }

@@ -501,6 +501,16 @@ impl StageInner {
             .map_err(|e| broken(format!("GET /healthz: {e}")))
     }
 
+    /// `/healthz` says the sidecar is ok; an attack failure when it does not.
+    pub async fn check_healthy(&self, after: &str) -> Result<(), Failure> {
+        let text = self.health_text().await?;
+        let h: Value = serde_json::from_str(&text).unwrap_or_default();
+        if h["status"] != "ok" {
+            return Err(super::attack(format!("/healthz after {after}: {text}")));
+        }
+        Ok(())
+    }
+
     /// `POST /v1/exec_code`; an error when the sidecar does not answer.
     pub async fn exec(&self, code: &str) -> Result<Value, String> {
         self.exec_body(json!({"code": code})).await
