@@ -1,11 +1,14 @@
 //! Lifetime: killing the sidecar and its servers, processes that detach from the run
-//! (`setsid`, a double fork), and a sidecar killed under a run. Whatever a run starts, once
+//! (`setsid`, a double fork, a chain whose bottom re-forks itself forever and attacks the fork
+//! server's limits), and a sidecar killed or terminated under a run. Whatever a run starts, once
 //! it is over (or the sidecar is gone) no process of it exists: read from the process table,
 //! every process the harness saw is gone, and so is the run's PID namespace.
 
 use super::script::InFlight;
-use super::{Opts, Stage, Verdict, against_both, attack, broken};
-use crate::procs::{SETTLE, cmdline, descendants, is_alive, processes, wait_dead};
+use super::{Failure, Opts, Stage, Verdict, against_both, attack, broken};
+use crate::procs::{
+    SETTLE, cmdline, descendants, is_alive, marker, processes, wait_dead, with_cmdline,
+};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -91,7 +94,7 @@ async fn check_detached(s: Stage) -> Verdict {
 async fn nothing_outlives_a_killed_sidecar() {
     against_both("lifetime_sidecar_killed", Opts::default(), |s| async move {
         let victim = s.start_victim("sleeper.py", json!({})).await?;
-        check_sidecar_gone(&s, victim, libc::SIGKILL).await
+        check_sidecar_gone(&s, victim, libc::SIGKILL, None).await
     })
     .await;
 }
@@ -111,15 +114,21 @@ async fn nothing_outlives_a_killed_sidecar_when_subprocesses_are_allowed() {
                     victim.seen.procs
                 )));
             }
-            check_sidecar_gone(&s, victim, libc::SIGKILL).await
+            check_sidecar_gone(&s, victim, libc::SIGKILL, None).await
         },
     )
     .await;
 }
 
 /// Sends `signal` to the sidecar while `victim` is in flight, and checks that every process
-/// the sidecar had, and everything the harness saw of the run and its PID namespace, are gone.
-async fn check_sidecar_gone(s: &Stage, victim: InFlight, signal: libc::c_int) -> Verdict {
+/// the sidecar had, everything the harness saw of the run and its PID namespace, and every
+/// process whose command line holds `mark`, are gone.
+async fn check_sidecar_gone(
+    s: &Stage,
+    victim: InFlight,
+    signal: libc::c_int,
+    mark: Option<&str>,
+) -> Verdict {
     let run = victim
         .outer
         .ok_or_else(|| broken("the run's process was not seen"))?;
@@ -142,6 +151,13 @@ async fn check_sidecar_gone(s: &Stage, victim: InFlight, signal: libc::c_int) ->
         .map(|p| format!("{p}: {}", cmdline(p).unwrap_or_default()))
         .collect();
     left.extend(seen.survivors_after(SETTLE).await);
+    if let Some(mark) = mark {
+        left.extend(
+            with_cmdline(mark)
+                .into_iter()
+                .map(|p| format!("{p}: {}", cmdline(p).unwrap_or_default())),
+        );
+    }
     left.sort();
     left.dedup();
     if !left.is_empty() {
@@ -154,4 +170,162 @@ async fn check_sidecar_gone(s: &Stage, victim: InFlight, signal: libc::c_int) ->
         )));
     }
     Ok(())
+}
+
+/// The fork server's `Max open files` line, read from outside.
+fn open_files_limit(pid: i32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/limits"))
+        .ok()?
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
+}
+
+/// What a chain run is given, and what its test checks it against: the fork server (its pid
+/// and open-files limit) and the mark in the chain's command lines.
+struct Chain {
+    server: i32,
+    limit: Option<String>,
+    mark: String,
+}
+
+impl Chain {
+    fn new(s: &Stage) -> Result<Chain, Failure> {
+        let server = s
+            .fork_server()
+            .ok_or_else(|| broken("no fork server is running"))?;
+        Ok(Chain {
+            server,
+            limit: open_files_limit(server),
+            mark: format!("chain{}", marker()),
+        })
+    }
+
+    fn args(&self, then: &str) -> serde_json::Value {
+        json!({"fork_server_pid": self.server, "mark": self.mark, "then": then})
+    }
+
+    /// The harness saw the run's first process and the chain's three members (by the mark in
+    /// their command lines in bash; a Python chain's processes are all the interpreter). The
+    /// bottom, a new process every 50 ms, may be between two of its generations as the harness
+    /// looks: it is not counted.
+    fn seen_enough(&self, seen: &super::seen::Seen, by_mark: bool) -> Verdict {
+        let members = seen
+            .procs
+            .values()
+            .filter(|(_, cmd)| !by_mark || cmd.contains(&self.mark))
+            .count();
+        if members < 4 {
+            return Err(broken(format!(
+                "the harness saw {members} processes of the chain, not 4: {:?}",
+                seen.procs
+            )));
+        }
+        Ok(())
+    }
+
+    /// The fork server lives, with the open-files limit it had.
+    fn server_untouched(&self) -> Verdict {
+        if !is_alive(self.server) {
+            return Err(attack(format!("the fork server {} died", self.server)));
+        }
+        let now = open_files_limit(self.server);
+        if now != self.limit {
+            return Err(attack(format!(
+                "the fork server's limit changed: {:?} -> {now:?}",
+                self.limit
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Issue 21's "processes outlive runs": a bash run starts a `setsid` chain three deep whose
+/// bottom re-forks itself forever (a new process every 50 ms, its parent gone at once), and one
+/// member tries `prlimit` RLIMIT_NOFILE 0 on its parent, on the run's first process and on the
+/// fork server. Each `prlimit` is refused; once the run is over nothing of it exists; the fork
+/// server and later runs go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_setsid_chain_dies_with_its_bash_run() {
+    against_both("lifetime_chain_bash", Opts::default(), |s| async move {
+        let chain = Chain::new(&s)?;
+        let run = s
+            .attack_bash("lifetime_chain.sh", chain.args("end"))
+            .await?;
+        chain.seen_enough(&run.seen, true)?;
+        let left = wait_gone(&chain.mark).await;
+        if !left.is_empty() {
+            return Err(attack(format!("outlived the run: {left:?}")));
+        }
+        chain.server_untouched()?;
+        s.check_a_run_works("after the chain").await?;
+        s.check_healthy("the chain").await?;
+        run.all_refused(3)
+    })
+    .await;
+}
+
+/// The same chain, made by `os.fork` and `os.setsid` in a Python run with
+/// `PTC_ALLOW_SUBPROCESS=true`, its `prlimit` calls through ctypes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_setsid_chain_dies_with_its_python_run_when_allowed() {
+    against_both(
+        "lifetime_chain_python",
+        Opts::subprocess(),
+        |s| async move {
+            let chain = Chain::new(&s)?;
+            let run = s.attack("lifetime_chain.py", chain.args("end")).await?;
+            chain.seen_enough(&run.seen, false)?;
+            chain.server_untouched()?;
+            s.check_a_run_works("after the chain").await?;
+            s.check_healthy("the chain").await?;
+            run.all_refused(3)
+        },
+    )
+    .await;
+}
+
+/// The bash chain with its run still in flight, and the sidecar told to stop (SIGTERM): once
+/// it has exited, nothing of the run exists.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_setsid_chain_dies_with_a_terminated_sidecar() {
+    against_both("lifetime_chain_sigterm", Opts::default(), |s| async move {
+        check_chain_and_signal(&s, libc::SIGTERM).await
+    })
+    .await;
+}
+
+/// The same with the sidecar killed (SIGKILL): nobody tells the fork server; it and the run's
+/// first process see their parent go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_setsid_chain_dies_with_a_killed_sidecar() {
+    against_both("lifetime_chain_sigkill", Opts::default(), |s| async move {
+        check_chain_and_signal(&s, libc::SIGKILL).await
+    })
+    .await;
+}
+
+async fn check_chain_and_signal(s: &Stage, signal: libc::c_int) -> Verdict {
+    let chain = Chain::new(s)?;
+    let victim = s
+        .start_bash_victim("lifetime_chain.sh", chain.args("park"))
+        .await?;
+    chain.seen_enough(&victim.seen, true)?;
+    chain.server_untouched()?;
+    check_sidecar_gone(s, victim, signal, Some(&chain.mark)).await
+}
+
+/// The processes whose command line holds `mark` still there after [`SETTLE`].
+async fn wait_gone(mark: &str) -> Vec<String> {
+    let deadline = std::time::Instant::now() + SETTLE;
+    loop {
+        let left = with_cmdline(mark);
+        if left.is_empty() || std::time::Instant::now() > deadline {
+            return left
+                .into_iter()
+                .map(|p| format!("{p}: {}", cmdline(p).unwrap_or_default()))
+                .collect();
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }

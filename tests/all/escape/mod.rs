@@ -1,5 +1,5 @@
 //! The escape suite of issues 9 and 21: the real `ptc-sidecar serve` binary, attacked by the
-//! Python scripts of `tests/escape/` the way hostile code would, once with the sidecar
+//! Python and bash scripts of `tests/escape/` the way hostile code would, once with the sidecar
 //! running as root and once as the unprivileged user `ptc-test` (scripts/test creates it; so
 //! does `ptc-run`, the user code runs as when the sidecar may switch users).
 //!
@@ -11,7 +11,7 @@
 //!
 //! One test per attempt of the issues. A script prints `ATTEMPT <what>` before each forbidden
 //! step and `REFUSED <exception> errno=<name>`, `GOT <what it obtained>` or `BROKEN <error>` after
-//! it (tests/escape/_prelude.py), so a test tells a refusal from an attack that got
+//! it (tests/escape/_prelude.py, _prelude.sh), so a test tells a refusal from an attack that got
 //! through and from a script that failed for another reason. Every test also checks what the
 //! attack leaves: no secret in the run's output, no process of the run alive afterwards, no file
 //! written outside its scratch dir. Next to the attacks, what must keep working under the sandbox.
@@ -29,7 +29,8 @@
 //! The families: `secrets`, `reach` (the control plane, Redis, the callback, any other address,
 //! the IPC port on any other address), `other_runs` (memory, stdout, a warm worker's stdin,
 //! sessions, limits and scheduling), `persist` (files, the SDK, the configs, an MCP server's
-//! stdin, the process guard), `lifetime` (killing, detaching, a killed sidecar), `resources` (threads, the scratch quota), `works` (what must keep
+//! stdin, the process guard), `lifetime` (killing, detaching, `setsid` chains, a killed or
+//! terminated sidecar), `resources` (threads, the scratch quota), `works` (what must keep
 //! working, and `/healthz`). The harness: `stage` (the sidecar under attack), `script` (a run of
 //! a script and its verdict), `seen` (a run's processes from outside).
 //!

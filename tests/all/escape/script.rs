@@ -1,4 +1,4 @@
-//! A run of an attack script: its code (`ARGS`, the prelude and the script),
+//! A run of an attack script: its code (`ARGS`, the prelude and the script, in Python or bash),
 //! the run followed through its checkpoints (where the harness looks at its processes from
 //! outside), its output read as attempts and outcomes, and what every attack must leave: no
 //! secret in its output, no process of it alive, no file changed outside its scratch dir.
@@ -49,6 +49,35 @@ fn python_source(script: &str, args: &Value, checkpoint: bool) -> String {
 /// The code of a Python run of `script`.
 pub fn script_code(script: &str, args: &Value) -> String {
     python_source(script, args, true)
+}
+
+/// `ARGS` as bash variables (`ARG_name='value'`, strings and numbers; lists space-separated).
+fn bash_args(args: &Value) -> String {
+    let quote = |v: &str| format!("'{}'", v.replace('\'', r"'\''"));
+    let scalar = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    let mut out = String::new();
+    for (k, v) in args.as_object().into_iter().flatten() {
+        let text = match v {
+            Value::Array(items) => items.iter().map(scalar).collect::<Vec<_>>().join(" "),
+            other => scalar(other),
+        };
+        out.push_str(&format!("ARG_{k}={}\n", quote(&text)));
+    }
+    out
+}
+
+/// The code of a bash run: `ARGS` as variables, the bash prelude (with the first checkpoint),
+/// the script.
+pub fn bash_code(script: &str, args: &Value) -> String {
+    format!(
+        "{}{}\n{}",
+        bash_args(args),
+        read_script("_prelude.sh"),
+        read_script(script)
+    )
 }
 
 /// A run in flight, followed through its parks.
@@ -161,6 +190,12 @@ impl StageInner {
             .await
     }
 
+    /// [`StageInner::attack`] for a bash script.
+    pub async fn attack_bash(self: &Arc<Self>, script: &str, args: Value) -> Result<Run, Failure> {
+        self.attack_body(json!({"code": bash_code(script, &args), "lang": "bash"}))
+            .await
+    }
+
     /// Runs `body`, following its checkpoints, and checks what it leaves.
     pub async fn attack_body(self: &Arc<Self>, body: Value) -> Result<Run, Failure> {
         let before = files(&self.dir.0);
@@ -233,6 +268,17 @@ impl StageInner {
         args: Value,
     ) -> Result<InFlight, Failure> {
         let mut run = self.start_run(json!({"code": script_code(script, &args)}));
+        self.follow(&mut run, true).await?;
+        Ok(run)
+    }
+
+    /// [`StageInner::start_victim`] for a bash victim.
+    pub async fn start_bash_victim(
+        self: &Arc<Self>,
+        script: &str,
+        args: Value,
+    ) -> Result<InFlight, Failure> {
+        let mut run = self.start_run(json!({"code": bash_code(script, &args), "lang": "bash"}));
         self.follow(&mut run, true).await?;
         Ok(run)
     }
