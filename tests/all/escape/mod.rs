@@ -30,7 +30,8 @@
 //! the IPC port on any other address), `other_runs` (memory, stdout, a warm worker's stdin,
 //! sessions, limits and scheduling), `persist` (files, the SDK, the configs, an MCP server's
 //! stdin, the process guard), `lifetime` (killing, detaching, `setsid` chains, a killed or
-//! terminated sidecar), `resources` (threads, the scratch quota), `works` (what must keep
+//! terminated sidecar), `resources` (threads, the scratch quota), `gaps` (new namespaces by
+//! `clone`, datagram socket pairs, code written to scratch or to memory), `works` (what must keep
 //! working, and `/healthz`). The harness: `stage` (the sidecar under attack), `script` (a run of
 //! a script and its verdict), `seen` (a run's processes from outside).
 //!
@@ -42,6 +43,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod gaps;
 mod lifetime;
 mod other_runs;
 mod persist;

@@ -80,6 +80,17 @@ pub fn bash_code(script: &str, args: &Value) -> String {
     )
 }
 
+/// The code of a bash run that runs a Python script with the system's `python3` (no SDK, no
+/// audit hook, no seccomp program against processes: a bash run's sandbox).
+pub fn python_in_bash(script: &str, args: &Value) -> String {
+    format!(
+        "{}{}\npython3 - <<'PTC_ESCAPE_PY'\n{}\nPTC_ESCAPE_PY\n",
+        bash_args(args),
+        read_script("_prelude.sh"),
+        python_source(script, args, false)
+    )
+}
+
 /// A run in flight, followed through its parks.
 pub struct InFlight {
     task: JoinHandle<Result<Value, String>>,
@@ -193,6 +204,16 @@ impl StageInner {
     /// [`StageInner::attack`] for a bash script.
     pub async fn attack_bash(self: &Arc<Self>, script: &str, args: Value) -> Result<Run, Failure> {
         self.attack_body(json!({"code": bash_code(script, &args), "lang": "bash"}))
+            .await
+    }
+
+    /// [`StageInner::attack`] for a Python script run by `python3` in a bash run.
+    pub async fn attack_python_in_bash(
+        self: &Arc<Self>,
+        script: &str,
+        args: Value,
+    ) -> Result<Run, Failure> {
+        self.attack_body(json!({"code": python_in_bash(script, &args), "lang": "bash"}))
             .await
     }
 
