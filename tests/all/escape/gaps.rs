@@ -1,5 +1,5 @@
 //! The smaller gaps of issue 21's review, and what held there: new namespaces made by `clone`,
-//! Unix datagram sockets, code written to scratch that runs despite W^X, and the
+//! Unix datagram sockets, code written to scratch or to memory that runs despite W^X, and the
 //! kernel interfaces no run needs.
 
 use super::stage::set_mode;
@@ -49,6 +49,22 @@ async fn code_written_to_scratch_cannot_run() {
         bash.all_refused(4)?;
         let python = s.attack("gaps_exec_scratch.py", json!({})).await?;
         python.all_refused(3)
+    })
+    .await;
+}
+
+/// W^X for memory: a memfd made without MFD_EXEC, executed through its `/proc/self/fd` link
+/// (by execve, or by the dynamic loader), in a bash run. Fails today (ATTACK SUCCEEDED): the
+/// kernel's default `vm.memfd_noexec` (0) makes such a memfd executable, and Landlock does not
+/// check files of internal mounts (a memfd's), so both run `/bin/true` copied into memory.
+/// Seccomp refusing memfd_create without MFD_NOEXEC_SEAL, or `vm.memfd_noexec` raised to 1 or
+/// 2 for the run's PID namespace (the sysctl is per PID namespace and only goes up; the run's
+/// first process may write it before it drops its capabilities), would close it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn code_written_to_a_memfd_cannot_run() {
+    against_both("gaps_memfd_exec", Opts::default(), |s| async move {
+        let run = s.attack_bash("gaps_memfd_exec.sh", json!({})).await?;
+        run.all_refused(2)
     })
     .await;
 }
