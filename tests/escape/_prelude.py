@@ -1,5 +1,7 @@
-"""Prepended to every script of tests/escape/ by tests/all/escape.rs, after `ARGS = {...}`
-(what the harness knows: pids, ports, paths, the secrets it planted).
+"""Prepended to every script of tests/escape/ by tests/all/escape/script.rs, after `ARGS = {...}`
+(what the harness knows: pids as it sees them, ports, paths, the secrets it planted). In a Python
+run the harness then adds `await checkpoint()`, so it sees the run's process before the script
+starts; a script it runs with `python3` inside a bash run gets no checkpoint (no SDK there).
 
 Every forbidden step goes through `attempt()`, which prints `ATTEMPT <label>` before the step
 and then exactly one outcome line:
@@ -17,8 +19,8 @@ import errno as _errno
 import os as _os
 import sys as _sys
 
-# Every script starts by naming its process and its scratch dir, so the harness can check that
-# neither outlives the run.
+# Every script starts by naming its process and its scratch dir. The pid is the run's own PID
+# namespace's (1): the harness finds the run's processes from outside by the directory.
 print("PID", _os.getpid(), flush=True)
 print("SCRATCH", _os.getcwd(), flush=True)
 
@@ -72,8 +74,59 @@ async def attempt_async(label, step, refused=(PermissionError,)):
 
 
 def spawned(pid):
-    """Names a process the script started, which must not outlive the run."""
+    """Names a process the script started (its pid in the run), which must not outlive the run;
+    the harness sees it at the next checkpoint."""
     print("SPAWNED", pid, flush=True)
+
+
+async def checkpoint():
+    """Waits while the harness looks at this run's processes from outside (the host tool `park`,
+    held meanwhile): every process the run has now is seen, and must be gone once it is over."""
+    await park(pid=_os.getpid(), dir=_os.getcwd(), role="checkpoint")
+
+
+async def park_as_victim(hold=True):
+    """Waits, seen from outside, until the harness releases it (`hold`; else it goes on at
+    once): a run another run attacks meanwhile, or one in flight when the sidecar is killed."""
+    await park(pid=_os.getpid(), dir=_os.getcwd(), role="victim", hold=hold)
+
+
+def unguard():
+    """Empties the audit hook's lists, as one line of attacker code does (the hook is not a
+    layer): what is judged after this is the kernel's answer, not the hook's."""
+    guard = _sys.modules.get("ptc_guard")
+    if guard is not None:
+        guard._EVENTS = frozenset()
+        guard._SYMBOLS = frozenset()
+
+
+def refused_by(*names):
+    """`attempt`'s `refused` for libc calls: an OSError whose errno is one of `names` (EPERM,
+    ESRCH, ...) counts as a refusal; any other error is a broken script."""
+
+    class _ByErrno(type):
+        def __instancecheck__(cls, error):
+            code = getattr(error, "errno", None)
+            return isinstance(error, OSError) and _errno.errorcode.get(code) in names
+
+    return (_ByErrno("RefusedBy", (), {}),)
+
+
+def libc_call(name, *args, restype=None):
+    """Calls libc's `name` through ctypes with `args` (ints are passed as C longs) and returns its
+    result (an int unless `restype` says otherwise: `ctypes.c_long` for `syscall`); -1 raises
+    OSError with errno, so `attempt` can judge it (`refused_by`)."""
+    import ctypes
+
+    fn = getattr(ctypes.CDLL(None, use_errno=True), name)
+    fn.restype = restype or ctypes.c_int
+    converted = [ctypes.c_long(a) if isinstance(a, int) else a for a in args]
+    ctypes.set_errno(0)
+    result = fn(*converted)
+    if result == -1:
+        code = ctypes.get_errno()
+        raise OSError(code, "%s: %s" % (name, _os.strerror(code)))
+    return result
 
 
 def read_file(path, limit=1 << 20):

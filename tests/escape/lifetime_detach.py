@@ -1,6 +1,7 @@
 """Lifetime: processes that try to outlive the run: a `setsid` child (start_new_session) and a
 double-forked grandchild in a session of its own. Without PTC_ALLOW_SUBPROCESS each start must
-be refused; with it they start, and the harness checks every one is dead once the run ends."""
+be refused; with it they start, the harness sees them at the last checkpoint, and checks every
+one is dead once the run ends (and the run's PID namespace with them)."""
 
 import subprocess
 import time
@@ -41,3 +42,4 @@ def double_fork():
 
 attempt("start a setsid child", setsid_child)
 attempt("double fork a grandchild into its own session", double_fork)
+await checkpoint()

@@ -1,8 +1,12 @@
 """Other runs: a crafted job written into a waiting pre-forked worker's stdin, so that the
 *next* run executes our code with `allow_subprocess` forced on. Must be refused for every
-waiting worker; the harness then checks the next runs are untouched."""
+waiting worker (their pids as the harness sees them: this run's PID namespace has none of
+them); the harness then checks the next runs are untouched."""
 
-me = _os.getpid()
+# This run is one of them: the pool gave it a waiting worker. Its pid as the harness sees it is
+# what /proc/self names (the run's /proc is the machine's), and its own stdin is not a target.
+me = int(_os.readlink("/proc/self"))
+print("SELF", me)
 job = json.dumps({"code": "print('HIJACKED by %s')" % ARGS["mark"], "allow_subprocess": True})
 
 

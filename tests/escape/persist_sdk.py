@@ -1,6 +1,7 @@
 """Persistence: append to the SDK every later run imports, then kill the fork server so the
 next one starts from the poisoned files (every later run's code and token logged). Both steps
-must be refused (SDK read-only to code; Landlock signal scoping, another uid)."""
+must be refused (SDK read-only to code; the fork server has no pid in the run's PID namespace,
+Landlock signal scoping, another uid)."""
 
 import signal
 
@@ -19,4 +20,5 @@ def kill_fork_server():
 
 
 attempt("append to %s" % sdk_file, poison)
-attempt("kill -9 the fork server %d" % ARGS["fork_server_pid"], kill_fork_server)
+attempt("kill -9 the fork server %d" % ARGS["fork_server_pid"], kill_fork_server,
+        (PermissionError, ProcessLookupError))

@@ -1,9 +1,9 @@
 """Resources: 3,000 threads (small stacks, so the address-space limit is not what stops them).
-Starting them must fail before the 3,000th (RLIMIT_NPROC for the code's user). The run then
-holds every thread it got, and a greedy thread takes every slot that another process frees,
-while the run parks (the host tool `park`) and the harness starts other runs: they may fail to
-start (the budget is shared by every run of the user) but must not be taken over, and the fork
-server must outlive the flood."""
+Starting them must fail before the 3,000th: RLIMIT_NPROC, a budget of this run's own (it is in a
+user namespace of its own). The run then holds every thread it got, and a greedy thread takes
+every slot that frees up, while the run parks as a victim: the harness counts its threads from
+outside and starts other runs of the same user, which must all start (their budgets are their
+own) and must not be taken over; the fork server must outlive the flood."""
 
 import threading
 
@@ -44,7 +44,7 @@ grabber.start()
 try:
     attempt("start %d threads" % WANTED, many_threads)
     flooded.set()
-    await park(pid=_os.getpid())
+    await park_as_victim()
 finally:
     stop.set()
     flooded.set()

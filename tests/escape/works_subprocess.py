@@ -1,5 +1,6 @@
 """With PTC_ALLOW_SUBPROCESS=true, code may start processes: `subprocess.run(["ls"])` works,
-and a child left running is killed when the run ends (the harness checks its pid)."""
+and a child left running is killed when the run ends (the harness sees it at a checkpoint and
+checks it is gone)."""
 
 import subprocess
 
@@ -9,3 +10,4 @@ print("ls", done.returncode, "listed.txt" in done.stdout.split())
 left = subprocess.Popen(["sleep", "60"], stdin=subprocess.DEVNULL)
 spawned(left.pid)
 print("left running", left.poll() is None)
+await checkpoint()

@@ -150,3 +150,37 @@ pub fn outer_pid(dir: &str, inner: i32) -> Option<i32> {
         .into_iter()
         .find(|pid| inner_pid(*pid) == Some(inner))
 }
+
+/// The inode of process `pid`'s PID namespace (`/proc/<pid>/ns/pid`): every process of a run in
+/// a PID namespace of its own has it, and no other process while the run lives.
+pub fn pid_ns(pid: i32) -> Option<u64> {
+    let link = std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()?;
+    link.to_str()?
+        .strip_prefix("pid:[")?
+        .strip_suffix(']')?
+        .parse()
+        .ok()
+}
+
+/// When process `pid` started, in clock ticks after boot (`stat`'s 22nd field): with its pid,
+/// a process that a later one given the same pid cannot be taken for.
+pub fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // After the command name in parentheses: state (field 3), ..., starttime (field 22).
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
+/// The live processes in the PID namespace `ns` (see [`pid_ns`]).
+pub fn in_pid_ns(ns: u64) -> Vec<i32> {
+    let mut found: Vec<i32> = processes()
+        .into_keys()
+        .filter(|pid| pid_ns(*pid) == Some(ns))
+        .collect();
+    found.sort();
+    found
+}

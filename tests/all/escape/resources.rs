@@ -1,0 +1,120 @@
+//! Resources: a thread flood against the process budget, and the scratch quota.
+
+use super::{FLOOD_USER, Opts, SCRATCH_MAX_FILES, SCRATCH_MAX_MB, against_both, attack, broken};
+use serde_json::json;
+
+/// A process's `Threads:` and its `Max processes` soft limit, read from outside.
+fn threads_and_budget(pid: i32) -> Option<(u64, u64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let threads = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))?
+        .trim()
+        .parse()
+        .ok()?;
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).ok()?;
+    let budget = limits
+        .lines()
+        .find_map(|l| l.strip_prefix("Max processes"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some((threads, budget))
+}
+
+/// Each run has a process budget of its own (`RLIMIT_NPROC` in a user namespace of its own):
+/// a run that starts 3,000 threads is stopped at its budget (seen from outside: its thread
+/// count), and holds it while the harness starts other runs of the same user, which all start
+/// and finish meanwhile; none is taken over, and the fork server outlives the flood.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_thousand_threads_are_refused_and_take_no_run_over() {
+    let opts = Opts {
+        user: Some(FLOOD_USER),
+        ..Opts::default()
+    };
+    against_both("resources_threads", opts, |s| async move {
+        let server = s.fork_server();
+        let flood = s.start_victim("resources_threads.py", json!({})).await?;
+        let pid = flood.outer.unwrap();
+        // The flood holds its threads now, and takes every slot that frees up.
+        let (threads, budget) = threads_and_budget(pid)
+            .ok_or_else(|| broken(format!("cannot read the flooding run {pid} in /proc")))?;
+        if threads >= 3000 || threads > budget + 1 {
+            return Err(attack(format!(
+                "the flooding run holds {threads} threads (its budget is {budget})"
+            )));
+        }
+        for i in 0..4 {
+            let next = s
+                .exec("print('next run')")
+                .await
+                .map_err(|e| attack(format!("the sidecar stopped answering: {e}")))?;
+            if next["status"] != "ok" || next["stdout"] != "next run\n" {
+                return Err(attack(format!(
+                    "run {i} during the flood ({threads} threads held) did not go through: \
+                     {next}"
+                )));
+            }
+        }
+        let run = s.finish_victim(flood).await?;
+        run.all_refused(1)?;
+        if !run.stdout.contains("threads released") {
+            return Err(broken(format!("the flood did not end: {}", run.stdout)));
+        }
+        s.check_a_run_works("after the flood").await?;
+        if s.fork_server() != server {
+            return Err(attack(format!(
+                "the fork server did not outlive the flood ({server:?}, now {:?})",
+                s.fork_server()
+            )));
+        }
+        eprintln!(
+            "resources_threads {}: the flood held {threads} threads (budget {budget}); 4 runs \
+             went through meanwhile",
+            s.who.label()
+        );
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_scratch_quota_holds() {
+    against_both("resources_scratch", Opts::default(), |s| async move {
+        let run = s
+            .attack(
+                "resources_scratch.py",
+                json!({"scratch_max_mb": SCRATCH_MAX_MB, "scratch_max_files": SCRATCH_MAX_FILES}),
+            )
+            .await?;
+        // One file past the size quota meets RLIMIT_FSIZE (EFBIG); the file flood meets the
+        // sidecar's watch, which stops the run with PTC_SCRATCH_MAX_FILES in its error.
+        let got: Vec<_> = run
+            .attempts
+            .iter()
+            .filter(|(_, o)| o.starts_with("GOT "))
+            .collect();
+        if !got.is_empty() {
+            return Err(attack(format!("{got:?}")));
+        }
+        let stopped = run.status() == "error" && run.stderr.contains("PTC_SCRATCH_MAX_FILES");
+        match run.attempts.as_slice() {
+            [(_, big), (_, many)] if big.starts_with("REFUSED ") && many.is_empty() && stopped => {
+                Ok(())
+            }
+            _ if run.status() == "ok" => Err(attack(format!(
+                "the run finished within its quota:\n{}",
+                run.stdout
+            ))),
+            _ => Err(broken(format!(
+                "expected the big file refused and the run stopped during the file flood \
+                 (status {}):\nstdout: {}\nstderr: {}",
+                run.status(),
+                run.stdout,
+                run.stderr
+            ))),
+        }
+    })
+    .await;
+}

@@ -1,0 +1,127 @@
+//! What must keep working under the sandbox, and `/healthz`'s report of it.
+
+use super::{
+    Opts, SANDBOX_USER, Stage, Verdict, Who, against_both, attack, broken, expected_sandbox,
+    user_ids,
+};
+use crate::procs::is_alive;
+use serde_json::{Value, json};
+
+const WORKS_STDOUT: &str = "\
+sdk a b c d
+gather 1225
+mcp 5
+json {\"k\": [1, 2]}
+re a#b#
+zoneinfo 2:00:00
+sqlite3 6
+tempfile temp True
+scratch kept in scratch {'ok': True} ['notes.txt', 'scratch.db', 'sub']
+";
+
+async fn check_works(s: &Stage) -> Verdict {
+    let zygote = s.fork_server();
+    if (s.opts.warm > 0) != zygote.is_some() {
+        return Err(broken(format!(
+            "warm workers {}, fork server {zygote:?}",
+            s.opts.warm
+        )));
+    }
+    let run = s.attack("works.py", json!({})).await?;
+    run.ran_to_the_end()?;
+    let out: String = run
+        .stdout
+        .lines()
+        .filter(|l| !l.starts_with("PID ") && !l.starts_with("SCRATCH "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    if out != WORKS_STDOUT {
+        return Err(broken(format!(
+            "expected\n{WORKS_STDOUT}got\n{out}stderr: {}",
+            run.stderr
+        )));
+    }
+    if let Some(z) = zygote
+        && !is_alive(z)
+    {
+        return Err(broken("the fork server died"));
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_stdlib_mcp_and_scratch_work_with_the_fork_server() {
+    against_both("works_fork_server", Opts::default(), |s| async move {
+        check_works(&s).await
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_stdlib_mcp_and_scratch_work_cold() {
+    let opts = Opts {
+        warm: 0,
+        ..Opts::default()
+    };
+    against_both("works_cold", opts, |s| async move { check_works(&s).await }).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subprocess_works_when_allowed_and_its_children_die_with_the_run() {
+    against_both("works_subprocess", Opts::subprocess(), |s| async move {
+        let run = s.attack("works_subprocess.py", json!({})).await?;
+        run.ran_to_the_end()?;
+        if !run.stdout.contains("ls 0 True\n")
+            || !run.stdout.contains("left running True\n")
+            || run.spawned.len() != 1
+        {
+            return Err(broken(format!(
+                "stdout: {}\nstderr: {}",
+                run.stdout, run.stderr
+            )));
+        }
+        // The run's process and the `sleep` it left running, both seen, both gone (attack()).
+        if run.seen.procs.len() < 2 {
+            return Err(broken(format!(
+                "the harness did not see the child: {:?}",
+                run.seen.procs
+            )));
+        }
+        Ok(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_reports_the_sandbox_and_code_runs_as_its_user() {
+    against_both("healthz_sandbox", Opts::default(), |s| async move {
+        let h: Value =
+            serde_json::from_str(&s.health_text().await?).map_err(|e| broken(e.to_string()))?;
+        let expected = expected_sandbox(&s.who);
+        if h["sandbox"] != expected {
+            return Err(attack(format!(
+                "/healthz sandbox: expected {expected}, got {}",
+                h["sandbox"]
+            )));
+        }
+        let r = s
+            .exec("import os; print(os.getuid(), os.geteuid())")
+            .await
+            .map_err(broken)?;
+        let code_uid = match &s.who {
+            Who::Root => user_ids(SANDBOX_USER).map(|(u, _)| u),
+            Who::User { uid, .. } => Some(*uid),
+            // SAFETY: getuid cannot fail.
+            Who::Current => Some(unsafe { libc::getuid() }),
+        }
+        .ok_or_else(|| broken(format!("user {SANDBOX_USER} is missing: run scripts/test")))?;
+        if r["stdout"] != format!("{code_uid} {code_uid}\n") {
+            return Err(attack(format!(
+                "code runs as {}, not uid {code_uid}",
+                r["stdout"]
+            )));
+        }
+        Ok(())
+    })
+    .await;
+}

@@ -1,0 +1,38 @@
+"""Smaller gaps: code written to scratch runs (W^X), from Python: a shared library copied into
+scratch, loaded with ctypes.CDLL, cannot be mapped executable (the scratch directory is mounted
+noexec in the run's mount namespace); an executable memfd cannot be made (MFD_EXEC), and no file
+descriptor can be executed (execveat). The audit hook is emptied first. Each must be refused."""
+
+import ctypes
+import shutil
+
+unguard()
+shutil.copy("/lib/x86_64-linux-gnu/libm.so.6", "copied.so")
+
+
+def load():
+    try:
+        lib = ctypes.CDLL("./copied.so")
+    except OSError as e:
+        if "failed to map segment" in str(e):
+            raise Refused(_errno.EPERM, str(e))
+        raise
+    return "loaded %r, cos at %r" % (lib, lib.cos)
+
+
+def memfd_exec():
+    return "an executable memfd: %d" % libc_call("memfd_create", b"copied", 0x10)  # MFD_EXEC
+
+
+def execveat():
+    fd = _os.memfd_create("copied", 0)
+    _os.write(fd, read_file("/bin/true", 1 << 24))
+    argv = (ctypes.c_char_p * 3)(b"true", b"--version", None)
+    envp = (ctypes.c_char_p * 1)(None)
+    libc_call("syscall", 322, fd, b"", argv, envp, 0x1000, restype=ctypes.c_long)
+    return "execveat returned"
+
+
+attempt("ctypes.CDLL('./copied.so') (a library written to scratch)", load)
+attempt("memfd_create(MFD_EXEC)", memfd_exec, refused_by("EPERM"))
+attempt("memfd_create, then execveat(fd, \"\", AT_EMPTY_PATH)", execveat, refused_by("EPERM"))
