@@ -49,6 +49,11 @@ def _outcome(label, step_result=None, error=None, refused=(PermissionError,)):
         print("BROKEN", type(error).__name__, str(error)[:400], flush=True)
 
 
+# A run's /proc is an empty tmpfs in its own mount namespace: another process's files are not
+# there at all (ENOENT), where Landlock alone refused them (EACCES). Either is a refusal.
+PROC_REFUSED = (PermissionError, FileNotFoundError)
+
+
 def attempt(label, step, refused=(PermissionError,)):
     """Runs `step()` (the forbidden thing) and prints what happened; returns its result."""
     print("ATTEMPT", label, flush=True)

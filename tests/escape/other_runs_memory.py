@@ -24,4 +24,4 @@ def steal():
     return "token %s...; called noop as the victim: %s %s" % (token[:8], status, body[:100])
 
 
-attempt("read /proc/%d/mem (a concurrent run) for its token" % victim, steal)
+attempt("read /proc/%d/mem (a concurrent run) for its token" % victim, steal, refused=PROC_REFUSED)

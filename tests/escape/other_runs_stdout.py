@@ -10,4 +10,4 @@ def inject():
     return "wrote into the victim's stdout"
 
 
-attempt("write into /proc/%d/fd/1 (a concurrent run's stdout)" % victim, inject)
+attempt("write into /proc/%d/fd/1 (a concurrent run's stdout)" % victim, inject, refused=PROC_REFUSED)

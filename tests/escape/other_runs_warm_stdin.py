@@ -3,10 +3,8 @@
 waiting worker (their pids as the harness sees them: this run's PID namespace has none of
 them); the harness then checks the next runs are untouched."""
 
-# This run is one of them: the pool gave it a waiting worker. Its pid as the harness sees it is
-# what /proc/self names (the run's /proc is the machine's), and its own stdin is not a target.
-me = int(_os.readlink("/proc/self"))
-print("SELF", me)
+# This run is one of them (the pool gave it a waiting worker); it cannot tell which, its /proc
+# being empty, so it attacks every one, its own stdin included.
 job = json.dumps({"code": "print('HIJACKED by %s')" % ARGS["mark"], "allow_subprocess": True})
 
 
@@ -18,7 +16,7 @@ def hijack(pid):
     return step
 
 
-targets = [p for p in ARGS["warm_pids"] if p != me]
+targets = list(ARGS["warm_pids"])
 print("TARGETS", len(targets))
 for pid in targets:
-    attempt("write a job into /proc/%d/fd/0 (a waiting warm worker)" % pid, hijack(pid))
+    attempt("write a job into /proc/%d/fd/0 (a waiting warm worker)" % pid, hijack(pid), refused=PROC_REFUSED)

@@ -31,5 +31,5 @@ def job_pipe():
 
 attempt("read %s/secret.txt (another session's file)" % folder, read_file)
 attempt("list %s (another session's folder)" % folder, list_folder)
-attempt("read /proc/%d/mem (a session's interpreter) for its globals" % victim, read_memory)
-attempt("list /proc/%d/fd (a session's job pipe)" % victim, job_pipe)
+attempt("read /proc/%d/mem (a session's interpreter) for its globals" % victim, read_memory, refused=PROC_REFUSED)
+attempt("list /proc/%d/fd (a session's job pipe)" % victim, job_pipe, refused=PROC_REFUSED)

@@ -12,4 +12,4 @@ def inject():
     return "wrote a tools/call into MCP server %d's stdin" % mcp
 
 
-attempt("write JSON-RPC into /proc/%d/fd/0 (an MCP server)" % mcp, inject)
+attempt("write JSON-RPC into /proc/%d/fd/0 (an MCP server)" % mcp, inject, refused=PROC_REFUSED)

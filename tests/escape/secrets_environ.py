@@ -17,8 +17,8 @@ def environ_secrets(pid):
 
 
 attempt("read /proc/%d/environ (the sidecar)" % ARGS["sidecar_pid"],
-        environ_secrets(ARGS["sidecar_pid"]))
+        environ_secrets(ARGS["sidecar_pid"]), refused=PROC_REFUSED)
 attempt("read /proc/%d/environ (an MCP server)" % ARGS["mcp_pid"],
-        environ_secrets(ARGS["mcp_pid"]))
+        environ_secrets(ARGS["mcp_pid"]), refused=PROC_REFUSED)
 # The run's own environment never held a secret (SpawnSpec::run_env); say what it holds.
 print("OWN_ENV", sorted(_os.environ))

@@ -20,7 +20,13 @@ scratch kept in scratch {'ok': True} ['notes.txt', 'scratch.db', 'sub']
 ";
 
 async fn check_works(s: &Stage) -> Verdict {
-    let zygote = s.fork_server();
+    let mut zygote = s.fork_server();
+    // Without a warm pool, a cold run's own fork server may still be leaving (STOP_GRACE).
+    let gone_by = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while s.opts.warm == 0 && zygote.is_some() && std::time::Instant::now() < gone_by {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        zygote = s.fork_server();
+    }
     if (s.opts.warm > 0) != zygote.is_some() {
         return Err(broken(format!(
             "warm workers {}, fork server {zygote:?}",
