@@ -70,6 +70,14 @@ async fn writing_a_warm_workers_stdin_is_refused() {
         if run.attempts.is_empty() {
             return Err(broken(format!("no worker was attacked: {}", run.stdout)));
         }
+        // The pool gave the attacking run one of the waiting workers: its own stdin was among
+        // the targets, as the others'.
+        if !run.outer.is_some_and(|me| warm.contains(&me)) {
+            return Err(broken(format!(
+                "the attacking run ({:?}) was not one of the waiting workers {warm:?}",
+                run.outer
+            )));
+        }
         run.all_refused(run.attempts.len())
     })
     .await;
