@@ -31,6 +31,7 @@ import select
 import signal
 import socket
 import sys
+import time
 
 
 def main():
@@ -77,21 +78,30 @@ def main():
 def _serve(ctl, wake, runs, prepared, spec, filter_sets, server_pid, resource, life):
     """Answers fork requests until the sidecar shuts the socket down or goes away.
     `filter_sets`: the seccomp programs of a Python run, and of a run that execs a program (a
-    bash run: it may start processes, all of them inside its sandbox and killed with it)."""
-    import ptc_bootstrap
-    import ptc_sandbox
+    bash run: it may start processes, all of them inside its sandbox and killed with it).
 
+    Where runs get namespaces of their own, a run's maker works for milliseconds before it hands
+    the run over: the server does not wait for it, but goes on reaping and forking, and
+    finishes each handover when its report comes (`pending`); otherwise a refill's handover
+    would hold up the report of a run that just exited."""
     isolating = bool(spec.get("ns"))
-
+    pending = {}  # report socket -> _Handover
+    exited = {}  # runs that exited before their handover was done: pid -> code
     wake_r = wake[0]
     while True:
+        timeout = None
+        if pending:
+            timeout = max(0.0, min(h.deadline for h in pending.values()) - time.monotonic())
         try:
-            ready, _, _ = select.select([ctl, wake_r], [], [])
+            ready, _, _ = select.select([ctl, wake_r] + list(pending), [], [], timeout)
         except InterruptedError:
             continue
         if wake_r in ready:
             os.read(wake_r, 4096)
-            _reap(ctl, runs)
+            _reap(ctl, runs, isolating, exited)
+        now = time.monotonic()
+        for report in [r for r in pending if r in ready or pending[r].deadline <= now]:
+            _finish_handover(ctl, pending.pop(report), runs, exited)
         if ctl not in ready:
             continue
         try:
@@ -106,69 +116,112 @@ def _serve(ctl, wake, runs, prepared, spec, filter_sets, server_pid, resource, l
             for fd in fds:
                 os.close(fd)
             continue
-        rid = request.get("id", "?")
-        report = theirs = go = None
-        if isolating:
-            report, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-            go = os.pipe()
-        try:
-            pid = os.fork()
-        except OSError as e:
-            # EAGAIN: the server's process limit is reached. That run cannot start; the server
-            # goes on serving the others.
-            for sock in (report, theirs):
-                if sock is not None:
-                    sock.close()
-            for fd in go or ():
-                os.close(fd)
-            for fd in fds:
-                os.close(fd)
-            _send(ctl, "failed %s %d %s\n" % (rid, e.errno or 0, e.strerror or "fork failed"))
-            continue
-        if pid == 0:
-            try:
-                os.close(life[1])
-                if report is not None:
-                    report.close()
-                    os.close(go[1])
-                _child(request, fds, ctl, wake, resource, isolating)
-                argv = request.get("exec")
-                parent = server_pid
-                if isolating:
-                    _isolate_or_exit(spec, request, theirs, life[0], go[0])
-                    parent = None  # isolate armed the death signal and checked the server
-                else:
-                    ptc_sandbox.become_run_user(spec)
-                # The run's own Landlock ruleset came as a fourth fd; confine closes it.
-                ptc_sandbox.confine_or_exit(
-                    ptc_sandbox.confine_spec, spec,
-                    ruleset_fd=fds[3] if len(fds) > 3 else None,
-                    filters=filter_sets[1 if argv else 0], parent_pid=parent,
-                )
-                if argv:
-                    _exec(argv)
-                ptc_bootstrap.serve(prepared)  # never returns
-            finally:
-                os._exit(2)
-        for fd in fds:
+        handover = _fork_run(ctl, request, fds, (wake, life, pending, runs), prepared, spec,
+                             filter_sets, server_pid, resource)
+        if handover is not None:
+            pending[handover.report] = handover
+
+
+class _Handover:
+    """A run whose maker is making its namespaces: what finishing its handover needs."""
+
+    __slots__ = ("rid", "maker", "report", "go", "deadline")
+
+    def __init__(self, rid, maker, report, go):
+        self.rid = rid
+        self.maker = maker
+        self.report = report
+        self.go = go
+        self.deadline = time.monotonic() + _HANDOVER_TIMEOUT
+
+
+def _fork_run(ctl, request, fds, kept, prepared, spec, filter_sets, server_pid, resource):
+    """Forks one run's child. Without namespaces it is the run: reported `forked` here. With
+    them it is the run's maker: returns the `_Handover` to finish when its report comes."""
+    import ptc_bootstrap
+    import ptc_sandbox
+
+    wake, life, pending, runs = kept
+    isolating = bool(spec.get("ns"))
+    rid = request.get("id", "?")
+    report = theirs = go = None
+    if isolating:
+        report, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        go = os.pipe()
+    try:
+        pid = os.fork()
+    except OSError as e:
+        # EAGAIN: the server's process limit is reached. That run cannot start; the server
+        # goes on serving the others.
+        for sock in (report, theirs):
+            if sock is not None:
+                sock.close()
+        for fd in list(go or ()) + list(fds):
             os.close(fd)
-        handed = []
-        if isolating:
-            theirs.close()
-            os.close(go[0])
-            pid, handed, failure = _handover(report, pid, go[1])
-            report.close()
-            if failure is not None:
-                _send(ctl, "failed %s %s\n" % (rid, failure))
-                continue
+        _send(ctl, "failed %s %d %s\n" % (rid, e.errno or 0, e.strerror or "fork failed"))
+        return None
+    if pid == 0:
         try:
-            os.setpgid(pid, pid)  # also done by the child: whichever runs first wins the race
-        except OSError:
-            pass
-        runs.add(pid)
-        _send(ctl, "forked %s %d\n" % (rid, pid), handed)
-        for fd in handed:
-            os.close(fd)
+            os.close(life[1])
+            for other in pending.values():  # other runs' handovers are not ours
+                other.report.close()
+                os.close(other.go)
+            if report is not None:
+                report.close()
+                os.close(go[1])
+            _child(request, fds, ctl, wake, resource, isolating)
+            argv = request.get("exec")
+            parent = server_pid
+            if isolating:
+                _isolate_or_exit(spec, request, theirs, life[0], go[0])
+                parent = None  # isolate armed the death signal and checked the server
+            else:
+                ptc_sandbox.become_run_user(spec)
+            # The run's own Landlock ruleset came as a fourth fd; confine closes it.
+            ptc_sandbox.confine_or_exit(
+                ptc_sandbox.confine_spec, spec,
+                ruleset_fd=fds[3] if len(fds) > 3 else None,
+                filters=filter_sets[1 if argv else 0], parent_pid=parent,
+            )
+            if argv:
+                _exec(argv)
+            ptc_bootstrap.serve(prepared)  # never returns
+        finally:
+            os._exit(2)
+    for fd in fds:
+        os.close(fd)
+    if isolating:
+        theirs.close()
+        os.close(go[0])
+        return _Handover(rid, pid, report, go[1])
+    _started(ctl, rid, pid, (), runs)
+    return None
+
+
+def _finish_handover(ctl, h, runs, exited):
+    """The run's maker reported (or ran out of time): reaps it, tells the run's process it is
+    ours, and says `forked` (or `failed`)."""
+    pid, handed, failure = _handover(h.report, h.maker, h.go)
+    h.report.close()
+    if failure is not None:
+        _send(ctl, "failed %s %s\n" % (h.rid, failure))
+        return
+    _started(ctl, h.rid, pid, handed, runs)
+    for fd in handed:
+        os.close(fd)
+    if pid in exited:  # it died before it was handed over: its exit was held for now
+        runs.discard(pid)
+        _send(ctl, "exited %d %d\n" % (pid, exited.pop(pid)))
+
+
+def _started(ctl, rid, pid, handed, runs):
+    """Reports a run's process (it leads its own group) as one of `runs`."""
+    try:
+        os.setpgid(pid, pid)  # also done by the child: whichever runs first wins the race
+    except OSError:
+        pass
+    runs.add(pid)
+    _send(ctl, "forked %s %d\n" % (rid, pid), handed)
 
 
 def _isolate_or_exit(spec, request, report, life_fd, go_fd):
@@ -197,12 +250,18 @@ _HANDOVER_TIMEOUT = 5.0
 
 
 def _handover(report, maker, go):
-    """Waits for the process that makes a run's namespaces (`maker`) to hand over the run's
-    process and leave, then tells the run's process it is ours (a byte on `go`, closed here):
+    """Takes the report of the process that makes a run's namespaces (`maker`, which leaves
+    once it has sent it; one that has sent nothing by now is killed), reaps the maker, then
+    tells the run's process it is ours (a byte on `go`, closed here):
     `(run pid, [listening socket], None)`, or `(0, [], "ERRNO MESSAGE")`."""
     import ptc_sandbox
 
-    data, fds = ptc_sandbox._receive(report, _HANDOVER_TIMEOUT)
+    data, fds = ptc_sandbox._receive(report, 0)
+    if not data:
+        try:
+            os.kill(maker, signal.SIGKILL)
+        except OSError:
+            pass
     try:
         os.waitpid(maker, 0)  # reaped: the run's process is ours now (we are its subreaper)
     except ChildProcessError:
@@ -241,9 +300,15 @@ def _leave():
     os._exit(0)
 
 
-def _reap(ctl, runs):
-    """Reaps exited children. A run's exit is reported once the strays it left are dead; a
-    stray's exit (one that died by itself) is nobody's business."""
+# Exits of children that were not (yet) runs kept for a handover still to come: at most this
+# many (makers and strays fill it too; the oldest go first).
+_HELD_EXITS = 64
+
+
+def _reap(ctl, runs, isolating, exited):
+    """Reaps exited children. A run's exit is reported, without namespaces once the strays it
+    left are dead (in its own PID namespace, nothing of it is left to kill). Any other child's
+    exit is kept a while in `exited`, for a run process that died before its handover."""
     import ptc_sandbox
 
     while True:
@@ -253,10 +318,16 @@ def _reap(ctl, runs):
             return
         if pid == 0:
             return
+        code = os.waitstatus_to_exitcode(status)
         if pid in runs:
             runs.discard(pid)
-            ptc_sandbox.kill_strays(runs)
-            _send(ctl, "exited %d %d\n" % (pid, os.waitstatus_to_exitcode(status)))
+            if not isolating:
+                ptc_sandbox.kill_strays(runs)
+            _send(ctl, "exited %d %d\n" % (pid, code))
+        elif isolating:
+            exited[pid] = code
+            while len(exited) > _HELD_EXITS:
+                del exited[next(iter(exited))]
 
 
 def _send(ctl, text, fds=()):
