@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 use std::io;
+use std::ops::ControlFlow;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -20,6 +21,7 @@ use super::names::{
 };
 use super::{SessionConfig, SessionError, io_error};
 use crate::util::lock;
+use crate::util::tree;
 
 /// What a session serves of one file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -347,14 +349,35 @@ impl Session {
         }
     }
 
-    /// Bytes and count of every regular file in the session, whatever its name or links (what
-    /// it takes on disk, as far as the walk reaches).
+    /// Bytes and count of every regular file in the session, whatever its name or links, at
+    /// any depth (measured through descriptors, `util::tree`). Past `max_files` entries (files,
+    /// folders, links): [`SessionError::TooManyFiles`]; a folder that cannot be measured (nested
+    /// too deep, unreadable): [`SessionError::Unmeasurable`].
     pub fn usage(&self) -> Result<(u64, u64), SessionError> {
-        let (mut bytes, mut files) = (0u64, 0u64);
-        self.walk(|_, st| {
-            bytes += st.size;
-            files += 1;
+        let top = self.dir_fd()?;
+        let max_files = self.shared.cfg.max_files;
+        let (mut bytes, mut files, mut entries) = (0u64, 0u64, 0u64);
+        tree::measure(top, |st| {
+            entries += 1;
+            if entries > max_files {
+                return ControlFlow::Break(());
+            }
+            if st.is_regular() {
+                bytes += st.size;
+                files += 1;
+            }
+            ControlFlow::Continue(())
+        })
+        .map_err(|why| SessionError::Unmeasurable {
+            id: self.id.clone(),
+            why,
         })?;
+        if entries > max_files {
+            return Err(SessionError::TooManyFiles {
+                id: self.id.clone(),
+                max_files,
+            });
+        }
         Ok((bytes, files))
     }
 

@@ -85,6 +85,15 @@ pub enum SessionError {
         incoming: u64,
         max_bytes: u64,
     },
+    /// A session whose folder cannot be measured, which counts as over its quota.
+    #[error(
+        "session {id} cannot be measured ({why}), and what cannot be measured counts as over \
+         its quota (PTC_SESSION_MAX_MB): keep its files in fewer, shallower folders"
+    )]
+    Unmeasurable {
+        id: String,
+        why: crate::util::tree::Unmeasurable,
+    },
     /// A session with more entries than `max_files` (a walk stops there).
     #[error(
         "session {id} holds more than {max_files} files, folders and links \

@@ -111,21 +111,16 @@ impl Session {
     }
 
     /// Writes all of `reader` to the file `name` as [`create`](Session::create) does, within
-    /// the quota: what the session already holds (less the file being replaced) plus what is
+    /// the quota: what the session already holds (measured at any depth, less the file being
+    /// replaced) plus what is
     /// written may not pass `max_bytes`, and a new file may not pass `max_files`. On any
     /// failure the partial file is removed (a file it replaced is gone too). Two writes at once
     /// are each measured against what was there before both: callers write under
     /// [`lock`](Session::lock) when that matters.
     pub fn write(&self, name: &str, reader: &mut impl Read) -> Result<FileInfo, SessionError> {
         let name = check_name(name)?;
-        let (mut used, mut files, mut replaced) = (0u64, 0u64, None);
-        self.walk(|path, st| {
-            used += st.size;
-            files += 1;
-            if path == Some(name.as_str()) && st.is_plain_file() {
-                replaced = Some(st.size);
-            }
-        })?;
+        let (used, files) = self.usage()?;
+        let replaced = self.open_name(&name)?.map(|(info, _)| info.size);
         let max = &self.shared.cfg;
         if replaced.is_none() && files >= max.max_files {
             return Err(SessionError::TooManyFiles {
@@ -254,5 +249,37 @@ mod tests {
         }
         // The root stays the sidecar's.
         assert_eq!(std::fs::metadata(scratch.root()).unwrap().uid(), 0);
+    }
+
+    #[test]
+    fn bytes_nested_past_the_listing_depth_count_against_the_quota() {
+        use crate::util::tree::testing::nest;
+        let scratch = Scratch::new();
+        let sessions = Sessions::new(SessionConfig {
+            max_bytes: 100_000,
+            max_files: 100_000,
+            ..scratch.config()
+        })
+        .unwrap();
+        let s = sessions.open("s").unwrap();
+        // 80 levels of 100-byte names, 1000 bytes in each: deeper than a listing goes (64) and
+        // than PATH_MAX, and all of it counted.
+        nest(&s.dir, 80, &"d".repeat(100), 1000);
+        assert_eq!(s.usage().unwrap(), (80_000, 80));
+        let err = s.write("big", &mut &[0u8; 30_000][..]).unwrap_err();
+        assert!(
+            matches!(err, SessionError::Quota { used: 80_000, .. }),
+            "{err}"
+        );
+        // Nested too deep to measure: over the quota.
+        let t = sessions.open("t").unwrap();
+        nest(&t.dir, crate::util::tree::MAX_TREE_DEPTH + 1, "d", 0);
+        let err = t.write("small", &mut &b"x"[..]).unwrap_err();
+        assert!(matches!(err, SessionError::Unmeasurable { .. }), "{err}");
+        assert!(
+            err.to_string().contains("nested more than 4096 deep"),
+            "{err}"
+        );
+        assert!(sessions.remove("s") && sessions.remove("t"));
     }
 }
