@@ -12,6 +12,7 @@ use std::io;
 use std::ops::ControlFlow;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -85,6 +86,20 @@ impl Stamp {
 pub(super) struct Shared {
     pub(super) cfg: SessionConfig,
     pub(super) root: OwnedFd,
+    /// The bytes of the whole store, for `cfg.max_total_bytes`: found at start, then counted
+    /// as the store writes and removes (see [`SessionConfig::max_total_bytes`]).
+    pub(super) stored: AtomicU64,
+}
+
+impl Shared {
+    /// Counts `bytes` the store no longer holds.
+    pub(super) fn release(&self, bytes: u64) {
+        let _ = self
+            .stored
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                Some(held.saturating_sub(bytes))
+            });
+    }
 }
 
 /// One session: its folder, when it was last used, and the lock a run holds.
@@ -327,7 +342,7 @@ impl Session {
         let failed =
             |e: io::Error| io_error(format!("cannot delete {name:?} in session {}", self.id))(e);
         let leaf = fs::cstring(leaf).map_err(failed)?;
-        match fs::stat_at(dir.as_fd(), &leaf) {
+        let size = match fs::stat_at(dir.as_fd(), &leaf) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
             Err(e) => return Err(failed(e)),
             Ok(st) if st.is_dir() => {
@@ -338,10 +353,16 @@ impl Session {
                         .to_string(),
                 });
             }
-            Ok(_) => {}
-        }
+            // What the store no longer holds once it is gone (a link, a fifo or one name of a
+            // hard link frees nothing).
+            Ok(st) if st.is_plain_file() => st.size,
+            Ok(_) => 0,
+        };
         match fs::unlink_at(dir.as_fd(), &leaf, false) {
-            Ok(()) => Ok(true),
+            Ok(()) => {
+                self.shared.release(size);
+                Ok(true)
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
             // Swapped for a folder since the stat: left alone, as above.
             Err(e) if e.raw_os_error() == Some(libc::EISDIR) => Ok(false),

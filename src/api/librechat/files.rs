@@ -48,6 +48,7 @@ impl From<SessionError> for ApiError {
         match e {
             SessionError::Quota { .. }
             | SessionError::TooManyFiles { .. }
+            | SessionError::StoreFull { .. }
             | SessionError::Unmeasurable { .. } => ApiError::Quota(e.to_string()),
             SessionError::NotFound(_) => ApiError::NotFound(e.to_string()),
             SessionError::Io { .. } => ApiError::Internal(e.to_string()),
