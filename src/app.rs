@@ -267,16 +267,20 @@ async fn start_runner(
         max_bytes: config.session_max_mb << 20,
         max_files: config.session_max_files,
         owner: runner.run_user(),
+        max_total_bytes: None,
     })
     .map_err(StartError::Sessions)?;
     sessions.spawn_sweeper(shutdown.child_token());
-    // The files of runs without a session: written by the sidecar only, never by a run.
+    // The files of runs without a session: written by the sidecar only, never by a run. A
+    // run's folder is bounded by what the run may keep (PTC_SCRATCH_MAX_MB, `run_files`) and
+    // the store by PTC_ARTIFACT_MAX_MB, not by a session's quota.
     let artifacts = Sessions::new(SessionConfig {
         root: dir.join("artifacts"),
         ttl: config.artifact_ttl,
-        max_bytes: config.session_max_mb << 20,
+        max_bytes: u64::MAX,
         max_files: config.session_max_files,
         owner: None,
+        max_total_bytes: Some(config.artifact_max_mb << 20),
     })
     .map_err(StartError::Sessions)?;
     artifacts.spawn_sweeper(shutdown.child_token());

@@ -55,6 +55,7 @@ pub struct RawConfig {
     ptc_max_sessions: Option<String>,
     ptc_session_idle_ttl: Option<String>,
     ptc_artifact_ttl: Option<String>,
+    ptc_artifact_max_mb: Option<String>,
     ptc_metrics_public: Option<String>,
     ptc_metrics: Option<String>,
     ptc_shutdown_grace: Option<String>,
@@ -194,6 +195,9 @@ pub struct Config {
     pub session_idle_ttl: Duration,
     /// How long the output files of a run without a session are kept.
     pub artifact_ttl: Duration,
+    /// What the files of runs without a session may take together, in MiB: a file that would
+    /// pass it is refused.
+    pub artifact_max_mb: u64,
     /// `GET /metrics` without the API key (for a Prometheus that cannot send one).
     pub metrics_public: bool,
     /// Keep metrics at all (`PTC_METRICS`; off: no observation, `/metrics` answers 404).
@@ -244,6 +248,10 @@ const DEFAULT_MAX_SESSIONS: u64 = 32;
 const DEFAULT_SESSION_IDLE_TTL_SECS: u64 = 1800;
 /// `PTC_ARTIFACT_TTL`'s default: long enough for a runtime to fetch a run's full output.
 const DEFAULT_ARTIFACT_TTL_SECS: u64 = 3600;
+/// `PTC_ARTIFACT_MAX_MB`'s default: a few runs' worth of saved files and full output (each
+/// run's bounded by `PTC_SCRATCH_MAX_MB`, 256 by default), on a disk the runtime directory
+/// shares with the runs' scratch.
+const DEFAULT_ARTIFACT_MAX_MB: u64 = 1024;
 /// `PTC_SHUTDOWN_GRACE`'s default: runs get 20 s to finish, which leaves the rest of
 /// Kubernetes' default 30 s `terminationGracePeriodSeconds` for stopping what is left, the MCP
 /// servers and the last events before the kubelet's SIGKILL.
@@ -430,9 +438,12 @@ mod tests {
             ("REDIS_URL", "redis://127.0.0.1:6379/0"),
             ("PTC_AGENT_ID", "agent-7"),
             ("PTC_ALLOW_TOOLS", "github__*,read"),
+            ("PTC_ARTIFACT_MAX_MB", "64"),
         ])
         .unwrap();
         assert!(c.enabled);
+        assert_eq!(c.artifact_max_mb, 64);
+        assert_eq!(config(&[]).unwrap().artifact_max_mb, 1024);
         assert_eq!(c.timeout, Duration::from_secs(30));
         assert_eq!(c.direct_tools, ["complete", "done"]);
         assert_eq!(c.listen, Listen::Unix("/run/ptc.sock".into()));
@@ -510,6 +521,10 @@ mod tests {
             (
                 ("PTC_SCRATCH_MAX_FILES", "0"),
                 "PTC_SCRATCH_MAX_FILES=\"0\" is not valid: a whole number from 1",
+            ),
+            (
+                ("PTC_ARTIFACT_MAX_MB", "0"),
+                "PTC_ARTIFACT_MAX_MB=\"0\" is not valid: a whole number from 1 to 1048576",
             ),
             (
                 ("REDIS_URL", "http://u:secret@h"),

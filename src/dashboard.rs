@@ -28,6 +28,9 @@ pub const MAX_AGENTS: usize = 1000;
 pub const HEALTH_RUNS: usize = 20;
 /// Silence after which an agent shows as idle: a sidecar emits events only when it works.
 pub const IDLE_AFTER_MS: u64 = 60_000;
+/// Longest string kept of an event: a sidecar cuts its own to 1 KiB, but events from Redis may
+/// come from one that does not, and 500 runs of megabyte errors would make a state of gigabytes.
+pub const MAX_TEXT_BYTES: usize = 2048;
 
 /// One run as the page shows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -93,7 +96,19 @@ enum ReloadOutcome {
 }
 
 fn text(v: &Value, key: &str) -> Option<String> {
-    v.get(key).and_then(Value::as_str).map(str::to_string)
+    v.get(key).and_then(Value::as_str).map(bounded)
+}
+
+/// `s` within [`MAX_TEXT_BYTES`], the cut said.
+fn bounded(s: &str) -> String {
+    if s.len() <= MAX_TEXT_BYTES {
+        return s.to_string();
+    }
+    let mut end = MAX_TEXT_BYTES;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… [cut: {} more bytes]", &s[..end], s.len() - end)
 }
 
 impl Model {
@@ -119,12 +134,11 @@ impl Model {
             "tool_call.finished" => self.call_finished(&agent, e, ts),
             "catalog.reloaded" => {
                 let outcome = match e["ok"].as_bool() {
-                    Some(false) => ReloadOutcome::Failed(
+                    Some(false) => ReloadOutcome::Failed(bounded(
                         e["error"]["message"]
                             .as_str()
-                            .unwrap_or("the reload failed")
-                            .to_string(),
-                    ),
+                            .unwrap_or("the reload failed"),
+                    )),
                     _ => ReloadOutcome::Ok,
                 };
                 self.last_reload.insert(agent.clone(), outcome);
@@ -205,7 +219,7 @@ impl Model {
         }
         run.status = text(e, "status");
         run.duration_ms = duration;
-        run.error = e["error"]["message"].as_str().map(str::to_string);
+        run.error = e["error"]["message"].as_str().map(bounded);
     }
 
     fn call_started(&mut self, agent: &str, e: &Value, ts: u64) {
@@ -244,7 +258,7 @@ impl Model {
         let Some(call_id) = text(e, "call_id") else {
             return;
         };
-        let error = e["error"]["message"].as_str().map(str::to_string);
+        let error = e["error"]["message"].as_str().map(bounded);
         let index = match run.calls.iter().position(|c| c.call_id == call_id) {
             Some(i) => i,
             None if run.calls.len() < MAX_CALLS_PER_RUN => {
@@ -718,5 +732,32 @@ mod tests {
             (Some(50.0), Some(95.0))
         );
         assert_eq!(percentile(&[], 0.5), None);
+    }
+
+    #[test]
+    fn strings_of_megabytes_are_kept_cut() {
+        let mut m = Model::default();
+        let huge = "é".repeat(1 << 20);
+        for (i, e) in [
+            json!({"type": "exec.started", "ts": 1, "exec_id": "r1"}),
+            json!({"type": "tool_call.finished", "ts": 2, "exec_id": "r1", "call_id": "r1-0",
+                   "tool": huge, "ok": false, "error": {"type": "input", "message": huge}}),
+            json!({"type": "exec.finished", "ts": 3, "exec_id": "r1", "status": "error",
+                   "error": {"type": "x", "message": huge}}),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut e = e;
+            e["agent_id"] = json!("a1");
+            e["seq"] = json!(i);
+            m.fold(&e);
+        }
+        let view = m.view(10, &Filter::default(), 10).to_string();
+        assert!(view.len() < 16 << 10, "{} bytes", view.len());
+        assert!(view.contains(&format!(
+            "… [cut: {} more bytes]",
+            (2 << 20) - MAX_TEXT_BYTES
+        )));
     }
 }

@@ -1,8 +1,13 @@
 //! Small pieces every layer uses: a poison-tolerant lock, hex, the wall clock in milliseconds,
 //! the process-group kill guard, children tied to the sidecar's life (`spawn_tied`), URL
-//! redaction for messages, and private temporary directories.
+//! redaction for messages, private temporary directories, text cut to a bound with the cut
+//! said ([`cut`]), folders through descriptors ([`dirfd`]) and a tree measured through them at
+//! any depth ([`tree`]).
 //!
 //! Owns nothing of the product's logic and imports nothing of the crate: any module may use it.
+
+pub mod dirfd;
+pub mod tree;
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -308,6 +313,66 @@ pub fn private_dir(parent: &std::path::Path, prefix: &str) -> std::io::Result<st
     Err(last.unwrap_or_else(|| std::io::Error::other("no name left to try")))
 }
 
+/// `text` within about `max` bytes: whole when it fits, else its first `max` bytes (back to a
+/// character boundary) and `… [cut: N more bytes]`, so whoever reads it knows it is not all.
+pub fn cut(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    std::borrow::Cow::Owned(format!(
+        "{}… [cut: {} more bytes]",
+        &text[..end],
+        text.len() - end
+    ))
+}
+
+/// `value` as JSON, [`cut`] to about `max` bytes, without ever holding more than `max` bytes
+/// of it: a value of megabytes is written through a counter, not into a string.
+pub fn json_excerpt(value: &serde_json::Value, max: usize) -> String {
+    /// Keeps the first `max` bytes written (and up to 3 more, to end on a whole character),
+    /// counts the rest.
+    struct Head {
+        kept: Vec<u8>,
+        max: usize,
+        total: usize,
+    }
+    impl std::io::Write for Head {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let room = (self.max + 3).saturating_sub(self.kept.len());
+            self.kept.extend_from_slice(&buf[..buf.len().min(room)]);
+            self.total += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut head = Head {
+        kept: Vec::new(),
+        max,
+        total: 0,
+    };
+    // Writing a Value into a writer that never fails cannot fail.
+    let _ = serde_json::to_writer(&mut head, value);
+    if head.total <= max {
+        return String::from_utf8_lossy(&head.kept).into_owned();
+    }
+    let mut end = max;
+    // JSON is UTF-8; step back to the start of a character.
+    while end > 0 && head.kept.get(end).is_some_and(|b| b & 0xC0 == 0x80) {
+        end -= 1;
+    }
+    format!(
+        "{}… [cut: {} more bytes]",
+        String::from_utf8_lossy(&head.kept[..end]),
+        head.total - end
+    )
+}
+
 /// A file name as a URL path: each `/`-separated component percent-encoded but for the
 /// characters a path segment may hold as they are.
 pub fn url_path(name: &str) -> String {
@@ -476,5 +541,27 @@ mod tests {
         assert!(m.is_poisoned());
         *lock(&m) += 1;
         assert_eq!(*lock(&m), 2);
+    }
+
+    #[test]
+    fn cut_keeps_short_text_and_says_what_it_cut() {
+        assert_eq!(cut("short", 10), "short");
+        assert_eq!(cut("0123456789abc", 10), "0123456789… [cut: 3 more bytes]");
+        // Never inside a character: "é" is two bytes.
+        assert_eq!(cut("aé", 2), "a… [cut: 2 more bytes]");
+        let big = serde_json::json!({"k": "x".repeat(1 << 20)});
+        let shown = json_excerpt(&big, 16);
+        assert_eq!(
+            shown,
+            format!(
+                "{{\"k\":\"xxxxxxxxxx… [cut: {} more bytes]",
+                (1 << 20) + 8 - 16
+            )
+        );
+        assert_eq!(json_excerpt(&serde_json::json!([1, "é"]), 100), "[1,\"é\"]");
+        assert_eq!(
+            json_excerpt(&serde_json::json!("éé"), 3),
+            "\"é… [cut: 3 more bytes]"
+        );
     }
 }

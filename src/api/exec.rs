@@ -12,7 +12,9 @@
 
 use super::error::{ApiError, json_body};
 use super::sse;
-use super::workspace::{Held, RunArtifacts, SessionFiles, image_blocks, session_file_url};
+use super::workspace::{
+    Held, RunArtifacts, SessionFiles, image_blocks, run_files, session_file_url,
+};
 use crate::run::{CallError, ExecRequest, ExecResult, Lang, PendingCall, Runner, host_error};
 use crate::run::{FileStore, Files, RunFile};
 use crate::run::{OutputChunk, new_token};
@@ -163,8 +165,8 @@ async fn exec_code(State(exec): State<Exec>, request: Request) -> Result<Respons
         }
     };
     request.files = match (&held, &exec.artifacts) {
-        (Some(held), _) => Some(Arc::new(SessionFiles(held.session.clone())) as Files),
-        (None, Some(store)) => Some(Arc::new(RunArtifacts::new(store.clone())) as Files),
+        (Some(held), _) => Some(run_files(SessionFiles(held.session.clone()), &runner)),
+        (None, Some(store)) => Some(run_files(RunArtifacts::new(store.clone()), &runner)),
         (None, None) => None,
     };
     let files = request.files.clone();

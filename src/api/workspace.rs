@@ -8,8 +8,11 @@
 //! It must not know any protocol's wire shapes.
 
 use crate::api::error::ApiError;
-use crate::run::{FileError, FileStore, RunFile, ScratchQuota, Workspace};
-use crate::session::{FileInfo, Session, SessionError, Sessions, Snapshot, check_name};
+use crate::run::{
+    Budgeted, ChunkReader, FileError, FileStore, Files, NewFile, RunFile, Runner, ScratchQuota,
+    Workspace,
+};
+use crate::session::{FileInfo, Session, SessionError, Sessions, Snapshot, Writer, check_name};
 use crate::util::{lock, mime_of, url_path};
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -176,16 +179,23 @@ pub const MAX_IMAGE_BLOCKS: usize = 8;
 /// Largest image handed back as a content block (Anthropic's limit per image).
 pub const MAX_IMAGE_BYTES: u64 = 5 << 20;
 
+/// A run's file store: `store`, with what all the run's files take together bounded by the
+/// run's scratch quota (`PTC_SCRATCH_MAX_MB`), besides the store's own quotas.
+pub fn run_files(store: impl FileStore + 'static, runner: &Runner) -> Files {
+    let budget = runner.config().scratch_quota.max_bytes;
+    Arc::new(Budgeted::new(Arc::new(store), budget))
+}
+
 /// A session run's files: the session's workspace (its working directory).
 #[derive(Debug)]
 pub struct SessionFiles(pub Arc<Session>);
 
 impl FileStore for SessionFiles {
-    fn create(&self, name: &str) -> Result<(std::fs::File, RunFile), FileError> {
+    fn create(&self, name: &str) -> Result<(Box<dyn NewFile>, RunFile), FileError> {
         let name = check_name(name).map_err(FileError::store)?;
-        let file = self.0.create(&name).map_err(FileError::store)?;
+        let file = self.0.writer(&name).map_err(FileError::store)?;
         let url = session_file_url(&self.0.id, &name);
-        Ok((file, run_file(name, url)))
+        Ok((Box::new(StoreFile(file)), run_file(name, url)))
     }
 
     fn locate(&self, file: &RunFile) -> String {
@@ -225,12 +235,12 @@ impl RunArtifacts {
 }
 
 impl FileStore for RunArtifacts {
-    fn create(&self, name: &str) -> Result<(std::fs::File, RunFile), FileError> {
+    fn create(&self, name: &str) -> Result<(Box<dyn NewFile>, RunFile), FileError> {
         let name = check_name(name).map_err(FileError::store)?;
         let folder = self.folder().map_err(FileError::store)?;
-        let file = folder.create(&name).map_err(FileError::store)?;
+        let file = folder.writer(&name).map_err(FileError::store)?;
         let url = format!("/v1/artifacts/{}/{}", folder.id, url_path(&name));
-        Ok((file, run_file(name, url)))
+        Ok((Box::new(StoreFile(file)), run_file(name, url)))
     }
 
     fn locate(&self, file: &RunFile) -> String {
@@ -240,6 +250,24 @@ impl FileStore for RunArtifacts {
     fn read(&self, name: &str, max: u64) -> Option<Vec<u8>> {
         let folder = lock(&self.folder).clone()?;
         read_from(&folder, name, max)
+    }
+}
+
+/// A run's file being written into a session or the artifacts store, within the session's
+/// quota and the store's bound (the session store's [`Writer`]).
+struct StoreFile(Writer);
+
+impl NewFile for StoreFile {
+    fn append(&mut self, bytes: &[u8]) -> Result<(), FileError> {
+        self.0.append(bytes).map_err(FileError::store)
+    }
+
+    fn room(&self) -> u64 {
+        self.0.room()
+    }
+
+    fn discard(self: Box<Self>) {
+        self.0.discard();
     }
 }
 
@@ -305,10 +333,7 @@ pub async fn write_stream<E>(
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     let (store, file_name) = (session.clone(), name.to_string());
     let writer = tokio::task::spawn_blocking(move || {
-        let mut chunks = ChunkReader {
-            rx,
-            chunk: Bytes::new(),
-        };
+        let mut chunks = ChunkReader::new(rx);
         store.write(&file_name, &mut chunks)
     });
     let mut read_error = None;
@@ -319,7 +344,7 @@ pub async fn write_stream<E>(
             // read and dropped, so that the client, still sending, gets the answer instead of
             // a reset connection (the body limit bounds it).
             Ok(chunk) => {
-                if !refused && tx.send(chunk).await.is_err() {
+                if !refused && tx.send(Ok(chunk)).await.is_err() {
                     refused = true;
                 }
             }
@@ -340,24 +365,4 @@ pub async fn write_stream<E>(
         return Err(unreadable(e));
     }
     Ok(info)
-}
-
-/// The chunks of a body as a blocking reader, for the store's writer thread.
-struct ChunkReader {
-    rx: tokio::sync::mpsc::Receiver<Bytes>,
-    chunk: Bytes,
-}
-
-impl Read for ChunkReader {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        while self.chunk.is_empty() {
-            match self.rx.blocking_recv() {
-                Some(next) => self.chunk = next,
-                None => return Ok(0),
-            }
-        }
-        let n = buf.len().min(self.chunk.len());
-        buf[..n].copy_from_slice(&self.chunk.split_to(n));
-        Ok(n)
-    }
 }

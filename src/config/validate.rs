@@ -12,12 +12,12 @@ use super::parse::{
     parse_range, parse_read_paths, parse_redis_url, parse_sandbox, parse_sandbox_user, parse_secs,
 };
 use super::{
-    Config, ConfigError, DEFAULT_ARTIFACT_TTL_SECS, DEFAULT_DESCRIPTION_BUDGET,
-    DEFAULT_DIRECT_TOOLS, DEFAULT_LISTEN, DEFAULT_MAX_SESSIONS, DEFAULT_PATH, DEFAULT_PYTHON,
-    DEFAULT_SESSION_IDLE_TTL_SECS, DEFAULT_SESSION_TTL_SECS, DEFAULT_SHUTDOWN_GRACE_SECS,
-    DEFAULT_TEMP_DIR, DESCRIPTION_BUDGET_RANGE, Listen, LogFormat, MAX_SCRATCH_FILES,
-    MAX_SHUTDOWN_GRACE_SECS, OUTPUT_BYTES_RANGE, RawConfig, SYSTEM_PYTHON, SandboxMode,
-    SandboxUser,
+    Config, ConfigError, DEFAULT_ARTIFACT_MAX_MB, DEFAULT_ARTIFACT_TTL_SECS,
+    DEFAULT_DESCRIPTION_BUDGET, DEFAULT_DIRECT_TOOLS, DEFAULT_LISTEN, DEFAULT_MAX_SESSIONS,
+    DEFAULT_PATH, DEFAULT_PYTHON, DEFAULT_SESSION_IDLE_TTL_SECS, DEFAULT_SESSION_TTL_SECS,
+    DEFAULT_SHUTDOWN_GRACE_SECS, DEFAULT_TEMP_DIR, DESCRIPTION_BUDGET_RANGE, Listen, LogFormat,
+    MAX_SCRATCH_FILES, MAX_SHUTDOWN_GRACE_SECS, OUTPUT_BYTES_RANGE, RawConfig, SYSTEM_PYTHON,
+    SandboxMode, SandboxUser,
 };
 use std::path::PathBuf;
 use std::time::Duration;
@@ -77,6 +77,7 @@ impl RawConfig {
             max_sessions,
             session_idle_ttl: sessions.idle_ttl,
             artifact_ttl: sessions.artifact_ttl,
+            artifact_max_mb: sessions.artifact_max_mb,
             metrics_public: ops.metrics_public,
             metrics: ops.metrics,
             shutdown_grace: ops.shutdown_grace,
@@ -280,6 +281,12 @@ impl RawConfig {
                 (1, 30 * 24 * 3600),
             )
             .map(Duration::from_secs)?,
+            artifact_max_mb: parse_range(
+                "PTC_ARTIFACT_MAX_MB",
+                self.ptc_artifact_max_mb.take(),
+                DEFAULT_ARTIFACT_MAX_MB,
+                (1, 1 << 20),
+            )?,
         })
     }
 
@@ -374,6 +381,7 @@ struct Sessions {
     max_files: u64,
     idle_ttl: Duration,
     artifact_ttl: Duration,
+    artifact_max_mb: u64,
 }
 
 /// What [`RawConfig::operations`] validates.

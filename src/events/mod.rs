@@ -17,7 +17,7 @@ mod schema;
 mod writer;
 
 pub use follow::{HISTORY_AGENTS, HISTORY_PER_AGENT, WatchError, follow_all, readable, watch};
-pub use schema::{Event, SCHEMA_VERSION};
+pub use schema::{Event, MAX_EVENT_BODY, MAX_EVENT_NAMES, MAX_EVENT_TEXT, SCHEMA_VERSION};
 pub use writer::{BACKOFF, BATCH_MAX, DEFAULT_HOLD, FLUSH_AT_EXIT, LINGER, REDIS_TIMEOUT};
 
 use crate::util::{lock, now_ms, redact_urls};
@@ -168,8 +168,11 @@ impl Events {
         self.inner.bodies
     }
 
-    /// Stamps and sends an event. Never waits; a full queue drops the event and counts it.
-    pub fn emit(&self, mut event: Event) {
+    /// Stamps and sends an event, within its bounds ([`Event::bounded`]: what the observers,
+    /// subscribers, the dashboard and Redis see). Never waits; a full queue drops the event and
+    /// counts it.
+    pub fn emit(&self, event: Event) {
+        let mut event = event.bounded();
         let inner = &self.inner;
         event.v = SCHEMA_VERSION;
         event.ts = now_ms();

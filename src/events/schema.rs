@@ -2,14 +2,28 @@
 //! start and end, and per catalog reload, serialised as one JSON object.
 //!
 //! Plain data: the fields and how they appear in the JSON (fields that do not apply are left
-//! out). Stamping (`v`, `ts`, `seq`, `agent_id`) is [`super::Events::emit`]'s; nothing here
-//! sends, queues or reads the clock.
+//! out), and the bounds on what an event carries ([`Event::bounded`]). Stamping (`v`, `ts`,
+//! `seq`, `agent_id`) is [`super::Events::emit`]'s; nothing here sends, queues or reads the
+//! clock.
 
+use crate::util::{cut, json_excerpt};
 use serde::Serialize;
 use serde_json::Value;
 
 /// The event schema's version, the `v` of every event.
 pub const SCHEMA_VERSION: u32 = 1;
+
+/// Longest string an event carries (a tool name, an error message, an id), cut with the cut
+/// said: a tool's error quoting a 4 MiB argument, 150 times, once held 723 MiB of the sidecar
+/// in events and made the dashboard's state 612 MB.
+pub const MAX_EVENT_TEXT: usize = 1024;
+
+/// Most names a `catalog.reloaded` list carries (the rest counted in one last entry).
+pub const MAX_EVENT_NAMES: usize = 256;
+
+/// Largest body (`args`, `result` with `PTC_EVENTS_BODIES`) an event carries as JSON: past it
+/// the body is an excerpt of its JSON text, [`MAX_EVENT_TEXT`] long.
+pub const MAX_EVENT_BODY: usize = 64 << 10;
 
 /// One event. Fields that do not apply to a type are left out of the JSON.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -95,5 +109,136 @@ impl Event {
             kind,
             ..Event::default()
         }
+    }
+
+    /// The event within its bounds: every string cut to [`MAX_EVENT_TEXT`] bytes (the strings
+    /// inside `error` and the bodies too), each list of names to [`MAX_EVENT_NAMES`], each body
+    /// to [`MAX_EVENT_BODY`] of JSON; what was cut says so (`… [cut: N more bytes]`).
+    pub fn bounded(mut self) -> Event {
+        bound_text(&mut self.agent_id);
+        for text in [
+            &mut self.exec_id,
+            &mut self.trace_id,
+            &mut self.span_id,
+            &mut self.parent_span_id,
+            &mut self.session_id,
+            &mut self.call_id,
+            &mut self.tool,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            bound_text(text);
+        }
+        for names in [&mut self.added, &mut self.removed, &mut self.changed]
+            .into_iter()
+            .flatten()
+        {
+            bound_names(names);
+        }
+        if let Some(error) = &mut self.error {
+            bound_strings(error);
+        }
+        for body in [&mut self.args, &mut self.result].into_iter().flatten() {
+            bound_body(body);
+        }
+        self
+    }
+}
+
+fn bound_text(text: &mut String) {
+    if text.len() > MAX_EVENT_TEXT {
+        *text = cut(text, MAX_EVENT_TEXT).into_owned();
+    }
+}
+
+fn bound_names(names: &mut Vec<String>) {
+    if names.len() > MAX_EVENT_NAMES {
+        let more = names.len() - MAX_EVENT_NAMES;
+        names.truncate(MAX_EVENT_NAMES);
+        names.push(format!("… [cut: {more} more names]"));
+    }
+    names.iter_mut().for_each(bound_text);
+}
+
+/// Every string in `value`, keys included, cut to [`MAX_EVENT_TEXT`].
+fn bound_strings(value: &mut Value) {
+    match value {
+        Value::String(text) => bound_text(text),
+        Value::Array(items) => items.iter_mut().for_each(bound_strings),
+        Value::Object(map) => {
+            if map.keys().any(|k| k.len() > MAX_EVENT_TEXT) {
+                *map = std::mem::take(map)
+                    .into_iter()
+                    .map(|(k, v)| (cut(&k, MAX_EVENT_TEXT).into_owned(), v))
+                    .collect();
+            }
+            map.values_mut().for_each(bound_strings);
+        }
+        _ => {}
+    }
+}
+
+/// A body's strings cut, and the whole replaced by an excerpt of its JSON when still over
+/// [`MAX_EVENT_BODY`].
+fn bound_body(body: &mut Value) {
+    bound_strings(body);
+    if json_len(body) > MAX_EVENT_BODY {
+        *body = Value::String(json_excerpt(body, MAX_EVENT_TEXT));
+    }
+}
+
+/// The length of `value` as JSON, counted without writing it anywhere.
+fn json_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing a Value into a writer that never fails cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    #[test]
+    fn every_string_an_event_carries_is_bounded() {
+        let huge = "x".repeat(4 << 20);
+        let mut e = Event::new("tool_call.finished");
+        e.tool = Some(huge.clone());
+        e.exec_id = Some("r1".into());
+        e.error = Some(json!({"type": "input", "message": huge}));
+        e.added = Some((0..1000).map(|i| format!("t{i}")).collect());
+        e.args = Some(json!({"a": huge, "list": vec![1; 100_000]}));
+        e.result = Some(json!("ok"));
+        let e = e.bounded();
+        let said = format!(
+            "{}… [cut: {} more bytes]",
+            "x".repeat(1024),
+            (4 << 20) - 1024
+        );
+        assert_eq!(e.tool.as_deref(), Some(said.as_str()));
+        assert_eq!(e.exec_id.as_deref(), Some("r1"));
+        assert_eq!(e.error, Some(json!({"type": "input", "message": said})));
+        let added = e.added.as_ref().unwrap();
+        assert_eq!(added.len(), MAX_EVENT_NAMES + 1);
+        assert_eq!(added[MAX_EVENT_NAMES], "… [cut: 744 more names]");
+        // Over its bound even with its strings cut (a long list): an excerpt of its JSON.
+        let args = e.args.as_ref().unwrap().as_str().unwrap();
+        assert!(args.starts_with("{\"a\":\"xxx"), "{args}");
+        assert!(args.len() < 1100 && args.ends_with("more bytes]"), "{args}");
+        assert_eq!(e.result, Some(json!("ok")));
+        assert!(serde_json::to_string(&e).unwrap().len() < 8 << 10);
     }
 }

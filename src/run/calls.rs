@@ -90,16 +90,11 @@ impl RunCtx {
         lock(&self.saved).clone()
     }
 
-    /// Stores `data` as `name` in the run's files (blocking: call it off the async workers).
-    pub fn save(&self, name: &str, data: &[u8]) -> Result<RunFile, FileError> {
-        use std::io::Write;
+    /// Stores what `body` reads as `name` in the run's files, within their quotas (blocking:
+    /// call it off the async workers). A save that fails leaves no file.
+    pub fn save(&self, name: &str, body: &mut dyn std::io::Read) -> Result<RunFile, FileError> {
         let files = self.files.as_ref().ok_or(FileError::NoStore)?;
-        let (mut file, mut info) = files.create(name)?;
-        file.write_all(data).map_err(|source| FileError::Write {
-            name: name.to_string(),
-            source,
-        })?;
-        info.size = data.len() as u64;
+        let info = super::files::save(files.as_ref(), name, body)?;
         let mut saved = lock(&self.saved);
         saved.retain(|f| f.name != info.name);
         saved.push(info.clone());

@@ -9,7 +9,7 @@
 use crate::catalog::source::Callback;
 use crate::catalog::{Catalog, Class, Origin, Tool};
 use crate::events::Events;
-use crate::util::{lock, redact_urls};
+use crate::util::{cut, json_excerpt, lock, redact_urls};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::future::Future;
@@ -30,6 +30,21 @@ pub const CALLBACK_POOL_IDLE: Duration = Duration::from_secs(30);
 /// connection per call in flight, and without a cap all of them stayed open after the burst,
 /// past `CALLBACK_POOL_IDLE` (the load bench found 250-300 held 45 s later).
 pub const CALLBACK_POOL_MAX_IDLE: usize = 32;
+
+/// Longest tool name looked up: catalog names are far shorter, and a longer one is refused
+/// before any lookup (a 6 MB name once cost 8 s of an async worker's CPU per call).
+pub const MAX_TOOL_NAME_BYTES: usize = 256;
+
+/// Longest name the closest tool names are suggested for: the edit distance to every tool
+/// costs the product of the lengths, and a name longer than this is no typo of a tool's.
+pub const MAX_SUGGEST_CHARS: usize = 64;
+
+/// Most of an argument one schema error quotes: enough to recognise the value, never the whole
+/// of a big one (a 4 MiB argument quoted into every event once held 723 MiB of the sidecar).
+pub const MAX_QUOTED_BYTES: usize = 120;
+
+/// Longest message of one schema error: one that names unexpected keys names every one.
+pub const MAX_SCHEMA_ERROR_BYTES: usize = 400;
 
 /// The error a model's code sees for one call (`ToolError` / `ToolInputError` in Python).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -135,11 +150,16 @@ pub fn check_args(validators: &Validators, tool: &Tool, args: &Value) -> Result<
         .iter_errors(args)
         .take(5)
         .map(|e| {
+            // The value as an excerpt, never the whole argument.
+            let quoted = json_excerpt(e.instance(), MAX_QUOTED_BYTES);
+            let said = e.masked_with(quoted).to_string();
+            let said = cut(&said, MAX_SCHEMA_ERROR_BYTES);
             let at = e.instance_path().to_string();
             if at.is_empty() {
-                e.to_string()
+                said.into_owned()
             } else {
-                format!("{}: {e}", at.trim_start_matches('/').replace('/', "."))
+                let at = cut(&at, MAX_QUOTED_BYTES);
+                format!("{}: {said}", at.trim_start_matches('/').replace('/', "."))
             }
         })
         .collect();
@@ -155,8 +175,17 @@ pub fn check_args(validators: &Validators, tool: &Tool, args: &Value) -> Result<
     }
 }
 
-/// Finds a PTC tool by the name code sent, or says which names are close.
+/// Finds a PTC tool by the name code sent, or says which names are close. A name over
+/// [`MAX_TOOL_NAME_BYTES`] is refused before it is looked up.
 pub fn lookup<'c>(catalog: &'c Catalog, name: &str) -> Result<&'c Tool, CallError> {
+    if name.len() > MAX_TOOL_NAME_BYTES {
+        return Err(CallError::UnknownTool(format!(
+            "no tool has a name of {} bytes: tool names are at most {MAX_TOOL_NAME_BYTES} \
+             bytes; this one begins {:?}",
+            name.len(),
+            cut(name, 40)
+        )));
+    }
     match catalog.get(name).or_else(|| catalog.by_python_name(name)) {
         Some(tool) if tool.class == Class::Ptc => Ok(tool),
         Some(tool) => Err(CallError::UnknownTool(format!(
@@ -177,7 +206,12 @@ pub fn lookup<'c>(catalog: &'c Catalog, name: &str) -> Result<&'c Tool, CallErro
     }
 }
 
+/// The PTC tools whose names are within an edit distance of about half of `name`, nearest
+/// first, at most 3; none for a name over [`MAX_SUGGEST_CHARS`].
 fn closest(catalog: &Catalog, name: &str) -> Vec<String> {
+    if name.chars().nth(MAX_SUGGEST_CHARS).is_some() {
+        return Vec::new();
+    }
     let mut scored: Vec<(usize, &str)> = catalog
         .ptc()
         .map(|t| {
@@ -422,6 +456,111 @@ fn root_cause(e: &dyn std::error::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::source::ToolDef;
+    use crate::catalog::{CatalogInput, Policy};
+    use pretty_assertions::assert_eq;
+
+    fn catalog() -> Catalog {
+        let def = |name: &str, input_schema: Value| ToolDef {
+            name: name.into(),
+            title: None,
+            description: String::new(),
+            input_schema,
+            output_schema: None,
+            annotations: None,
+        };
+        let input = CatalogInput {
+            host_tools: vec![
+                def("get_weather", json!({"type": "object"})),
+                def(
+                    "count",
+                    json!({"type": "object", "properties": {"n": {"type": "integer"}},
+                           "additionalProperties": false}),
+                ),
+            ],
+            ..CatalogInput::default()
+        };
+        let policy = Policy {
+            ptc_enabled: true,
+            ..Policy::default()
+        };
+        Catalog::build(input, &policy, 1)
+    }
+
+    fn refused(result: Result<&Tool, CallError>) -> CallError {
+        match result {
+            Ok(tool) => panic!("found {}", tool.name),
+            Err(e) => e,
+        }
+    }
+
+    #[test]
+    fn a_long_name_is_refused_before_lookup_and_gets_no_suggestion() {
+        let c = catalog();
+        assert_eq!(
+            refused(lookup(&c, "get_wether")).to_string(),
+            "no tool named \"get_wether\"; closest: get_weather"
+        );
+        // Within the bound but no typo: looked up, nothing suggested.
+        let long = "get_weather".repeat(10);
+        assert_eq!(
+            refused(lookup(&c, &long)).to_string(),
+            format!("no tool named {long:?}")
+        );
+        // Past the bound: refused by its length, 6 MB or 257 bytes alike.
+        for len in [MAX_TOOL_NAME_BYTES + 1, 6 << 20] {
+            let name = "x".repeat(len);
+            let e = refused(lookup(&c, &name));
+            assert_eq!(e.kind(), "unknown_tool");
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "no tool has a name of {len} bytes: tool names are at most 256 bytes; this \
+                     one begins \"{}… [cut: {} more bytes]\"",
+                    "x".repeat(40),
+                    len - 40
+                )
+            );
+        }
+        assert_eq!(
+            closest(&c, &"g".repeat(MAX_SUGGEST_CHARS + 1)),
+            Vec::<String>::new()
+        );
+    }
+
+    #[test]
+    fn a_schema_error_quotes_an_excerpt_of_a_big_argument() {
+        let c = catalog();
+        let tool = lookup(&c, "count").unwrap();
+        let validators = Validators::default();
+        let big = "a".repeat(4 << 20);
+        let e = check_args(&validators, tool, &json!({"n": big})).unwrap_err();
+        let message = e.to_string();
+        assert!(message.len() < 1024, "{} bytes", message.len());
+        assert_eq!(
+            message,
+            format!(
+                "count(): n: \"{}… [cut: {} more bytes] is not of type \"integer\" \
+                 (describe(\"count\") shows the schema)",
+                "a".repeat(MAX_QUOTED_BYTES - 1),
+                (4 << 20) + 2 - MAX_QUOTED_BYTES
+            )
+        );
+        // Unexpected keys are all named by the validator: the message is cut.
+        let mut many = serde_json::Map::new();
+        for i in 0..10_000 {
+            many.insert(format!("key{i}"), json!(1));
+        }
+        let e = check_args(&validators, tool, &Value::Object(many)).unwrap_err();
+        assert!(e.to_string().len() < 1024, "{e}");
+        assert!(e.to_string().contains("more bytes]"), "{e}");
+        // A small argument is quoted whole, as before.
+        let e = check_args(&validators, tool, &json!({"n": "x"})).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "count(): n: \"x\" is not of type \"integer\" (describe(\"count\") shows the schema)"
+        );
+    }
 
     #[test]
     fn edit_distances() {

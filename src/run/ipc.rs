@@ -4,7 +4,8 @@
 //! the one JSON argument, the answer the result as compact JSON or the error as one line of
 //! text): same token, same dispatch and policy. `POST /search` (the SDK's `search_tools`) and
 //! `POST /describe` (what `describe()` adds to catalog.json: the learned result shape) read the
-//! run's catalog and the learned shapes, with the same token.
+//! run's catalog and the learned shapes, with the same token. `POST /file?name=` (the SDK's
+//! `save_file`) is [`file`]'s: the body streamed into the run's files as it arrives.
 //!
 //! Owns the wire: bearer-token check before anything is read or dispatched, the body limit,
 //! JSON error bodies, and the bounds on connections: how many at once (all runs together, and
@@ -17,15 +18,16 @@
 //! run's network namespace that the sidecar accepts on from its own, which answers only that
 //! run's token.
 
+mod file;
+
 use super::bash;
 use super::calls::{Calls, RunCtx};
 use super::dispatch::CallError;
-use super::files::MAX_SAVE_BYTES;
 use crate::render::search::{HIT_SUMMARY_CHARS, MAX_QUERY_CHARS};
 use crate::render::signature::summary;
 use axum::Router;
 use axum::body::{Bytes, to_bytes};
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Path, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -223,7 +225,7 @@ fn router(calls: Calls) -> Router {
             post(|State(calls), request| handle(Route::ToolCall, calls, request)),
         )
         .route("/bash/{tool}", post(bash))
-        .route("/file", post(save_file))
+        .route("/file", post(file::save_file))
         .route("/search", post(search))
         .route("/describe", post(describe))
         .fallback(|| async {
@@ -385,42 +387,6 @@ impl Refusal {
 }
 
 #[derive(Deserialize)]
-struct FileQuery {
-    name: Option<String>,
-}
-
-/// `POST /file?name=NAME` (the SDK's `save_file`), the body the file's bytes: `{ok, file}` with
-/// the file as a result lists it, or `{ok: false, error}`.
-async fn save_file(
-    State(calls): State<Calls>,
-    Query(query): Query<FileQuery>,
-    request: Request,
-) -> Response {
-    let name = query.name.unwrap_or_default();
-    let (run, body) = match authorized_within(&calls, request, MAX_SAVE_BYTES).await {
-        Ok(authorized) => authorized,
-        Err(refused) => return refused.json(),
-    };
-    if name.is_empty() {
-        return refuse(
-            StatusCode::BAD_REQUEST,
-            "bad_request",
-            "save_file needs a file name: POST /file?name=NAME",
-        );
-    }
-    let saved = tokio::task::spawn_blocking(move || run.save(&name, &body)).await;
-    match saved {
-        Ok(Ok(file)) => reply(StatusCode::OK, json!({"ok": true, "file": file})),
-        Ok(Err(e)) => refuse(StatusCode::BAD_REQUEST, "file", &e.to_string()),
-        Err(e) => refuse(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal",
-            &format!("saving the file failed: {e}"),
-        ),
-    }
-}
-
-#[derive(Deserialize)]
 struct SearchBody {
     query: String,
     #[serde(default = "default_limit")]
@@ -528,6 +494,16 @@ async fn authorized_within(
     request: Request,
     limit: usize,
 ) -> Result<(Arc<RunCtx>, Bytes), Refusal> {
+    let run = authorize(calls, &request)?;
+    match tokio::time::timeout(BODY_TIMEOUT, to_bytes(request.into_body(), limit)).await {
+        Ok(Ok(body)) => Ok((run, body)),
+        Ok(Err(_)) => Err(too_large(limit)),
+        Err(_) => Err(body_timeout()),
+    }
+}
+
+/// The run a request's bearer token belongs to, before any of its body is read.
+fn authorize(calls: &Calls, request: &Request) -> Result<Arc<RunCtx>, Refusal> {
     let token = request
         .headers()
         .get(header::AUTHORIZATION)
@@ -543,28 +519,31 @@ async fn authorized_within(
         (_, Some(_)) => None,
         (t, None) => t,
     };
-    let Some(run) = token.and_then(|t| calls.run_for_token(t)) else {
-        return Err(Refusal {
+    token
+        .and_then(|t| calls.run_for_token(t))
+        .ok_or_else(|| Refusal {
             status: StatusCode::UNAUTHORIZED,
             kind: "unauthorized",
             message: "missing or unknown run token (the run may be over)".into(),
-        });
-    };
-    match tokio::time::timeout(BODY_TIMEOUT, to_bytes(request.into_body(), limit)).await {
-        Ok(Ok(body)) => Ok((run, body)),
-        Ok(Err(_)) => Err(Refusal {
-            status: StatusCode::PAYLOAD_TOO_LARGE,
-            kind: "too_large",
-            message: format!("the body is limited to {limit} bytes"),
-        }),
-        Err(_) => Err(Refusal {
-            status: StatusCode::REQUEST_TIMEOUT,
-            kind: "timeout",
-            message: format!(
-                "the body did not arrive within {} s",
-                BODY_TIMEOUT.as_secs()
-            ),
-        }),
+        })
+}
+
+fn too_large(limit: usize) -> Refusal {
+    Refusal {
+        status: StatusCode::PAYLOAD_TOO_LARGE,
+        kind: "too_large",
+        message: format!("the body is limited to {limit} bytes"),
+    }
+}
+
+fn body_timeout() -> Refusal {
+    Refusal {
+        status: StatusCode::REQUEST_TIMEOUT,
+        kind: "timeout",
+        message: format!(
+            "the body did not arrive within {} s",
+            BODY_TIMEOUT.as_secs()
+        ),
     }
 }
 

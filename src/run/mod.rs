@@ -10,7 +10,7 @@
 //! | `child` | how one python3 child starts (confined by the `sandbox` layer) and stops, [`Limits`], [`resolve_python`] | — |
 //! | `scratch` | the scratch quota: measuring a run's scratch directory while it runs | — |
 //! | `confine` | the runner's [`Sandbox`](crate::sandbox::Sandbox) built once at startup, [`SandboxSettings`] | — |
-//! | `files` | a run's files ([`RunFile`]) and where they go ([`FileStore`]) | — |
+//! | `files` | a run's files ([`RunFile`]), where they go ([`FileStore`]) within their quotas ([`NewFile`], [`Budgeted`]) | — |
 //! | `dispatch` | what one call does on its backend, [`CallError`], [`Backends`] | — |
 //! | `shapes` | the result shapes learned from calls, [`shapes::Shapes`] (`PTC_STATE_DIR`) | — |
 //! | `zygote` | the fork server of one catalog, [`zygote::Program`] (what a forked child may become) | `child` |
@@ -53,7 +53,7 @@ pub use calls::{CallRecord, new_token};
 pub use child::{Limits, PythonError, resolve_python};
 pub use confine::SandboxSettings;
 pub use dispatch::{Backends, CallError, McpCaller, PendingCall, host_error};
-pub use files::{FileError, FileStore, Files, RunFile};
+pub use files::{Budgeted, ChunkReader, FileError, FileStore, Files, NewFile, RunFile};
 pub use live::{LiveInfo, Lost};
 pub use output::OutputChunk;
 pub use request::{

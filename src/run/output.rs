@@ -6,7 +6,7 @@
 //! Owns the pipes' reading side only: it must not decide when a child stops (that is the
 //! runner's) and must never wait on a pipe without bound (a grandchild may hold it open).
 
-use super::files::{Files, MAX_SPILL_BYTES, RunFile, human_bytes};
+use super::files::{Files, MAX_SPILL_BYTES, NewFile, RunFile, human_bytes};
 use crate::util::lock;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -429,8 +429,9 @@ pub struct Spill {
 enum SpillState {
     /// The stream is within its cap.
     Waiting,
-    Writing(std::fs::File, RunFile),
-    /// [`MAX_SPILL_BYTES`] were saved; the rest is not.
+    Writing(Box<dyn NewFile>, RunFile),
+    /// [`MAX_SPILL_BYTES`], or what the store's quotas had room for, were saved; the rest is
+    /// not.
     Full(RunFile),
     Failed(String),
 }
@@ -454,16 +455,15 @@ impl Spill {
     }
 
     fn write(&mut self, mut bytes: &[u8]) {
-        use std::io::Write;
         let SpillState::Writing(file, info) = &mut self.state else {
             return;
         };
-        let room = MAX_SPILL_BYTES - info.size;
+        let room = (MAX_SPILL_BYTES - info.size).min(file.room());
         let full = bytes.len() as u64 > room;
         if full {
             bytes = &bytes[..room as usize];
         }
-        if let Err(e) = file.write_all(bytes) {
+        if let Err(e) = file.append(bytes) {
             self.state = SpillState::Failed(e.to_string());
             return;
         }
@@ -493,7 +493,7 @@ impl Spill {
             }
             SpillState::Full(f) => format!(
                 "\n[... {cut} cut; the first {} of the output: {} ...]\n",
-                human_bytes(MAX_SPILL_BYTES),
+                human_bytes(f.size),
                 self.files.locate(f)
             ),
             SpillState::Failed(e) => {
@@ -701,13 +701,36 @@ mod tests {
 
     /// A store that writes into one directory, as the session store would.
     #[derive(Debug)]
-    struct DirStore(std::path::PathBuf);
+    struct DirStore(std::path::PathBuf, u64);
+
+    /// A file of [`DirStore`], with room for `room` bytes.
+    struct DirFile(std::fs::File, u64);
+
+    impl NewFile for DirFile {
+        fn append(&mut self, bytes: &[u8]) -> Result<(), super::super::files::FileError> {
+            use std::io::Write;
+            assert!(
+                bytes.len() as u64 <= self.1,
+                "the spill wrote past the room"
+            );
+            self.1 -= bytes.len() as u64;
+            self.0
+                .write_all(bytes)
+                .map_err(super::super::files::FileError::store)
+        }
+
+        fn room(&self) -> u64 {
+            self.1
+        }
+
+        fn discard(self: Box<Self>) {}
+    }
 
     impl super::super::files::FileStore for DirStore {
         fn create(
             &self,
             name: &str,
-        ) -> Result<(std::fs::File, RunFile), super::super::files::FileError> {
+        ) -> Result<(Box<dyn NewFile>, RunFile), super::super::files::FileError> {
             let file = std::fs::File::create(self.0.join(name))
                 .map_err(super::super::files::FileError::store)?;
             let info = RunFile {
@@ -716,7 +739,7 @@ mod tests {
                 mime: "text/plain".into(),
                 url: format!("/x/{name}"),
             };
-            Ok((file, info))
+            Ok((Box::new(DirFile(file, self.1)), info))
         }
 
         fn locate(&self, file: &RunFile) -> String {
@@ -732,7 +755,7 @@ mod tests {
     fn a_stream_past_its_cap_is_saved_whole_and_the_marker_names_the_file() {
         let dir = std::env::temp_dir().join(format!("ptc-spill-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let store: Files = std::sync::Arc::new(DirStore(dir.clone()));
+        let store: Files = std::sync::Arc::new(DirStore(dir.clone(), 100));
         let mut b = CappedBuffer::spilling(10, Some(Spill::new(store, "out-r1.txt".into())));
         b.push(b"0123");
         assert_eq!(b.spilled(), None); // within the cap: nothing saved
@@ -745,6 +768,25 @@ mod tests {
         assert_eq!(
             b.text(),
             "01234\n[... 13 B cut; full output: files/out-r1.txt ...]\nijXYZ"
+        );
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_spill_stops_where_the_store_has_no_more_room() {
+        let dir = std::env::temp_dir().join(format!("ptc-spill-room-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let store: Files = std::sync::Arc::new(DirStore(dir.clone(), 15));
+        let mut b = CappedBuffer::spilling(10, Some(Spill::new(store, "out-r2.txt".into())));
+        for chunk in [&b"0123456789"[..], b"abcdefghij", b"XYZ"] {
+            b.push(chunk);
+        }
+        let saved = std::fs::read(dir.join("out-r2.txt")).unwrap();
+        assert_eq!(saved, b"0123456789abcde");
+        assert_eq!(b.spilled().map(|f| f.size), Some(15));
+        assert_eq!(
+            b.text(),
+            "01234\n[... 13 B cut; the first 15 B of the output: files/out-r2.txt ...]\nijXYZ"
         );
         let _ = std::fs::remove_dir_all(dir);
     }

@@ -6,8 +6,13 @@
 //! quota with `EFBIG`, and [`watch`] measures the whole directory while the run lives and
 //! reports the first measurement over either quota, so the runner stops the run. Between two
 //! measurements a run can write past the quota by what it writes in [`CHECK_EVERY`] (longer for
-//! a directory of many files, which takes longer to measure).
+//! a directory of many files, which takes longer to measure). It measures through descriptors
+//! at any depth (`util::tree`), and a directory it cannot measure (nested deeper than
+//! [`MAX_TREE_DEPTH`](crate::util::tree::MAX_TREE_DEPTH), unreadable) is over the quota: a
+//! path-based walk once missed 180 MiB nested past `PATH_MAX`.
 
+use crate::util::tree::{self, Unmeasurable};
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -61,6 +66,15 @@ impl ScratchQuota {
             None
         }
     }
+
+    /// Why a directory that cannot be measured counts as over this quota.
+    pub fn unmeasurable(&self, why: &Unmeasurable, names: &QuotaNames) -> String {
+        format!(
+            "{} cannot be measured ({why}), and what cannot be measured counts as over its \
+             quota ({}); keep the files in fewer, shallower folders the sidecar can read",
+            names.what, names.bytes
+        )
+    }
 }
 
 /// What a quota's messages call its directory and settings.
@@ -85,30 +99,27 @@ pub const SESSION: QuotaNames = QuotaNames {
     files: "PTC_SESSION_MAX_FILES",
 };
 
-/// Measures `dir` without following links: bytes as allocated on disk (a sparse file counts
-/// what it holds) or as long, whichever is more. Stops counting once past `quota`.
-pub fn measure(dir: &Path, quota: &ScratchQuota) -> Usage {
-    use std::os::unix::fs::MetadataExt;
+/// Measures `dir` through descriptors (`util::tree`: at any depth, links not followed), every
+/// entry counted: bytes as allocated on disk (a sparse file counts what it holds) or as long,
+/// whichever is more. Stops counting once past `quota`. A `dir` that is gone holds nothing; one
+/// that cannot be measured is an [`Unmeasurable`], which the watch counts as over the quota.
+pub fn measure(dir: &Path, quota: &ScratchQuota) -> Result<Usage, Unmeasurable> {
     let mut usage = Usage::default();
-    let mut pending: Vec<PathBuf> = vec![dir.to_path_buf()];
-    while let Some(dir) = pending.pop() {
-        // A directory that vanished or cannot be read holds nothing we can count.
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let Ok(meta) = entry.metadata() else { continue };
-            usage.files += 1;
-            usage.bytes += meta.len().max(meta.blocks() * 512);
-            if meta.is_dir() {
-                pending.push(entry.path());
-            }
-            if quota.exceeded(usage).is_some() {
-                return usage;
-            }
+    let top = match crate::util::dirfd::open_dir_path(dir) {
+        Ok(top) => top,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(usage),
+        Err(e) => return Err(Unmeasurable::Unreadable(e)),
+    };
+    tree::measure(top, |st| {
+        usage.files += 1;
+        usage.bytes += st.size.max(st.blocks * 512);
+        if quota.exceeded(usage).is_some() {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
         }
-    }
-    usage
+    })?;
+    Ok(usage)
 }
 
 /// Measures `dir` every [`CHECK_EVERY`] (less often when measuring takes long) and returns why
@@ -147,10 +158,15 @@ pub async fn watch_as(dir: PathBuf, quota: ScratchQuota, names: &'static QuotaNa
             let dir = dir.clone();
             tokio::task::spawn_blocking(move || measure(&dir, &quota)).await
         };
-        if let Ok(usage) = measured
-            && let Some(why) = quota.exceeded_as(usage, names)
-        {
-            return why;
+        match measured {
+            Ok(Ok(usage)) => {
+                if let Some(why) = quota.exceeded_as(usage, names) {
+                    return why;
+                }
+            }
+            Ok(Err(unmeasurable)) => return quota.unmeasurable(&unmeasurable, names),
+            // The measuring thread panicked: nothing was learned, measure again.
+            Err(_) => {}
         }
         wait = (started.elapsed() * IDLE_PER_BUSY).clamp(CHECK_EVERY, CHECK_AT_LEAST_EVERY);
     }
@@ -176,7 +192,7 @@ mod tests {
             max_bytes: 1 << 20,
             max_files: 100,
         };
-        let usage = measure(&dir, &quota);
+        let usage = measure(&dir, &quota).unwrap();
         assert_eq!(usage.files, 4, "{usage:?}");
         assert!(usage.bytes >= 10_002 && usage.bytes < 64 << 10, "{usage:?}");
         assert_eq!(quota.exceeded(usage), None);
@@ -185,7 +201,7 @@ mod tests {
             max_bytes: 1 << 20,
             max_files: 2,
         };
-        let why = tight.exceeded(measure(&dir, &tight)).unwrap();
+        let why = tight.exceeded(measure(&dir, &tight).unwrap()).unwrap();
         assert!(
             why.contains("more than 2 files (PTC_SCRATCH_MAX_FILES)"),
             "{why}"
@@ -216,5 +232,46 @@ mod tests {
             "{why}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[tokio::test]
+    async fn bytes_past_path_max_count_and_a_tree_too_deep_is_over_quota() {
+        use crate::util::tree::testing::{nest, remove};
+        let quota = ScratchQuota {
+            max_bytes: 1 << 20,
+            max_files: 100_000,
+        };
+        // 40 levels of 250-byte names (a path of 10 KB) with 64 KiB in each: 2.5 MiB a
+        // path-based walk could not reach.
+        let dir = temp_dir();
+        nest(&dir, 40, &"d".repeat(250), 64 << 10);
+        let usage = measure(&dir, &quota).unwrap();
+        assert!(usage.bytes > 1 << 20, "{usage:?}");
+        let why = tokio::time::timeout(CHECK_EVERY * 20, watch(dir.clone(), quota))
+            .await
+            .unwrap();
+        assert!(
+            why.contains("more than 1 MiB (PTC_SCRATCH_MAX_MB)"),
+            "{why}"
+        );
+        remove(&dir);
+
+        // Folders take a block each: a quota they stay within, to see the depth refused.
+        let roomy = ScratchQuota {
+            max_bytes: 1 << 30,
+            ..quota
+        };
+        let dir = temp_dir();
+        nest(&dir, crate::util::tree::MAX_TREE_DEPTH + 1, "d", 0);
+        let why = tokio::time::timeout(CHECK_EVERY * 50, watch(dir.clone(), roomy))
+            .await
+            .unwrap();
+        assert_eq!(
+            why,
+            "the scratch directory cannot be measured (its folders are nested more than 4096 \
+             deep), and what cannot be measured counts as over its quota (PTC_SCRATCH_MAX_MB); \
+             keep the files in fewer, shallower folders the sidecar can read"
+        );
+        remove(&dir);
     }
 }

@@ -9,8 +9,10 @@
 
 use std::collections::BTreeMap;
 use std::io;
+use std::ops::ControlFlow;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -20,6 +22,7 @@ use super::names::{
 };
 use super::{SessionConfig, SessionError, io_error};
 use crate::util::lock;
+use crate::util::tree;
 
 /// What a session serves of one file.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -83,6 +86,20 @@ impl Stamp {
 pub(super) struct Shared {
     pub(super) cfg: SessionConfig,
     pub(super) root: OwnedFd,
+    /// The bytes of the whole store, for `cfg.max_total_bytes`: found at start, then counted
+    /// as the store writes and removes (see [`SessionConfig::max_total_bytes`]).
+    pub(super) stored: AtomicU64,
+}
+
+impl Shared {
+    /// Counts `bytes` the store no longer holds.
+    pub(super) fn release(&self, bytes: u64) {
+        let _ = self
+            .stored
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                Some(held.saturating_sub(bytes))
+            });
+    }
 }
 
 /// One session: its folder, when it was last used, and the lock a run holds.
@@ -325,7 +342,7 @@ impl Session {
         let failed =
             |e: io::Error| io_error(format!("cannot delete {name:?} in session {}", self.id))(e);
         let leaf = fs::cstring(leaf).map_err(failed)?;
-        match fs::stat_at(dir.as_fd(), &leaf) {
+        let size = match fs::stat_at(dir.as_fd(), &leaf) {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
             Err(e) => return Err(failed(e)),
             Ok(st) if st.is_dir() => {
@@ -336,10 +353,16 @@ impl Session {
                         .to_string(),
                 });
             }
-            Ok(_) => {}
-        }
+            // What the store no longer holds once it is gone (a link, a fifo or one name of a
+            // hard link frees nothing).
+            Ok(st) if st.is_plain_file() => st.size,
+            Ok(_) => 0,
+        };
         match fs::unlink_at(dir.as_fd(), &leaf, false) {
-            Ok(()) => Ok(true),
+            Ok(()) => {
+                self.shared.release(size);
+                Ok(true)
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(false),
             // Swapped for a folder since the stat: left alone, as above.
             Err(e) if e.raw_os_error() == Some(libc::EISDIR) => Ok(false),
@@ -347,14 +370,35 @@ impl Session {
         }
     }
 
-    /// Bytes and count of every regular file in the session, whatever its name or links (what
-    /// it takes on disk, as far as the walk reaches).
+    /// Bytes and count of every regular file in the session, whatever its name or links, at
+    /// any depth (measured through descriptors, `util::tree`). Past `max_files` entries (files,
+    /// folders, links): [`SessionError::TooManyFiles`]; a folder that cannot be measured (nested
+    /// too deep, unreadable): [`SessionError::Unmeasurable`].
     pub fn usage(&self) -> Result<(u64, u64), SessionError> {
-        let (mut bytes, mut files) = (0u64, 0u64);
-        self.walk(|_, st| {
-            bytes += st.size;
-            files += 1;
+        let top = self.dir_fd()?;
+        let max_files = self.shared.cfg.max_files;
+        let (mut bytes, mut files, mut entries) = (0u64, 0u64, 0u64);
+        tree::measure(top, |st| {
+            entries += 1;
+            if entries > max_files {
+                return ControlFlow::Break(());
+            }
+            if st.is_regular() {
+                bytes += st.size;
+                files += 1;
+            }
+            ControlFlow::Continue(())
+        })
+        .map_err(|why| SessionError::Unmeasurable {
+            id: self.id.clone(),
+            why,
         })?;
+        if entries > max_files {
+            return Err(SessionError::TooManyFiles {
+                id: self.id.clone(),
+                max_files,
+            });
+        }
         Ok((bytes, files))
     }
 

@@ -43,6 +43,7 @@ pub use names::{
     check_name, file_id,
 };
 pub use store::Sessions;
+pub use write::Writer;
 
 /// Where sessions live and how much each may hold.
 #[derive(Debug, Clone)]
@@ -60,6 +61,11 @@ pub struct SessionConfig {
     /// The uid and gid (the run user's) that session folders and the files the store writes
     /// are given to; `None` leaves them to the sidecar's user.
     pub owner: Option<(u32, u32)>,
+    /// Bytes all sessions of the store may hold together (`PTC_ARTIFACT_MAX_MB` << 20 for the
+    /// artifacts); a write past it is [`SessionError::StoreFull`]. Counted from what the store
+    /// finds at start and what it writes and removes, so it is meant for a store nobody else
+    /// writes into (the artifacts: runs never write there). `None`: no such bound.
+    pub max_total_bytes: Option<u64>,
 }
 
 /// Why a session operation failed; every message says what to do about it.
@@ -84,6 +90,22 @@ pub enum SessionError {
         used: u64,
         incoming: u64,
         max_bytes: u64,
+    },
+    /// A write that would take the whole store past `max_total_bytes`.
+    #[error(
+        "{name:?} was not kept: the store of run files is full ({max_total_bytes} bytes, \
+         PTC_ARTIFACT_MAX_MB); the files of earlier runs go PTC_ARTIFACT_TTL after they were \
+         made: save fewer or smaller files, or raise PTC_ARTIFACT_MAX_MB"
+    )]
+    StoreFull { name: String, max_total_bytes: u64 },
+    /// A session whose folder cannot be measured, which counts as over its quota.
+    #[error(
+        "session {id} cannot be measured ({why}), and what cannot be measured counts as over \
+         its quota (PTC_SESSION_MAX_MB): keep its files in fewer, shallower folders"
+    )]
+    Unmeasurable {
+        id: String,
+        why: crate::util::tree::Unmeasurable,
     },
     /// A session with more entries than `max_files` (a walk stops there).
     #[error(

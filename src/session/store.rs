@@ -7,10 +7,12 @@
 //! (`held` and `write` reach that through `fs`). It must not know runs or HTTP.
 
 use std::collections::HashMap;
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io;
+use std::ops::ControlFlow;
 use std::os::fd::AsFd;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -20,7 +22,7 @@ use super::fs;
 use super::held::{Session, Shared};
 use super::names;
 use super::{SessionConfig, SessionError, io_error};
-use crate::util::lock;
+use crate::util::{lock, tree};
 
 /// A removed session's folder is renamed to this and a random suffix before its tree is
 /// deleted, so the id is free at once. '.' is not in an id: a trash folder is never taken for a
@@ -102,8 +104,29 @@ impl Shared {
         }
     }
 
-    /// Deletes a trash folder; a failure is logged (the next start retries).
+    /// The bytes of the regular files under the root's folder `name`, for a store with a
+    /// bound on its total (0 for one without: nothing counts them). What cannot be measured
+    /// counts what was measured of it.
+    fn bytes_in(&self, name: &CStr) -> u64 {
+        if self.cfg.max_total_bytes.is_none() {
+            return 0;
+        }
+        let mut bytes = 0;
+        if let Ok(dir) = fs::open_dir_at(self.root.as_fd(), name) {
+            let _ = tree::measure(dir, |st| {
+                if st.is_plain_file() {
+                    bytes += st.size;
+                }
+                ControlFlow::Continue(())
+            });
+        }
+        bytes
+    }
+
+    /// Deletes a trash folder, and counts its bytes out of the store; a failure is logged (the
+    /// next start retries).
     fn empty_trash(&self, id: &str, trash: &CString) {
+        self.release(self.bytes_in(trash));
         if let Err(e) = fs::remove_tree(self.root.as_fd(), trash) {
             tracing::warn!(
                 session = id,
@@ -141,7 +164,11 @@ impl Sessions {
         };
         make_root(&cfg.root).map_err(in_root("cannot create it"))?;
         let root = fs::open_dir_path(&cfg.root).map_err(in_root("cannot open it"))?;
-        let shared = Arc::new(Shared { cfg, root });
+        let shared = Arc::new(Shared {
+            cfg,
+            root,
+            stored: AtomicU64::new(0),
+        });
         let sessions = adopt(&shared).map_err(in_root("cannot read it"))?;
         if !sessions.is_empty() {
             tracing::info!(
@@ -305,6 +332,12 @@ impl Sessions {
         })
     }
 
+    /// The bytes the store counts as held, all sessions together (for
+    /// [`SessionConfig::max_total_bytes`]).
+    pub fn stored(&self) -> u64 {
+        self.inner.shared.stored.load(Ordering::Relaxed)
+    }
+
     /// The configuration the store was opened with.
     pub fn config(&self) -> &SessionConfig {
         &self.inner.shared.cfg
@@ -359,6 +392,9 @@ fn adopt(shared: &Arc<Shared>) -> io::Result<HashMap<String, Arc<Session>>> {
         }
         match fs::stat_at(root, &name) {
             Ok(st) if st.is_dir() => {
+                shared
+                    .stored
+                    .fetch_add(shared.bytes_in(&name), Ordering::Relaxed);
                 let idle = now.duration_since(st.modified()).unwrap_or_default();
                 let session = Session::new(shared, id, idle);
                 sessions.insert(id.to_string(), Arc::new(session));

@@ -7,6 +7,7 @@
 mod agents;
 mod api;
 mod bash;
+mod bounds;
 mod bridge;
 mod catalog;
 mod common;

@@ -46,9 +46,10 @@ impl FileRef {
 impl From<SessionError> for ApiError {
     fn from(e: SessionError) -> ApiError {
         match e {
-            SessionError::Quota { .. } | SessionError::TooManyFiles { .. } => {
-                ApiError::Quota(e.to_string())
-            }
+            SessionError::Quota { .. }
+            | SessionError::TooManyFiles { .. }
+            | SessionError::StoreFull { .. }
+            | SessionError::Unmeasurable { .. } => ApiError::Quota(e.to_string()),
             SessionError::NotFound(_) => ApiError::NotFound(e.to_string()),
             SessionError::Io { .. } => ApiError::Internal(e.to_string()),
             _ => ApiError::BadRequest(e.to_string()),

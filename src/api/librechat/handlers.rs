@@ -13,7 +13,7 @@ use super::rounds::{
 };
 use super::tokens::{Claims, TokenError, Tokens};
 use crate::api::error::{ApiError, json_body};
-use crate::api::workspace::{Held, SessionFiles};
+use crate::api::workspace::{Held, SessionFiles, run_files};
 use crate::catalog::source::parse_tool_list;
 use crate::catalog::{Catalog, CatalogInput, Policy};
 use crate::render::Snapshot;
@@ -468,7 +468,7 @@ async fn plain(State(lc): State<Lc>, request: Request) -> Result<Response, ApiEr
             timeout: Some(timeout),
             snapshot: Some(lc.0.empty.clone()),
             session: Some(held.session.id.clone()),
-            files: Some(Arc::new(SessionFiles(held.session.clone()))),
+            files: Some(run_files(SessionFiles(held.session.clone()), &runner)),
             traceparent,
             ..ExecRequest::default()
         })

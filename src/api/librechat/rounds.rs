@@ -8,9 +8,8 @@
 //! call does (`run::dispatch`; a call waits here as a [`PendingCall`]).
 
 use crate::api::error::ResultsError;
-use crate::api::workspace::{Held, SessionFiles};
+use crate::api::workspace::{Held, SessionFiles, run_files};
 use crate::render::Snapshot;
-use crate::run::Files;
 use crate::run::new_token;
 use crate::run::{CallError, ExecRequest, ExecResult, Lang, PendingCall, Runner, Workspace};
 use crate::util::{lock, now_ms};
@@ -166,7 +165,7 @@ impl Runs {
         let files = s
             .held
             .as_ref()
-            .map(|h| Arc::new(SessionFiles(h.session.clone())) as Files);
+            .map(|h| run_files(SessionFiles(h.session.clone()), runner));
         *lock(&run.held) = s.held;
         run.notes = s.notes;
         let run = Arc::new(run);
