@@ -9,8 +9,10 @@
 //! `-` as `_`, less the property names the tool's input schema declares (its author chose
 //! those, not the caller), is a word the caller chose. A result whose shape records one of them
 //! as a key, at any depth, teaches nothing. A result that holds the argument object itself is
-//! caught by the same rule whenever that object has a key the schema does not declare; with
-//! declared keys only it shows what the schema already says.
+//! caught by the same rule whenever that object has a key the shape shows and the schema does
+//! not declare; with declared keys only it shows what the schema already says. Keys a tool
+//! derives from its arguments otherwise (base64, a template, a store that returns in one call
+//! what another stored) are not seen: docs/SECURITY.md, "Learned result shapes".
 //!
 //! Pure: [`ChosenWords::of`] runs before the call (its arguments go to the backend),
 //! [`ChosenWords::echoed_in`] after it.
@@ -30,8 +32,6 @@ pub const MAX_SCHEMA_NODES: usize = 10_000;
 /// teach nothing: each string holding JSON starts a new parse, and the walk is on the call's
 /// path, on an async worker's stack.
 pub const MAX_ARGS_DEPTH: usize = 32;
-/// Longest word that can be a recorded key ([`super::is_field_name`]); longer runs are not kept.
-const MAX_WORD_CHARS: usize = 40;
 
 /// Why a call taught nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,7 +122,8 @@ fn collect(value: &Value, depth: usize, words: &mut HashSet<String>) -> bool {
 fn words_of(text: &str, words: &mut HashSet<String>) -> bool {
     let is_word_char = |c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-';
     for word in text.split(|c: char| !is_word_char(c)) {
-        if word.is_empty() || word.len() > MAX_WORD_CHARS || !super::is_field_name(word) {
+        // Only a word that could be a recorded key (at most 40 bytes) is kept.
+        if !super::is_field_name(word) {
             continue;
         }
         let folded = fold(word);
