@@ -18,7 +18,7 @@ use crate::reload::{ReloadStatus, Reloader, WatchError};
 use crate::render::Snapshot;
 use crate::run::{
     Backends, Limits, McpCaller, PythonError, Runner, RunnerConfig, SCRATCH_DIR, SandboxSettings,
-    ScratchQuota, resolve_python,
+    ScratchQuota, ShapesConfig, resolve_python,
 };
 use crate::sandbox;
 use crate::session::{SessionConfig, Sessions};
@@ -122,7 +122,11 @@ pub fn runner_config(config: &Config, python: PathBuf, runtime_dir: PathBuf) -> 
         max_sessions: config.max_sessions,
         // An interpreter must not outlive its session's folder (removed after PTC_SESSION_TTL).
         session_idle_ttl: config.session_idle_ttl.min(config.session_ttl),
-        state_dir: config.state_dir.clone(),
+        shapes: ShapesConfig {
+            learn: config.learn_shapes,
+            agent: config.agent_id.clone(),
+            state_dir: config.state_dir.clone(),
+        },
     }
 }
 

@@ -35,6 +35,7 @@ pub struct RawConfig {
     ptc_read_only_tools: Option<String>,
     ptc_description_budget: Option<String>,
     ptc_state_dir: Option<String>,
+    ptc_learn_shapes: Option<String>,
     ptc_events_stream_maxlen: Option<String>,
     ptc_events_bodies: Option<String>,
     ptc_warm_workers: Option<String>,
@@ -157,6 +158,10 @@ pub struct Config {
     /// Where what the sidecar learns is kept across restarts (the result shapes); none: in
     /// memory only.
     pub state_dir: Option<PathBuf>,
+    /// Learn the result shapes of tools without an output schema from calls and show them in
+    /// `describe()` and `search_tools` (`PTC_LEARN_SHAPES`, default on); off: nothing is
+    /// recorded, kept or shown.
+    pub learn_shapes: bool,
     pub events_stream_maxlen: usize,
     pub events_bodies: bool,
     /// Pre-started interpreters kept ready (beyond DESIGN.md).
@@ -546,6 +551,19 @@ mod tests {
         .unwrap();
         assert_eq!(c.description_budget, 2_000);
         assert_eq!(c.state_dir, Some(PathBuf::from("/var/lib/ptc")));
+    }
+
+    #[test]
+    fn result_shapes_are_learned_unless_switched_off() {
+        let learn = |v: &str| config(&[("PTC_LEARN_SHAPES", v)]).map(|c| c.learn_shapes);
+        assert!(config(&[]).unwrap().learn_shapes);
+        assert_eq!(learn("false"), Ok(false));
+        assert_eq!(learn("TRUE"), Ok(true));
+        assert_eq!(learn("off"), Ok(false));
+        assert_eq!(
+            learn("never").unwrap_err().to_string(),
+            "PTC_LEARN_SHAPES=\"never\" is not valid: true or false (also 1/0, yes/no, on/off)"
+        );
     }
 
     #[test]

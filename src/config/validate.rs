@@ -57,6 +57,7 @@ impl RawConfig {
             read_only_tools: core.read_only_tools,
             description_budget: core.description_budget,
             state_dir: core.state_dir,
+            learn_shapes: core.learn_shapes,
             events_stream_maxlen,
             events_bodies,
             warm_workers: runner.warm_workers,
@@ -181,6 +182,7 @@ impl RawConfig {
                 DESCRIPTION_BUDGET_RANGE,
             )? as usize,
             state_dir: non_empty(self.ptc_state_dir.take()).map(PathBuf::from),
+            learn_shapes: parse_bool("PTC_LEARN_SHAPES", self.ptc_learn_shapes.take(), true)?,
         })
     }
 
@@ -353,6 +355,7 @@ struct Core {
     read_only_tools: bool,
     description_budget: usize,
     state_dir: Option<PathBuf>,
+    learn_shapes: bool,
 }
 
 /// What [`RawConfig::runner`] validates.

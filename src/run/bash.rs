@@ -10,8 +10,9 @@
 //! from bash itself (`/dev/tcp`, no process started) to the IPC bridge's `POST /bash/{tool}`
 //! with the run's token (docs/protocols.md, "Bash runs").
 //!
-//! Owns the bash names of tools (as `@librechat/agents` makes them) and what a bash run is
-//! started with. It must not start processes (the pool's) nor answer calls (the IPC bridge's).
+//! Owns the bash names of tools (as `@librechat/agents` makes them, but never a bash keyword or
+//! builtin: [`bash_name`]) and what a bash run is started with. It must not start processes (the
+//! pool's) nor answer calls (the IPC bridge's).
 
 use super::zygote::Program;
 use crate::catalog::Catalog;
@@ -29,17 +30,99 @@ pub const MAX_CODE_BYTES: usize = 128 * 1024 - 1;
 /// The file of a run's tool functions, in its scratch directory.
 pub const FUNCTIONS_FILE: &str = ".ptc-tools.sh";
 
-/// Words a tool's bash name may not be (`normalizeToBashIdentifier` of `@librechat/agents`
-/// gives them a `_tool` suffix).
-const RESERVED: [&str; 23] = [
-    "if", "then", "else", "elif", "fi", "case", "esac", "for", "while", "until", "do", "done",
-    "in", "function", "select", "time", "coproc", "declare", "typeset", "local", "readonly",
-    "export", "unset",
+/// What a tool whose bash name would be reserved is called instead: the name and this.
+pub const RESERVED_SUFFIX: &str = "_tool";
+
+/// The call helper every tool function calls ([`CALL_FUNCTION`]).
+const CALL_HELPER: &str = "__ptc_call";
+
+/// bash's keywords that are names (`compgen -k` of bash 5.2): a function cannot be called by
+/// one of them.
+const KEYWORDS: [&str; 17] = [
+    "if", "then", "else", "elif", "fi", "case", "esac", "for", "select", "while", "until", "do",
+    "done", "in", "function", "time", "coproc",
 ];
 
-/// A tool's name in bash, as the LibreChat client tells the model: hyphens, spaces and dots
-/// become `_`, anything else outside `[A-Za-z0-9_]` is dropped, a leading digit gets a `_`, and a
-/// reserved word gets `_tool`.
+/// bash's builtins (`compgen -b` of bash 5.2, those that are names). A tool function named like
+/// one would hide it: from the call helper (one named `builtin` or `command` hides the very
+/// way the helper reaches builtins, and every call recursed), and from the code, whose
+/// ordinary bash (the client's own parallel form uses `printf` and `wait`) would call a tool.
+/// All of them are reserved rather than only those the helper uses: one rule, and no tool
+/// ever changes what a bash word does. `@librechat/agents` (`normalizeToBashIdentifier`)
+/// suffixes only the keywords and `declare typeset local readonly export unset`, so for a
+/// tool named like another builtin (`echo`) the client's name and the sidecar's differ;
+/// the sidecar's is the one defined.
+const BUILTINS: [&str; 58] = [
+    "alias",
+    "bg",
+    "bind",
+    "break",
+    "builtin",
+    "caller",
+    "cd",
+    "command",
+    "compgen",
+    "complete",
+    "compopt",
+    "continue",
+    "declare",
+    "dirs",
+    "disown",
+    "echo",
+    "enable",
+    "eval",
+    "exec",
+    "exit",
+    "export",
+    "false",
+    "fc",
+    "fg",
+    "getopts",
+    "hash",
+    "help",
+    "history",
+    "jobs",
+    "kill",
+    "let",
+    "local",
+    "logout",
+    "mapfile",
+    "popd",
+    "printf",
+    "pushd",
+    "pwd",
+    "read",
+    "readarray",
+    "readonly",
+    "return",
+    "set",
+    "shift",
+    "shopt",
+    "source",
+    "suspend",
+    "test",
+    "times",
+    "trap",
+    "true",
+    "type",
+    "typeset",
+    "ulimit",
+    "umask",
+    "unalias",
+    "unset",
+    "wait",
+];
+
+/// Whether a bash name is taken: a keyword, a builtin, or the call helper's own name (a tool
+/// function of that name would replace the helper, and every call would recurse).
+fn reserved(name: &str) -> bool {
+    KEYWORDS.contains(&name) || BUILTINS.contains(&name) || name == CALL_HELPER
+}
+
+/// A tool's name in bash: hyphens, spaces and dots become `_`, anything else outside
+/// `[A-Za-z0-9_]` is dropped, a leading digit gets a `_` (as the LibreChat client names them),
+/// and a reserved name ([`KEYWORDS`], [`BUILTINS`], the call helper's) gets
+/// [`RESERVED_SUFFIX`].
 pub fn bash_name(tool: &str) -> String {
     let mut name: String = tool
         .chars()
@@ -53,17 +136,23 @@ pub fn bash_name(tool: &str) -> String {
     if name.starts_with(|c: char| c.is_ascii_digit()) {
         name.insert(0, '_');
     }
-    if RESERVED.contains(&name.as_str()) {
-        name.push_str("_tool");
+    if reserved(&name) {
+        name.push_str(RESERVED_SUFFIX);
     }
     name
 }
 
-/// The call every tool function makes: one HTTP/1.1 request over bash's `/dev/tcp`. Builtins
-/// are called as `builtin` so that a tool named like one (`read`, `printf`) cannot break it
-/// (`local` cannot be: it is a reserved name, which a tool function never gets).
+/// The call every tool function makes: one HTTP/1.1 request over bash's `/dev/tcp`, no process
+/// started, so no external program is named. Every builtin it uses is called through `builtin`,
+/// which no tool function may be named (nor any other builtin: [`BUILTINS`]), so functions the
+/// code defines (`printf`, `echo`, `read`) do not change a call; the rest is keywords, which
+/// nothing can redefine. Its own `IFS` and locale, so the code's (`IFS=,`) do not split the
+/// answer differently. Values are assigned apart from `builtin local`, whose words (unlike
+/// `local`'s) are split and globbed. Code that defines a function named `builtin` breaks its
+/// own calls only.
 const CALL_FUNCTION: &str = r#"__ptc_call() {
-  local LC_ALL=C __ptc_fd __ptc_status= __ptc_len=0 __ptc_line __ptc_body= __ptc_arg=${2:-'{}'}
+  builtin local LC_ALL=C IFS=$' \t\n' __ptc_fd __ptc_status= __ptc_len=0 __ptc_line __ptc_body= __ptc_arg
+  __ptc_arg=${2:-'{}'}
   if ! builtin exec {__ptc_fd}<>"/dev/tcp/127.0.0.1/${PTC_IPC_PORT}"; then
     builtin printf '%s: cannot reach the sidecar (the run may be over)\n' "$1" >&2
     builtin return 2
@@ -106,7 +195,7 @@ pub fn functions(catalog: &Catalog) -> String {
         }
         let _ = writeln!(
             out,
-            "{name}() {{ __ptc_call {} \"$@\"; }}",
+            "{name}() {{ {CALL_HELPER} {} \"$@\"; }}",
             path_segment(&tool.name)
         );
     }
@@ -172,7 +261,7 @@ mod tests {
     use pretty_assertions::assert_eq;
 
     #[test]
-    fn names_are_the_clients() {
+    fn names_are_the_clients_and_never_a_bash_word() {
         for (tool, bash) in [
             ("get-weather", "get_weather"),
             ("a.b c", "a_b_c"),
@@ -182,9 +271,104 @@ mod tests {
             ("export", "export_tool"),
             ("class", "class"),
             ("héllo!", "hllo"),
+            // Builtins, the client's names or not, and the helper's own name.
+            ("builtin", "builtin_tool"),
+            ("command", "command_tool"),
+            ("exec", "exec_tool"),
+            ("eval", "eval_tool"),
+            ("echo", "echo_tool"),
+            ("print.f", "print_f"),
+            ("printf", "printf_tool"),
+            ("wait", "wait_tool"),
+            ("re-ad", "re_ad"),
+            ("read", "read_tool"),
+            ("__ptc_call", "__ptc_call_tool"),
+            ("__ptc-call", "__ptc_call_tool"),
+            ("Echo", "Echo"),
         ] {
             assert_eq!(bash_name(tool), bash, "{tool}");
         }
+    }
+
+    /// The lists are this machine's bash's: a newer bash with a new builtin fails here.
+    #[test]
+    fn every_keyword_and_builtin_of_bash_is_reserved() {
+        let out = std::process::Command::new(BASH)
+            .args(["--noprofile", "--norc", "-c", "compgen -k -b"])
+            .output()
+            .unwrap();
+        let words = String::from_utf8(out.stdout).unwrap();
+        let names: Vec<&str> = words
+            .lines()
+            .filter(|w| bash_name(w) == *w || reserved(w))
+            .collect();
+        assert!(names.len() >= KEYWORDS.len() + BUILTINS.len(), "{words}");
+        for word in names {
+            assert!(reserved(word), "{word} is a bash word but not reserved");
+        }
+    }
+
+    /// The helper in a real bash where every builtin but `builtin` is a function that fails,
+    /// and `IFS` splits on `0`: the call (an argument with spaces, `0` and `*`) still goes out
+    /// whole and its answer comes back.
+    #[test]
+    fn the_helper_calls_nothing_a_function_could_hide() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut conn, _) = listener.accept().unwrap();
+            // A broken helper may send less: answer what came within the wait, never hang.
+            conn.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+                .unwrap();
+            let mut request = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while !request.ends_with(br#"{"a": "0 * 0"}"#) {
+                match conn.read(&mut chunk) {
+                    Ok(n) if n > 0 => request.extend_from_slice(&chunk[..n]),
+                    _ => break,
+                }
+            }
+            conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\n{\"b\":\"100\"}")
+                .unwrap();
+            String::from_utf8(request).unwrap()
+        });
+        let shadows: Vec<&str> = BUILTINS
+            .iter()
+            .copied()
+            .filter(|b| *b != "builtin")
+            .collect();
+        let script = format!(
+            "{CALL_FUNCTION}\n\
+             for b in {}; do\n\
+               builtin eval \"$b() {{ builtin printf 'shadowed %s\\n' $b >&2; builtin return 99; }}\"\n\
+             done\n\
+             IFS=0\n\
+             {CALL_HELPER} t '{{\"a\": \"0 * 0\"}}'\n\
+             builtin printf ' rc=%s' \"$?\"",
+            shadows.join(" ")
+        );
+        let out = std::process::Command::new(BASH)
+            .args(["--noprofile", "--norc", "-c", &script])
+            .env("PTC_IPC_PORT", port.to_string())
+            .env("PTC_TOKEN", "tok")
+            .output()
+            .unwrap();
+        let request = server.join().unwrap();
+        assert_eq!(
+            (
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned()
+            ),
+            (r#"{"b":"100"} rc=0"#.to_string(), String::new())
+        );
+        assert!(
+            request.starts_with("POST /bash/t HTTP/1.1\r\n")
+                && request.contains("Authorization: Bearer tok\r\n")
+                && request.contains("Content-Length: 14\r\n")
+                && request.ends_with("\r\n\r\n{\"a\": \"0 * 0\"}"),
+            "{request}"
+        );
     }
 
     #[test]

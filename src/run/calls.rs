@@ -8,8 +8,8 @@
 use super::dispatch::{self, Backends, CallError, PendingCall};
 use super::files::{FileError, Files, RunFile};
 use super::prepare::Prepared;
-use super::shapes::Shapes;
-use crate::catalog::Origin;
+use super::shapes::{ChosenWords, Shapes};
+use crate::catalog::{Origin, Tool};
 use crate::events::{Event, Events};
 use crate::render::Snapshot;
 use crate::trace::SpanContext;
@@ -208,6 +208,7 @@ impl Calls {
             started_event.args = Some(args.clone());
         }
         events.emit(started_event);
+        let chose = self.chosen_words(found, &args);
 
         let started = Instant::now();
         let _permit = run
@@ -238,10 +239,7 @@ impl Calls {
         finished.duration_ms = Some(duration_ms);
         match &result {
             Ok(value) => {
-                if found.output_schema.is_none() && self.inner.shapes.record(&found.name, value) {
-                    let shapes = self.inner.shapes.clone();
-                    tokio::task::spawn_blocking(move || shapes.save());
-                }
+                self.learn(&found.name, chose.as_ref(), value);
                 finished.result_bytes = Some(json_len(value));
                 if events.bodies() {
                     finished.result = Some(value.clone());
@@ -258,6 +256,25 @@ impl Calls {
             duration_ms,
         });
         result
+    }
+
+    /// The words a call's arguments chose, taken before they go to the backend, when its
+    /// result may teach a shape (a tool without an output schema, learning on); a result that
+    /// records one of them as a key teaches nothing (the echo rule, `shapes/echo.rs`).
+    fn chosen_words(&self, tool: &Tool, args: &Value) -> Option<ChosenWords> {
+        (tool.output_schema.is_none() && self.inner.shapes.learning())
+            .then(|| ChosenWords::of(args, &tool.input_schema))
+    }
+
+    /// Learns from a result whose call's words were taken, and writes the table off the async
+    /// workers when it changed.
+    fn learn(&self, tool: &str, chose: Option<&ChosenWords>, value: &Value) {
+        if let Some(chose) = chose
+            && self.inner.shapes.record(tool, chose, value)
+        {
+            let shapes = self.inner.shapes.clone();
+            tokio::task::spawn_blocking(move || shapes.save());
+        }
     }
 }
 

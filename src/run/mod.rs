@@ -12,7 +12,7 @@
 //! | `confine` | the runner's [`Sandbox`](crate::sandbox::Sandbox) built once at startup, [`SandboxSettings`] | — |
 //! | `files` | a run's files ([`RunFile`]), where they go ([`FileStore`]) within their quotas ([`NewFile`], [`Budgeted`]) | — |
 //! | `dispatch` | what one call does on its backend, [`CallError`], [`Backends`] | — |
-//! | `shapes` | the result shapes learned from calls, [`shapes::Shapes`] (`PTC_STATE_DIR`) | — |
+//! | `shapes` | the result shapes learned from calls, per agent, never from a call that chose the keys, [`shapes::Shapes`] (`PTC_LEARN_SHAPES`, `PTC_STATE_DIR`) | — |
 //! | `zygote` | the fork server of one catalog, [`zygote::Program`] (what a forked child may become) | `child` |
 //! | `bash` | bash runs: tools as bash functions, what bash is started with, how a result prints | `zygote` |
 //! | `prepare` | the prepared-SDK cache, one [`prepare::CatalogKey`] for every catalog | `sdk`, `dispatch` |
@@ -20,7 +20,7 @@
 //! | `calls` | the live runs by token, [`calls::RunCtx`], [`CallRecord`], `call(run, tool, args)` | `dispatch`, `prepare`, `shapes` |
 //! | `ipc` | the IPC bridge (`/call`, `/tool_call`, `/bash/{tool}`, `/file`, `/search`, `/describe`): the loopback listener and each run's own ([`ipc::Bridge`]), their bounds | `calls`, `dispatch`, `bash`, `files`, `shapes` |
 //! | `live` | the sessions' live interpreters: which run takes which, eviction, idle expiry, [`live::Lost`] | `child`, `ipc`, `output`, `prepare` |
-//! | `request` | what a run is asked and gives back: [`RunnerConfig`], [`ExecRequest`], [`ExecResult`], the `/mnt/data` rewrite | `calls`, `child`, `confine`, `dispatch`, `files`, `live`, `output`, `scratch` |
+//! | `request` | what a run is asked and gives back: [`RunnerConfig`], [`ExecRequest`], [`ExecResult`], the `/mnt/data` rewrite | `calls`, `child`, `confine`, `dispatch`, `files`, `live`, `output`, `scratch`, `shapes` |
 //! | `turn` | a run's turn on an interpreter: a fresh child or a session's live one, its end of the bridge, how its output ends | `child`, `files`, `ipc`, `live`, `output`, `pool`, `prepare`, `request`, `zygote` |
 //! | `runner` | a run's lifecycle, one path for every run: [`Runner`] | all of the above |
 //!
@@ -62,3 +62,4 @@ pub use request::{
 };
 pub use runner::{Runner, SCRATCH_DIR, ShuttingDown};
 pub use scratch::ScratchQuota;
+pub use shapes::ShapesConfig;

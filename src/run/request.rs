@@ -12,6 +12,7 @@ use super::files::{Files, RunFile};
 use super::live::Lost;
 use super::output::OutputChunk;
 use super::scratch::ScratchQuota;
+use super::shapes::ShapesConfig;
 use crate::render::Snapshot;
 use serde::Serialize;
 use std::path::PathBuf;
@@ -50,9 +51,9 @@ pub struct RunnerConfig {
     pub max_sessions: usize,
     /// A live session interpreter idle this long is stopped (`PTC_SESSION_IDLE_TTL`).
     pub session_idle_ttl: Duration,
-    /// Where learned result shapes are kept across restarts (`PTC_STATE_DIR`); `None`: in
-    /// memory only.
-    pub state_dir: Option<PathBuf>,
+    /// Whether result shapes are learned (`PTC_LEARN_SHAPES`), for which agent, and where they
+    /// are kept across restarts (`PTC_STATE_DIR`).
+    pub shapes: ShapesConfig,
 }
 
 /// The language of a run's code.

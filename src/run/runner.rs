@@ -93,7 +93,7 @@ impl Runner {
         std::fs::create_dir_all(&cfg.runtime_dir)?;
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
         let ipc_addr = listener.local_addr()?;
-        let calls = Calls::new(backends, Shapes::load(cfg.state_dir.clone()));
+        let calls = Calls::new(backends, Shapes::load(cfg.shapes.clone()));
         let bridges = ipc::Bridges::new(calls.clone(), shutdown.clone());
         tokio::spawn(bridges.clone().serve(listener));
 

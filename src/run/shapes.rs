@@ -3,17 +3,33 @@
 //! `search_tools`, never in the description (whose bytes must not change with usage: the
 //! providers' prompt caches).
 //!
-//! [`Shape::of`] and [`Shape::merge`] are pure and tested on exact strings; [`Shapes`] is the
-//! shared table, kept in `PTC_STATE_DIR/shapes.json` when that is set. It must not decide
-//! which tools are recorded (the calls handle records those without an output schema).
+//! What one run teaches, later runs of the same agent read, other sessions' included: learned
+//! shapes are a channel between runs, and this module keeps it narrow (docs/SECURITY.md,
+//! "Learned result shapes"):
+//!
+//! - only key names and kinds, never values; an object with a key that does not read as a
+//!   field name (an email, a UUID, a path: `is_field_name`) is recorded as `dict[str, T]`
+//!   without its keys;
+//! - never from a call that chose the result's keys: the echo rule (`echo.rs`), a result that
+//!   records as a key any word of its call's arguments that the input schema does not declare
+//!   teaches nothing;
+//! - per agent (`PTC_AGENT_ID`), also in a file several agents' sidecars share (`table.rs`);
+//! - not at all with `PTC_LEARN_SHAPES=false`.
+//!
+//! [`Shape::of`] and [`Shape::merge`] are pure and tested on exact strings, as is the echo rule;
+//! [`Shapes`] is the shared table, kept in `PTC_STATE_DIR/shapes.json` when that is set. It
+//! must not decide which tools are recorded (the calls handle records those without an output
+//! schema).
 
-use crate::util::lock;
+mod echo;
+mod table;
+
+pub use echo::{ChosenWords, Echo, MAX_CHOSEN_WORDS};
+pub use table::{FILE_NAME, FILE_VERSION, Learned, MAX_TOOLS, Shapes, ShapesConfig, lesson};
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use std::collections::BTreeMap;
 use std::fmt;
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
 
 /// Deepest nesting recorded: below it a value is `any`; a result 50 levels deep must not make
 /// a shape 50 levels deep.
@@ -32,10 +48,6 @@ pub const MAX_UNION: usize = 4;
 pub const MAX_JSON_TEXT_BYTES: usize = 64 << 10;
 /// Longest shape shown, in characters; a deeper rendering is cut a level at a time.
 pub const MAX_SHOWN_CHARS: usize = 600;
-/// Tools whose shapes are kept: a catalog that keeps changing must not grow the table forever.
-pub const MAX_TOOLS: usize = 10_000;
-/// The file in `PTC_STATE_DIR`.
-pub const FILE_NAME: &str = "shapes.json";
 
 /// The shape of JSON values.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -322,114 +334,6 @@ impl fmt::Display for Shown<'_> {
     }
 }
 
-/// What is known of one tool's results.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Learned {
-    pub shape: Shape,
-    /// Successful calls it was learned from.
-    pub calls: u64,
-}
-
-/// The shared table of learned shapes, by the tool's dispatched name.
-#[derive(Clone, Default)]
-pub struct Shapes {
-    inner: Arc<Inner>,
-}
-
-#[derive(Default)]
-struct Inner {
-    table: Mutex<BTreeMap<String, Learned>>,
-    /// `PTC_STATE_DIR/shapes.json`; `None`: in memory only.
-    file: Option<PathBuf>,
-    /// One write at a time, each of the table as it is then: the last write is the newest.
-    writing: Mutex<()>,
-}
-
-impl Shapes {
-    /// A table kept in `state_dir` (read from its file when there is one), or in memory only.
-    /// A file that cannot be read is logged and left to be overwritten: learned shapes are a
-    /// help, never a reason not to start.
-    pub fn load(state_dir: Option<PathBuf>) -> Shapes {
-        let file = state_dir.map(|d| d.join(FILE_NAME));
-        let table = match &file {
-            Some(path) => match std::fs::read(path) {
-                Ok(bytes) => serde_json::from_slice(&bytes).unwrap_or_else(|e| {
-                    tracing::warn!(
-                        "{}: not a shapes file ({e}); starting empty",
-                        path.display()
-                    );
-                    BTreeMap::new()
-                }),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
-                Err(e) => {
-                    tracing::warn!("cannot read {}: {e}; starting empty", path.display());
-                    BTreeMap::new()
-                }
-            },
-            None => BTreeMap::new(),
-        };
-        Shapes {
-            inner: Arc::new(Inner {
-                table: Mutex::new(table),
-                file,
-                writing: Mutex::new(()),
-            }),
-        }
-    }
-
-    /// What is known of a tool's results.
-    pub fn get(&self, tool: &str) -> Option<Learned> {
-        lock(&self.inner.table).get(tool).cloned()
-    }
-
-    /// Learns from one result of `tool`. Returns whether the shape changed (and so whether the
-    /// file needs writing).
-    pub fn record(&self, tool: &str, value: &Value) -> bool {
-        let shape = Shape::of(value);
-        let mut table = lock(&self.inner.table);
-        let room = table.len() < MAX_TOOLS;
-        match table.get_mut(tool) {
-            Some(learned) => {
-                learned.calls += 1;
-                let merged = learned.shape.clone().merge(shape).limit(&mut { MAX_NODES });
-                let changed = merged != learned.shape;
-                learned.shape = merged;
-                changed
-            }
-            None if room => {
-                table.insert(tool.to_string(), Learned { shape, calls: 1 });
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Writes the table to its file (blocking: call it off the async workers), through a
-    /// temporary file renamed over the old one, so a reader never sees half a file.
-    pub fn save(&self) {
-        let Some(path) = &self.inner.file else {
-            return;
-        };
-        let _one_at_a_time = lock(&self.inner.writing);
-        let bytes = match serde_json::to_vec(&*lock(&self.inner.table)) {
-            Ok(bytes) => bytes,
-            Err(e) => {
-                tracing::warn!("cannot serialise the learned shapes: {e}");
-                return;
-            }
-        };
-        let temp = path.with_extension("json.tmp");
-        let written = path
-            .parent()
-            .map_or(Ok(()), std::fs::create_dir_all)
-            .and_then(|()| std::fs::write(&temp, bytes))
-            .and_then(|()| std::fs::rename(&temp, path));
-        if let Err(e) = written {
-            tracing::warn!("cannot write {}: {e}", path.display());
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -530,24 +434,5 @@ mod tests {
             Shape::Union(members) => members.iter().map(nodes).sum(),
             _ => 0,
         }
-    }
-
-    #[test]
-    fn the_table_survives_a_restart() {
-        let dir = std::env::temp_dir().join(format!("ptc-shapes-{}", crate::run::new_token()));
-        let shapes = Shapes::load(Some(dir.clone()));
-        assert!(shapes.record("t", &json!({"a": 1})));
-        assert!(!shapes.record("t", &json!({"a": 2})));
-        assert!(shapes.record("t", &json!({"a": 2, "b": "x"})));
-        shapes.save();
-        let again = Shapes::load(Some(dir.clone()));
-        let learned = again.get("t").unwrap();
-        assert_eq!(
-            (learned.shape.show(), learned.calls),
-            ("{a: int, b?: str}".into(), 3)
-        );
-        std::fs::write(dir.join(FILE_NAME), "not json").unwrap();
-        assert_eq!(Shapes::load(Some(dir.clone())).get("t"), None);
-        std::fs::remove_dir_all(dir).unwrap();
     }
 }

@@ -293,43 +293,7 @@ impl Sandbox {
                 false
             }
         };
-        let (run_as, uid) = match &policy.user {
-            None => {
-                if can_switch_users() {
-                    missing.push(format!(
-                        "user switch: PTC_SANDBOX_USER=none, so code runs as the sidecar's own \
-                         uid {my_uid}"
-                    ));
-                }
-                (None, my_uid.to_string())
-            }
-            Some(name) if can_switch_users() => match user::resolve(name, policy.max_processes) {
-                Ok(run_as) => {
-                    let uid = run_as.name.clone();
-                    (Some(run_as), uid)
-                }
-                // The default user is missing: a uid of its own instead, never the sidecar's.
-                Err(_) if policy.user_is_default => {
-                    let run_as = user::fallback(policy.max_processes);
-                    tracing::info!(
-                        "the run user {DEFAULT_USER:?} does not exist: code runs as uid {FALLBACK_UID} \
-                         (create {DEFAULT_USER}, or set PTC_SANDBOX_USER)"
-                    );
-                    let uid = run_as.name.clone();
-                    (Some(run_as), uid)
-                }
-                // Code would run with the sidecar's privileges: only PTC_SANDBOX_USER=none
-                // asks for that.
-                Err(e) => return Err(e),
-            },
-            Some(name) => {
-                missing.push(format!(
-                    "user switch to {name:?}: the sidecar is not root and lacks CAP_SETUID and \
-                     CAP_SETGID, so code runs as the sidecar's uid {my_uid}"
-                ));
-                (None, my_uid.to_string())
-            }
-        };
+        let (run_as, uid) = run_user(&policy, &mut missing)?;
         if policy.mode == Mode::Strict {
             let mut refused = Vec::new();
             match landlock_abi {
@@ -488,6 +452,54 @@ impl Sandbox {
     pub fn prepare_scratch(&self, scratch: &Path) -> std::io::Result<()> {
         user::prepare_scratch(scratch, self.run_as.as_ref())
     }
+}
+
+/// Whom code runs as under `policy`, and how `/healthz` names it; what cannot be had is
+/// added to `missing`. Errors where code would run as the sidecar's uid though it could
+/// switch (a named user that does not exist): only `PTC_SANDBOX_USER=none` asks for that.
+fn run_user(
+    policy: &Policy,
+    missing: &mut Vec<String>,
+) -> Result<(Option<RunAs>, String), SandboxError> {
+    let my_uid = user::current_uid();
+    let chosen = match &policy.user {
+        None => {
+            if can_switch_users() {
+                missing.push(format!(
+                    "user switch: PTC_SANDBOX_USER=none, so code runs as the sidecar's own \
+                     uid {my_uid}"
+                ));
+            }
+            (None, my_uid.to_string())
+        }
+        Some(name) if can_switch_users() => match user::resolve(name, policy.max_processes) {
+            Ok(run_as) => {
+                let uid = run_as.name.clone();
+                (Some(run_as), uid)
+            }
+            // The default user is missing: a uid of its own instead, never the sidecar's.
+            Err(_) if policy.user_is_default => {
+                let run_as = user::fallback(policy.max_processes);
+                tracing::info!(
+                    "the run user {DEFAULT_USER:?} does not exist: code runs as uid {FALLBACK_UID} \
+                     (create {DEFAULT_USER}, or set PTC_SANDBOX_USER)"
+                );
+                let uid = run_as.name.clone();
+                (Some(run_as), uid)
+            }
+            // Code would run with the sidecar's privileges: only PTC_SANDBOX_USER=none
+            // asks for that.
+            Err(e) => return Err(e),
+        },
+        Some(name) => {
+            missing.push(format!(
+                "user switch to {name:?}: the sidecar is not root and lacks CAP_SETUID and \
+                 CAP_SETGID, so code runs as the sidecar's uid {my_uid}"
+            ));
+            (None, my_uid.to_string())
+        }
+    };
+    Ok(chosen)
 }
 
 /// The directories the interpreter reads at run time (its prefixes, where its binary lives),

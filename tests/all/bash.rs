@@ -180,3 +180,73 @@ async fn bad_bash_gets_a_clear_error_and_leaves_nothing() {
     .await
     .unwrap();
 }
+
+/// A catalog of tools named like bash builtins (and like the call helper): each is callable
+/// under its suffixed name, bash's own words stay bash's, and code that defines its own
+/// `printf`, `echo`, `read` and `wait` (and sets `IFS`) still gets every result right.
+#[tokio::test]
+async fn tools_named_like_builtins_are_suffixed_and_calls_survive_shadowing() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let s = sidecar(&[]).await;
+        let names = [
+            "builtin",
+            "command",
+            "printf",
+            "echo",
+            "wait",
+            "read",
+            "__ptc_call",
+        ];
+        let tools: Vec<Value> = names
+            .iter()
+            .map(|n| json!({"name": n, "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}}}))
+            .collect();
+        let code = "builtin printf 'types %s\\n' \"$(type -t builtin) $(type -t command) $(type -t echo)\"\n\
+                    echo plain\n\
+                    r1=$(builtin_tool '{\"n\": 1}'); r2=$(command_tool '{\"n\": 2}')\n\
+                    printf() { builtin echo shadowed; }\n\
+                    echo() { builtin echo shadowed; }\n\
+                    read() { return 7; }\n\
+                    wait() { return 9; }\n\
+                    IFS=0\n\
+                    r3=$(printf_tool '{\"n\": 3}'); r4=$(echo_tool '{\"n\": 4}')\n\
+                    r5=$(wait_tool '{\"n\": 5}'); r6=$(read_tool '{\"n\": 6}')\n\
+                    r7=$(__ptc_call_tool '{\"n\": 7}')\n\
+                    builtin printf '%s\\n' \"$r1\" \"$r2\" \"$r3\" \"$r4\" \"$r5\" \"$r6\" \"$r7\"\n\
+                    printf x";
+        let body = json!({"lang": "bash", "code": code, "tools": tools, "timeout": 20000});
+        let (status, mut r) = post(&s, PROGRAMMATIC, &body).await;
+        assert_eq!(status, 200, "{r}");
+        let mut called = Vec::new();
+        while r["status"] == "tool_call_required" {
+            let results: Vec<Value> = r["tool_calls"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| {
+                    called.push(c["name"].as_str().unwrap().to_string());
+                    json!({"call_id": c["id"], "result": {"from": c["name"], "n": c["input"]["n"]}, "is_error": false})
+                })
+                .collect();
+            let (status, next) =
+                post(&s, PROGRAMMATIC, &cont(&r["continuation_token"], json!(results))).await;
+            assert_eq!(status, 200, "{next}");
+            r = next;
+        }
+        assert_eq!(r["status"], "completed", "{r}");
+        let results: String = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| format!("{{\"from\":\"{n}\",\"n\":{}}}\n", i + 1))
+            .collect();
+        assert_eq!(
+            r["stdout"].as_str().unwrap(),
+            format!("types builtin builtin builtin\nplain\n{results}shadowed\n"),
+            "{r}"
+        );
+        assert_eq!(called, names);
+        assert_eq!(r["stderr"], "", "{r}");
+    })
+    .await
+    .unwrap();
+}

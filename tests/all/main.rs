@@ -29,6 +29,7 @@ mod sandbox;
 mod search;
 mod serving;
 mod sessions;
+mod shapes;
 mod shutdown;
 mod soak;
 mod startup;

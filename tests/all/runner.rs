@@ -11,7 +11,7 @@ use ptc_sidecar::render::Snapshot;
 use ptc_sidecar::run::child::{Limits, resolve_python};
 use ptc_sidecar::run::{
     Backends, ExecRequest, ExecResult, ExecStatus, Runner, RunnerConfig, SandboxSettings,
-    ScratchQuota,
+    ScratchQuota, ShapesConfig,
 };
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -101,7 +101,11 @@ fn config(python: PathBuf, runtime_dir: PathBuf) -> RunnerConfig {
         },
         max_sessions: 32,
         session_idle_ttl: Duration::from_secs(1800),
-        state_dir: None,
+        shapes: ShapesConfig {
+            learn: true,
+            agent: "runner-test".into(),
+            state_dir: None,
+        },
     }
 }
 
