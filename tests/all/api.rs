@@ -236,7 +236,7 @@ async fn error_answers_are_byte_exact() {
             ("POST", "/v1/exec_code", &key, Some(r#"{"code": "1", "timeout_ms": 0}"#), 400,
              r#"{"error":{"type":"bad_request","message":"timeout_ms must be at least 1"}}"#),
             ("POST", "/v1/exec_code", &key, Some(r#"{"cod": "1"}"#), 400,
-             r#"{"error":{"type":"bad_request","message":"expected {\"code\": \"...\", \"timeout_ms\"?: N, \"lang\"?: \"python\" | \"bash\", \"session_id\"?: \"...\"}: missing field `code` at line 1 column 12"}}"#),
+             r#"{"error":{"type":"bad_request","message":"expected {\"code\": \"...\", \"timeout_ms\"?: N, \"lang\"?: \"python\" | \"bash\", \"session_id\"?: \"...\", \"reset\"?: bool}: missing field `code` at line 1 column 12"}}"#),
             ("POST", "/v1/exec_code", &key, Some(&big), 413,
              r#"{"error":{"type":"too_large","message":"the body is limited to 1048576 bytes"}}"#),
             ("POST", "/v1/exec/xnope/results", &key, Some(r#"{"results": []}"#), 404,
