@@ -61,7 +61,7 @@ def _syscalls():
 
 
 def prepare():
-    """Loads what `confine` and `isolate` need (ctypes, the libc symbols, the modules): the
+    """Loads what `confine` and `enter` need (ctypes, the libc symbols, the modules): the
     fork server calls it once, so that its children pay nothing for it."""
     import fcntl  # noqa: F401
     import resource  # noqa: F401
@@ -257,27 +257,98 @@ def _namespace_flags(names):
     return flags
 
 
-def isolate(spec, dirs, report, life_fd, go_fd, nproc=None):
-    """Puts this process's run in namespaces of its own and returns in the run's first process,
-    PID 1 of a new PID namespace. Called in the fork server's child (single-threaded, still the
-    server's uid), before `confine`.
+# clone(2)'s number: the run's process is cloned straight into its namespaces.
+_SYS_CLONE = {"x86_64": 56, "aarch64": 220}
+_SIGCHLD = 17
 
-    This process (the run's *maker*): becomes the run user (`spec["user"]`), unshares the
-    namespaces `spec["ns"]` names (a user namespace first, mapping only the run's uid and gid,
-    where the sidecar has no CAP_SYS_ADMIN of its own), remounts each of `dirs` (the scratch
-    and data directories) noexec, nosuid and nodev in the new mount namespace, brings up the
-    new network namespace's loopback and listens on `127.0.0.1:spec["ipc_port"]` there: the IPC
-    bridge's end inside, which the sidecar accepts on from outside. Then it forks the run's
-    process, sends `pid` and the listening socket on `report` (a Unix socket to the fork
-    server) and leaves; the run's process is reparented to the fork server (a subreaper).
+_clone = None
 
-    The run's process: once the fork server has reaped its maker and says so on `go_fd` (a
-    byte on a pipe: before that it would be killed by the maker's death signal, which the
-    kernel sends as it reparents), dies with the fork server (PR_SET_PDEATHSIG, and `life_fd`
-    says the server is still there: a pipe whose writer only the server holds),
-    leads its own process group and drops every capability the user namespace gave it. Its
-    `RLIMIT_NPROC` is `nproc`: in a user namespace of its own, a budget of the run's alone.
-    Raises SandboxError (in the maker, before any fork) when a step fails."""
+
+def clone_isolated(spec):
+    """In the fork server: clones a child straight into new namespaces (`spec["ns"]`), as
+    `os.fork` would fork it (CPython's before- and after-fork work included): returns the
+    child's pid here and 0 in the child, PID 1 of its new PID namespace. The child's parent is
+    this server, so nothing has to hand it over. With a user namespace, write the child's ids
+    with `map_ids` before it goes on (`enter` waits for that)."""
+    global _clone
+    ctypes = _syscalls()[0]
+    if _clone is None:
+        # PyDLL: the GIL stays held across the call, as os.fork holds it across fork(2).
+        _clone = ctypes.PyDLL(None, use_errno=True).syscall
+        _clone.restype = ctypes.c_long
+        for name in ("PyOS_BeforeFork", "PyOS_AfterFork_Parent", "PyOS_AfterFork_Child"):
+            getattr(ctypes.pythonapi, name).restype = None
+    number = _SYS_CLONE.get(os.uname().machine)
+    if number is None:
+        raise SandboxError("no clone syscall number for %s" % (os.uname().machine,))
+    flags = _namespace_flags(spec.get("ns") or {}) | _SIGCHLD
+    api = ctypes.pythonapi
+    api.PyOS_BeforeFork()
+    pid = _clone(ctypes.c_long(number), ctypes.c_ulong(flags), ctypes.c_ulong(0),
+                 ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+    if pid == 0:
+        api.PyOS_AfterFork_Child()
+        return 0
+    err = ctypes.get_errno()
+    api.PyOS_AfterFork_Parent()
+    if pid < 0:
+        raise OSError(err, os.strerror(err))
+    return pid
+
+
+def settle(spec):
+    """Decides, in the fork server before any clone, whether its children switch users: one
+    cloned into a user namespace sees its own uid there as unmapped, and cannot tell."""
+    spec["switch_user"] = spec.get("user") is not None and os.geteuid() == 0
+    return spec
+
+
+def _switches(spec):
+    """Whether the run's process becomes `spec["user"]` (a server that may switch users) or
+    keeps the server's ids (`settle` decided, in the server)."""
+    return bool(spec["switch_user"])
+
+
+def map_ids(pid, spec):
+    """In the fork server: the uid and gid maps of child `pid`'s new user namespace. A server
+    that switches users maps the run user's ids (the child becomes that user inside, and so
+    outside); one that cannot maps its own, after denying `setgroups` (the kernel's rule for a
+    map written without CAP_SETUID)."""
+    if _switches(spec):
+        uid, gid = int(spec["user"]["uid"]), int(spec["user"]["gid"])
+    else:
+        uid, gid = os.geteuid(), os.getegid()
+        _write("/proc/%d/setgroups" % pid, "deny")
+    _write("/proc/%d/uid_map" % pid, "%d %d 1" % (uid, uid))
+    _write("/proc/%d/gid_map" % pid, "%d %d 1" % (gid, gid))
+
+
+def arrive(life_fd, go_fd):
+    """First thing in the child `clone_isolated` made: dies with the fork server, its parent
+    (PR_SET_PDEATHSIG, and `life_fd` says the server is still there: a pipe whose writer only
+    the server holds), and waits for the server's word that its ids are mapped (a byte on
+    `go_fd`): until then it is nobody in its user namespace, and may not even enter its own
+    scratch directory."""
+    ctypes, prctl, _ = _syscalls()
+    if prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise SandboxError("prctl(PR_SET_PDEATHSIG): %s" % os.strerror(err))
+    if _closed(life_fd):
+        raise SandboxError("the fork server is gone")
+    _await_go(go_fd)
+
+
+def enter(spec, dirs, report, nproc=None):
+    """In the child `clone_isolated` made, PID 1 of its namespaces, once it has `arrive`d and
+    is in its working directory, before `confine`: makes the namespaces a run's.
+
+    Remounts each of `dirs` (the scratch and data
+    directories) noexec, nosuid and nodev, hides the machine's /proc and /sys, brings up its
+    loopback and listens on `127.0.0.1:spec["ipc_port"]` there: the IPC bridge's end inside,
+    sent to the server on `report` (`ok`, with the socket), which hands it to the sidecar.
+    Then becomes the run user, sets its `RLIMIT_NPROC` to `nproc` (in a user namespace of its
+    own, a budget of the run's alone), leads its own process group and drops every
+    capability the user namespace gave it. Raises SandboxError when a step fails."""
     # Everything imported before the switch of uid: the run user may not read the
     # interpreter's own files (the fork server has them already).
     import fcntl  # noqa: F401
@@ -294,31 +365,6 @@ def isolate(spec, dirs, report, life_fd, go_fd, nproc=None):
         raise SandboxError("%s: %s" % (what, os.strerror(err) if err else "failed"))
 
     names = spec.get("ns") or {}
-    user = spec.get("user")
-    if names.get("user"):
-        if user is not None:
-            # The parent user namespace's bound on the run user's processes is what this
-            # process may have when it makes the new one: none, so that it is the run's own
-            # limit, set below, that holds (per run: the kernel counts each user namespace's
-            # processes apart).
-            try:
-                resource.setrlimit(resource.RLIMIT_NPROC, (resource.RLIM_INFINITY,) * 2)
-            except (OSError, ValueError):
-                pass
-            _become(user)
-            # A switch of uid makes a process not dumpable, and its /proc/self files root's:
-            # its own maps below could not be written. `confine` makes it not dumpable again.
-            if prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0) != 0:
-                fail("prctl(PR_SET_DUMPABLE)")
-        uid, gid = os.getuid(), os.getgid()
-        if libc.unshare(_namespace_flags(names)) != 0:
-            fail("unshare(%s)" % ",".join(n for n, _ in NAMESPACES if names.get(n)))
-        _write("/proc/self/setgroups", "deny")
-        _write("/proc/self/uid_map", "%d %d 1" % (uid, uid))
-        _write("/proc/self/gid_map", "%d %d 1" % (gid, gid))
-    else:
-        if libc.unshare(_namespace_flags(names)) != 0:
-            fail("unshare(%s)" % ",".join(n for n, _ in NAMESPACES if names.get(n)))
     if names.get("mount"):
         if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
             fail("mount(/, MS_PRIVATE)")
@@ -338,34 +384,19 @@ def isolate(spec, dirs, report, life_fd, go_fd, nproc=None):
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.bind(("127.0.0.1", int(spec["ipc_port"])))
         listener.listen(128)
-    if not names.get("user") and user is not None:
-        _become(user)
+    if _switches(spec):
+        _become(spec["user"])
     if nproc is not None:
         resource.setrlimit(resource.RLIMIT_NPROC, (int(nproc), int(nproc)))
-    pid = os.fork()
-    if pid:
-        # The maker: the run's process leads its own group before anyone may signal it.
-        try:
-            os.setpgid(pid, pid)
-        except OSError:
-            pass
-        fds = [listener.fileno()] if listener is not None else []
-        socket.send_fds(report, [b"%d" % pid], fds)
-        os._exit(0)
-    # The run's process.
-    report.close()
-    if listener is not None:
-        listener.close()
     try:
         os.setpgid(0, 0)
     except OSError:
         pass
-    _await_go(go_fd)
-    # Now the fork server's child: die with it, and make sure it did not go in between.
-    if prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0) != 0:
-        fail("prctl(PR_SET_PDEATHSIG)")
-    if _closed(life_fd):
-        raise SandboxError("the fork server is gone")
+    fds = [listener.fileno()] if listener is not None else []
+    socket.send_fds(report, [b"ok"], fds)
+    report.close()
+    if listener is not None:
+        listener.close()
     if names.get("user"):
         _drop_capabilities(ctypes, libc, fail)
 
@@ -435,12 +466,12 @@ def _loopback_up():
 
 
 def _await_go(fd):
-    """Waits for the fork server's word that the run's maker is reaped (one byte on `fd`)."""
+    """Waits for the fork server's word that the run's ids are mapped (one byte on `fd`)."""
     import select
 
     ready, _, _ = select.select([fd], [], [], _HANDOVER_TIMEOUT)
     if not ready or os.read(fd, 1) != b"g":
-        raise SandboxError("the fork server did not take the run over")
+        raise SandboxError("the fork server did not map the run's ids")
     os.close(fd)
 
 
@@ -473,29 +504,33 @@ def _drop_capabilities(ctypes, libc, fail):
 
 
 def probe_namespaces(spec):
-    """Whether `isolate` works here, as a run's would: `{"ok": true}` or `{"ok": false,
-    "error": why}`. Forks a child that isolates itself in a directory of the probe's; its run
-    process (back here: the probe is a subreaper) exits 0 when it is PID 1 of its namespace."""
+    """Whether a run's namespaces can be made here, as the fork server makes them
+    (`clone_isolated`, `map_ids`, `enter`, in a directory of the probe's): `{"ok": true}` or
+    `{"ok": false, "error": why}`. The child exits 0 once it is PID 1 of its namespace."""
     import socket
     import tempfile
 
-    become_subreaper()
+    prepare()
+    settle(spec)
     d = tempfile.mkdtemp(prefix="ptc-probe-")
     life_r, life_w = os.pipe()
     go_r, go_w = os.pipe()
     try:
-        user = spec.get("user")
-        if user is not None:
-            os.chown(d, int(user["uid"]), int(user["gid"]))
+        if _switches(spec):
+            os.chown(d, int(spec["user"]["uid"]), int(spec["user"]["gid"]))
         report, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        pid = os.fork()
+        os.chdir(d)
+        try:
+            pid = clone_isolated(spec)
+        except OSError as e:
+            return {"ok": False, "error": "clone: %s" % e}
         if pid == 0:
             try:
                 report.close()
                 os.close(life_w)
                 os.close(go_w)
-                os.chdir(d)
-                isolate(spec, [d], theirs, life_r, go_r, 64)
+                arrive(life_r, go_r)
+                enter(spec, [d], theirs, 64)
                 os._exit(0 if os.getpid() == 1 or not (spec.get("ns") or {}).get("pid") else 3)
             except BaseException as e:
                 try:
@@ -503,17 +538,24 @@ def probe_namespaces(spec):
                 except OSError:
                     pass
                 os._exit(2)
+        os.chdir("/")
         theirs.close()
         os.close(go_r)
+        try:
+            if (spec.get("ns") or {}).get("user"):
+                map_ids(pid, spec)
+            os.write(go_w, b"g")
+        except (OSError, SandboxError) as e:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            return {"ok": False, "error": str(e)}
         data, fds = _receive(report, _HANDOVER_TIMEOUT * 2)
         for fd in fds:
             os.close(fd)
-        os.waitpid(pid, 0)
-        os.write(go_w, b"g")
-        if not data or data.startswith(b"error "):
+        _, status = os.waitpid(pid, 0)
+        if data != b"ok":
             why = data[6:].decode("utf-8", "replace") or "the probe's child said nothing"
             return {"ok": False, "error": why}
-        _, status = os.waitpid(int(data), 0)
         code = os.waitstatus_to_exitcode(status)
         if code != 0:
             return {"ok": False, "error": "the probe's run process exited with %d" % code}

@@ -15,9 +15,9 @@ when the run could not be made (EAGAIN: its process limit is reached), and `exit
 (CODE negative for a signal) once the run's process is reaped.
 
 The server runs as the sidecar's user, never as the run user: each child becomes the run user
-itself. Where the sandbox gives runs namespaces of their own (the spec's `ns`), the child makes
-them (`ptc_sandbox.isolate`) and hands over the run's process, PID 1 of a new PID namespace:
-when it exits, the kernel kills everything the run started, however it detached. Without them,
+itself. Where the sandbox gives runs namespaces of their own (the spec's `ns`), the run's
+process is cloned into them (`ptc_sandbox.clone_isolated`), PID 1 of a new PID namespace, and
+makes them its own (`ptc_sandbox.enter`) once the server has mapped its ids: when it exits, the kernel kills everything the run started, however it detached. Without them,
 the server is a child subreaper: what a run leaves behind (a `setsid` child, a double-forked
 grandchild) comes here when the run's process exits, and is killed before the run's `exited`
 is sent. The server stays single-threaded and never runs user code. It exits when the sidecar
@@ -43,7 +43,7 @@ def main():
     import ptc_sandbox
 
     # What each child applies after its fork (docs/SECURITY.md): the filters are read once.
-    spec = ptc_sandbox.spec_from_env() or dict(ptc_bootstrap._EVERY_LAYER)
+    spec = ptc_sandbox.settle(ptc_sandbox.spec_from_env() or dict(ptc_bootstrap._EVERY_LAYER))
     filters = exec_filters = None
     if spec.get("seccomp") and spec.get("filters"):
         filters = ptc_sandbox.load_filters(spec["filters"])
@@ -80,10 +80,10 @@ def _serve(ctl, wake, runs, prepared, spec, filter_sets, server_pid, resource, l
     `filter_sets`: the seccomp programs of a Python run, and of a run that execs a program (a
     bash run: it may start processes, all of them inside its sandbox and killed with it).
 
-    Where runs get namespaces of their own, a run's maker works for milliseconds before it hands
-    the run over: the server does not wait for it, but goes on reaping and forking, and
-    finishes each handover when its report comes (`pending`); otherwise a refill's handover
-    would hold up the report of a run that just exited."""
+    Where runs get namespaces of their own, a run's process works for milliseconds making them
+    its own before it reports: the server does not wait for it, but goes on reaping and
+    forking, and says `forked` when its report comes (`pending`); otherwise a refill would hold
+    up the exit report of a run that just ended."""
     isolating = bool(spec.get("ns"))
     pending = {}  # report socket -> _Handover
     exited = {}  # runs that exited before their handover was done: pid -> code
@@ -123,21 +123,21 @@ def _serve(ctl, wake, runs, prepared, spec, filter_sets, server_pid, resource, l
 
 
 class _Handover:
-    """A run whose maker is making its namespaces: what finishing its handover needs."""
+    """A run's process making its namespaces its own: what reporting it `forked` needs."""
 
-    __slots__ = ("rid", "maker", "report", "go", "deadline")
+    __slots__ = ("rid", "pid", "report", "deadline")
 
-    def __init__(self, rid, maker, report, go):
+    def __init__(self, rid, pid, report):
         self.rid = rid
-        self.maker = maker
+        self.pid = pid
         self.report = report
-        self.go = go
         self.deadline = time.monotonic() + _HANDOVER_TIMEOUT
 
 
 def _fork_run(ctl, request, fds, kept, prepared, spec, filter_sets, server_pid, resource):
     """Forks one run's child. Without namespaces it is the run: reported `forked` here. With
-    them it is the run's maker: returns the `_Handover` to finish when its report comes."""
+    them it is cloned into them and makes them its own: returns the `_Handover` to finish when
+    its report comes."""
     import ptc_bootstrap
     import ptc_sandbox
 
@@ -149,7 +149,7 @@ def _fork_run(ctl, request, fds, kept, prepared, spec, filter_sets, server_pid, 
         report, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         go = os.pipe()
     try:
-        pid = os.fork()
+        pid = ptc_sandbox.clone_isolated(spec) if isolating else os.fork()
     except OSError as e:
         # EAGAIN: the server's process limit is reached. That run cannot start; the server
         # goes on serving the others.
@@ -165,16 +165,16 @@ def _fork_run(ctl, request, fds, kept, prepared, spec, filter_sets, server_pid, 
             os.close(life[1])
             for other in pending.values():  # other runs' handovers are not ours
                 other.report.close()
-                os.close(other.go)
             if report is not None:
                 report.close()
                 os.close(go[1])
+                _arrive_or_exit(theirs, life[0], go[0])
             _child(request, fds, ctl, wake, resource, isolating)
             argv = request.get("exec")
             parent = server_pid
             if isolating:
-                _isolate_or_exit(spec, request, theirs, life[0], go[0])
-                parent = None  # isolate armed the death signal and checked the server
+                _enter_or_exit(spec, request, theirs)
+                parent = None  # enter armed the death signal and checked the server
             else:
                 ptc_sandbox.become_run_user(spec)
             # The run's own Landlock ruleset came as a fourth fd; confine closes it.
@@ -193,19 +193,32 @@ def _fork_run(ctl, request, fds, kept, prepared, spec, filter_sets, server_pid, 
     if isolating:
         theirs.close()
         os.close(go[0])
-        return _Handover(rid, pid, report, go[1])
+        try:
+            if spec["ns"].get("user"):
+                ptc_sandbox.map_ids(pid, spec)
+            os.write(go[1], b"g")
+        except (OSError, ptc_sandbox.SandboxError) as e:
+            # The child waits for its maps: without them it gives up (and is reaped).
+            os.kill(pid, signal.SIGKILL)
+            report.close()
+            os.close(go[1])
+            _send(ctl, "failed %s 0 the run's ids could not be mapped: %s\n" % (rid, e))
+            return None
+        os.close(go[1])
+        return _Handover(rid, pid, report)
     _started(ctl, rid, pid, (), runs)
     return None
 
 
 def _finish_handover(ctl, h, runs, exited):
-    """The run's maker reported (or ran out of time): reaps it, tells the run's process it is
-    ours, and says `forked` (or `failed`)."""
-    pid, handed, failure = _handover(h.report, h.maker, h.go)
+    """The run's process reported its namespaces made (or ran out of time, and is killed):
+    `forked`, with its listening socket, or `failed`."""
+    handed, failure = _handover(h.report, h.pid)
     h.report.close()
     if failure is not None:
         _send(ctl, "failed %s %s\n" % (h.rid, failure))
         return
+    pid = h.pid
     _started(ctl, h.rid, pid, handed, runs)
     for fd in handed:
         os.close(fd)
@@ -224,17 +237,29 @@ def _started(ctl, rid, pid, handed, runs):
     _send(ctl, "forked %s %d\n" % (rid, pid), handed)
 
 
-def _isolate_or_exit(spec, request, report, life_fd, go_fd):
-    """Puts the run in namespaces of its own (`ptc_sandbox.isolate`) and returns in the run's
-    process; on failure, says why on `report` (`error ERRNO MESSAGE`) and leaves."""
+def _arrive_or_exit(report, life_fd, go_fd):
+    """The cloned child's first steps (`ptc_sandbox.arrive`), or why not on `report`."""
+    import ptc_sandbox
+
+    _or_report(report, ptc_sandbox.arrive, life_fd, go_fd)
+
+
+def _enter_or_exit(spec, request, report):
+    """Makes the cloned child's namespaces a run's (`ptc_sandbox.enter`), or why not on
+    `report`."""
     import ptc_sandbox
 
     dirs = [request["scratch"]]
     if request.get("cwd"):
         dirs.append(request["cwd"])
     nproc = (request.get("limits") or {}).get("nproc")
+    _or_report(report, ptc_sandbox.enter, spec, dirs, report, nproc)
+
+
+def _or_report(report, step, *args):
+    """`step(*args)`; on failure says why on `report` (`error ERRNO MESSAGE`) and leaves."""
     try:
-        ptc_sandbox.isolate(spec, dirs, report, life_fd, go_fd, nproc)
+        step(*args)
     except BaseException as e:
         errno = getattr(e, "errno", None) or 0
         line = "error %d %s" % (errno, str(e).replace("\n", " ")[:500])
@@ -245,42 +270,27 @@ def _isolate_or_exit(spec, request, report, life_fd, go_fd):
         os._exit(2)
 
 
-# How long the process that makes a run's namespaces may take to hand the run over.
+# How long a run's process may take to make its namespaces its own.
 _HANDOVER_TIMEOUT = 5.0
 
 
-def _handover(report, maker, go):
-    """Takes the report of the process that makes a run's namespaces (`maker`, which leaves
-    once it has sent it; one that has sent nothing by now is killed), reaps the maker, then
-    tells the run's process it is ours (a byte on `go`, closed here):
-    `(run pid, [listening socket], None)`, or `(0, [], "ERRNO MESSAGE")`."""
+def _handover(report, pid):
+    """The report of run process `pid` on its namespaces (one that has sent nothing by now is
+    killed): `([listening socket], None)`, or `([], "ERRNO MESSAGE")`."""
     import ptc_sandbox
 
     data, fds = ptc_sandbox._receive(report, 0)
-    if not data:
-        try:
-            os.kill(maker, signal.SIGKILL)
-        except OSError:
-            pass
-    try:
-        os.waitpid(maker, 0)  # reaped: the run's process is ours now (we are its subreaper)
-    except ChildProcessError:
-        pass
-    try:
-        os.write(go, b"g")
-    except OSError:
-        pass
-    os.close(go)
-    if data and not data.startswith(b"error "):
-        try:
-            return int(data), fds, None
-        except ValueError:
-            pass
+    if data == b"ok":
+        return fds, None
     for fd in fds:
         os.close(fd)
     if not data:
-        return 0, [], "0 the run's namespaces were not made (no word from their maker)"
-    return 0, [], data[6:].decode("utf-8", "replace")
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+        return [], "0 the run's namespaces were not made (no word from its process)"
+    return [], data[6:].decode("utf-8", "replace")
 
 
 def _exec(argv):
@@ -301,7 +311,7 @@ def _leave():
 
 
 # Exits of children that were not (yet) runs kept for a handover still to come: at most this
-# many (makers and strays fill it too; the oldest go first).
+# many (strays fill it too; the oldest go first).
 _HELD_EXITS = 64
 
 
@@ -342,7 +352,7 @@ def _send(ctl, text, fds=()):
 
 def _child(request, fds, ctl, wake, resource, isolating):
     """Turns the forked process into a run's child: its own group, limits, pipes, cwd, env.
-    `isolating`: the process limit is left to `isolate`, which sets it in the run's own user
+    `isolating`: the process limit is left to `enter`, which sets it in the run's own user
     namespace (set here, it would bound every run's processes together)."""
     try:
         signal.set_wakeup_fd(-1)

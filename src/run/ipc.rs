@@ -101,7 +101,7 @@ fn connection_cap() -> usize {
 }
 
 /// One run's own end of the bridge: a socket listening inside the run's network namespace
-/// (the child made it, `ptc_sandbox.isolate`), accepted on here until this is dropped. It
+/// (the child made it, `ptc_sandbox.enter`), accepted on here until this is dropped. It
 /// answers only the token it is bound to: a run's, while that run goes on (a session's
 /// interpreter is bound to each of its runs in turn, and to none between them).
 pub struct Bridge {

@@ -324,14 +324,33 @@ pub async fn refill(
             return;
         };
         if let Ok((_, prepared)) = preparations.current().await {
-            while strong.keep_only(prepared.key) < strong.warm_workers && !shutdown.is_cancelled() {
-                let id = format!("w{}", strong.workers.fetch_add(1, Ordering::Relaxed));
-                match strong.fresh(&prepared, &id, None).await {
-                    Ok(c) => lock(&strong.warm).push_back((prepared.key, c)),
-                    Err(e) => {
-                        tracing::warn!("cannot pre-start a python worker: {e}");
-                        break;
+            loop {
+                let missing = strong
+                    .warm_workers
+                    .saturating_sub(strong.keep_only(prepared.key));
+                if missing == 0 || shutdown.is_cancelled() {
+                    break;
+                }
+                // All at once: a worker takes milliseconds to make its namespaces its own,
+                // which the fork server does not wait out, so two cores make two at a time.
+                let made = futures_util::future::join_all((0..missing).map(|_| {
+                    let id = format!("w{}", strong.workers.fetch_add(1, Ordering::Relaxed));
+                    let (strong, prepared) = (&strong, &prepared);
+                    async move { strong.fresh(prepared, &id, None).await }
+                }))
+                .await;
+                let mut failed = false;
+                for c in made {
+                    match c {
+                        Ok(c) => lock(&strong.warm).push_back((prepared.key, c)),
+                        Err(e) => {
+                            tracing::warn!("cannot pre-start a python worker: {e}");
+                            failed = true;
+                        }
                     }
+                }
+                if failed {
+                    break;
                 }
             }
         }

@@ -16,7 +16,8 @@
 //!
 //! The server runs as the sidecar's user, never as the run user (a run could otherwise signal
 //! it, or set its resource limits): each child switches itself, and where runs get namespaces
-//! of their own, makes them before it is confined (`ptc_sandbox.isolate`).
+//! of their own, is cloned into them and makes them its own before it is confined
+//! (`ptc_sandbox.clone_isolated`, `enter`).
 
 use super::child::{self, Child, SpawnSpec};
 use crate::sandbox;

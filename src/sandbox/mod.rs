@@ -135,7 +135,8 @@ pub enum SandboxError {
 }
 
 /// The namespaces each run gets of its own (docs/SECURITY.md, "Namespaces"): made by the
-/// run's child (`ptc_sandbox.isolate`), as the probe at startup found it could.
+/// fork server, which clones the run's process into them (`ptc_sandbox.clone_isolated`,
+/// `enter`), as the probe at startup found it could.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct Namespaces {
     /// A user namespace mapping only the run's uid and gid: how a sidecar without
@@ -423,7 +424,7 @@ impl Sandbox {
     }
 
     /// What the child is told to apply (`ptc_sandbox.confine_spec`, and in a fork server's
-    /// child `isolate`): each layer asked for fails the child closed when it cannot be applied.
+    /// child `enter`): each layer asked for fails the child closed when it cannot be applied.
     /// `filters` is where the filter file is; `user` the run user a fork server's child becomes
     /// (a cold child is switched before exec); `ns` the namespaces it makes, with the IPC
     /// bridge's end inside listening on the policy's port.
