@@ -356,6 +356,7 @@ fn sandbox_labels(runner: Option<&Runner>) -> Vec<(&'static str, String)> {
                 ("landlock", s.landlock.clone()),
                 ("seccomp", s.seccomp.to_string()),
                 ("uid", s.uid.clone()),
+                ("namespaces", s.namespaces.join(",")),
                 ("subprocess", s.subprocess.to_string()),
                 ("missing", s.missing.len().to_string()),
             ]
