@@ -245,7 +245,7 @@ _SIOCGIFFLAGS = 0x8913
 _SIOCSIFFLAGS = 0x8914
 _IFF_UP = 0x1
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
-# How long a run's first process waits for the one that made its namespaces to leave.
+# How long a cloned child waits for the fork server to map its ids.
 _HANDOVER_TIMEOUT = 5.0
 
 
@@ -549,7 +549,7 @@ def probe_namespaces(spec):
             os.kill(pid, 9)
             os.waitpid(pid, 0)
             return {"ok": False, "error": str(e)}
-        data, fds = _receive(report, _HANDOVER_TIMEOUT * 2)
+        data, fds = receive(report, _HANDOVER_TIMEOUT * 2)
         for fd in fds:
             os.close(fd)
         _, status = os.waitpid(pid, 0)
@@ -569,7 +569,7 @@ def probe_namespaces(spec):
             pass
 
 
-def _receive(sock, timeout):
+def receive(sock, timeout):
     """One message and its fds from `sock` within `timeout` seconds; `(b"", [])` without one."""
     import select
     import socket

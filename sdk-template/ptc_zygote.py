@@ -279,7 +279,7 @@ def _handover(report, pid):
     killed): `([listening socket], None)`, or `([], "ERRNO MESSAGE")`."""
     import ptc_sandbox
 
-    data, fds = ptc_sandbox._receive(report, 0)
+    data, fds = ptc_sandbox.receive(report, 0)
     if data == b"ok":
         return fds, None
     for fd in fds:
