@@ -213,7 +213,7 @@ def _fork_run(ctl, request, fds, kept, prepared, spec, filter_sets, server_pid, 
 def _finish_handover(ctl, h, runs, exited):
     """The run's process reported its namespaces made (or ran out of time, and is killed):
     `forked`, with its listening socket, or `failed`."""
-    handed, failure = _handover(h.report, h.pid)
+    handed, failure = _handover(h.report, h.pid, h.pid in exited)
     h.report.close()
     if failure is not None:
         _send(ctl, "failed %s %s\n" % (h.rid, failure))
@@ -270,13 +270,15 @@ def _or_report(report, step, *args):
         os._exit(2)
 
 
-# How long a run's process may take to make its namespaces its own.
-_HANDOVER_TIMEOUT = 5.0
+# How long a run's process may take to make its namespaces its own: less than the sidecar
+# waits for a fork's answer (FORK_TIMEOUT, 5 s), which would take the whole server for stuck.
+_HANDOVER_TIMEOUT = 4.0
 
 
-def _handover(report, pid):
+def _handover(report, pid, reaped):
     """The report of run process `pid` on its namespaces (one that has sent nothing by now is
-    killed): `([listening socket], None)`, or `([], "ERRNO MESSAGE")`."""
+    killed, unless it is already `reaped`: its pid may be another process's by now):
+    `([listening socket], None)`, or `([], "ERRNO MESSAGE")`."""
     import ptc_sandbox
 
     data, fds = ptc_sandbox.receive(report, 0)
@@ -284,7 +286,7 @@ def _handover(report, pid):
         return fds, None
     for fd in fds:
         os.close(fd)
-    if not data:
+    if not data and not reaped:
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
