@@ -23,6 +23,10 @@ struct Cli {
 enum Command {
     /// Run the sidecar: the control API on PTC_LISTEN.
     Serve,
+    /// Serve the MCP front door on stdin and stdout: one tool, exec_code, over the configured
+    /// tools, for an MCP host's config (`claude mcp add ptc -- ptc-sidecar mcp`). PTC is
+    /// treated as on; logs go to stderr.
+    Mcp,
     /// Watch tool events live from Redis (REDIS_URL), one per line.
     Events {
         /// The agent to watch (default: PTC_AGENT_ID, else this host's name).
@@ -170,6 +174,7 @@ fn run(cli: Cli, config: Config) -> anyhow::Result<()> {
             mcp_catalog,
         } => print_tools(&config, &format, &mcp_catalog),
         Command::Serve => runtime()?.block_on(serve(config)),
+        Command::Mcp => runtime()?.block_on(mcp(config)),
         Command::Events { agent, all, json } => {
             let url = config
                 .redis_url
@@ -320,6 +325,28 @@ fn exec_code_of(file: &str) -> anyhow::Result<String> {
     } else {
         std::fs::read_to_string(file).with_context(|| format!("cannot read {file}"))
     }
+}
+
+/// `ptc-sidecar mcp`: the sidecar behind the MCP front door on stdio, until the host closes
+/// stdin (or SIGTERM or SIGINT); then the runs still going are stopped (their host is gone),
+/// and the events written, as at a shutdown.
+async fn mcp(mut config: Config) -> anyhow::Result<()> {
+    config.enabled = true;
+    let sidecar = app::Sidecar::start(config, &[]).await?;
+    tokio::select! {
+        served = ptc_sidecar::api::front::serve_stdio(sidecar.state.clone()) => served?,
+        _ = wait_for_signal() => tracing::info!("shutting down"),
+    }
+    app::drain(
+        &sidecar.state,
+        std::time::Duration::ZERO,
+        std::future::ready(()),
+    )
+    .await;
+    sidecar.shutdown.cancel();
+    sidecar.flush().await;
+    drop(sidecar);
+    Ok(())
 }
 
 async fn exec(mut config: Config, code: String, saved: Vec<SavedCatalog>) -> anyhow::Result<i32> {

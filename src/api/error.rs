@@ -30,6 +30,10 @@ pub enum ApiError {
     /// session.
     #[error("{0}")]
     InvalidToken(String),
+    /// 403 `forbidden`: the request came from where this endpoint does not answer (an
+    /// `Origin` that is not a local one, at `/mcp`).
+    #[error("{0}")]
+    Forbidden(String),
     /// 404 `not_found`: no such endpoint, or nothing open under the id the request names.
     #[error("{0}")]
     NotFound(String),
@@ -86,7 +90,7 @@ impl ApiError {
         match self {
             ApiError::BadRequest(_) | ApiError::BadResults(_) => StatusCode::BAD_REQUEST,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
-            ApiError::InvalidToken(_) => StatusCode::FORBIDDEN,
+            ApiError::InvalidToken(_) | ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::PtcDisabled(_) | ApiError::TokenUsed => StatusCode::CONFLICT,
             ApiError::TooLarge { .. } | ApiError::Quota(_) => StatusCode::PAYLOAD_TOO_LARGE,
@@ -104,6 +108,7 @@ impl ApiError {
             ApiError::BadRequest(_) | ApiError::BadResults(_) => "bad_request",
             ApiError::Unauthorized => "unauthorized",
             ApiError::InvalidToken(_) => "invalid_token",
+            ApiError::Forbidden(_) => "forbidden",
             ApiError::NotFound(_) => "not_found",
             ApiError::PtcDisabled(_) => "ptc_disabled",
             ApiError::TokenUsed => "token_used",

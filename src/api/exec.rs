@@ -111,10 +111,7 @@ struct ExecBody {
 async fn exec_code(State(exec): State<Exec>, request: Request) -> Result<Response, ApiError> {
     let stream = wants_stream(request.headers());
     let traceparent = crate::trace::from_headers(request.headers());
-    let runner = exec.runner.ok_or(ApiError::PtcDisabled(
-        "PTC_ENABLED is false on this sidecar: every tool is direct and there is no exec_code",
-    ))?;
-    runner.check_open()?;
+    let door = exec.door()?;
     let body: ExecBody = json_body(
         request,
         MAX_EXEC_BYTES,
@@ -138,43 +135,108 @@ async fn exec_code(State(exec): State<Exec>, request: Request) -> Result<Respons
         (None, Some(s)) => Some(Duration::from_secs(s)),
         (None, None) => None,
     };
-    let mut request = ExecRequest {
+    let asked = Asked {
         code: body.code,
         lang,
         timeout,
+        session_id: body.session_id,
+        reset: body.reset,
         traceparent,
-        ..ExecRequest::default()
     };
-    let held = match body.session_id {
-        None => None,
-        Some(id) => {
-            let sessions = exec.sessions.as_ref().ok_or(ApiError::PtcDisabled(
-                "PTC_ENABLED is false on this sidecar: there are no sessions",
-            ))?;
-            Sessions::check_id(&id)?;
-            // Waiting for the session's previous run counts against this run's timeout.
-            let wait = timeout.map_or(runner.config().timeout, |t| t.min(runner.config().timeout));
-            let started = Instant::now();
-            let (held, ()) = Held::take(sessions, Some(&id), wait, |_, _| Ok(())).await?;
-            request.timeout = Some(wait.saturating_sub(started.elapsed()).max(MIN_RUN_TIME));
-            request.workspace = Some(held.workspace(sessions));
-            request.session = Some(id);
-            request.live = true;
-            request.reset = body.reset;
-            Some(held)
-        }
-    };
-    request.files = match (&held, &exec.artifacts) {
-        (Some(held), _) => Some(run_files(SessionFiles(held.session.clone()), &runner)),
-        (None, Some(store)) => Some(run_files(RunArtifacts::new(store.clone()), &runner)),
-        (None, None) => None,
-    };
-    let files = request.files.clone();
+    let (request, held) = door.request(asked).await?;
     if stream {
-        return Ok(exec.attached.stream(runner, request, held));
+        return Ok(exec.attached.stream(door.runner, request, held));
     }
-    let result = runner.exec(request).await;
-    Ok(Json(finish(result, held.as_ref(), files.as_deref()).await).into_response())
+    Ok(Json(door.finish(request, held).await).into_response())
+}
+
+/// What one `exec_code` asks, whichever door it came through (`POST /v1/exec_code`, the MCP
+/// front door).
+#[derive(Debug, Default)]
+pub struct Asked {
+    pub code: String,
+    pub lang: Lang,
+    pub timeout: Option<Duration>,
+    /// A session: its files are the run's working directory, and Python's globals persist.
+    pub session_id: Option<String>,
+    /// With `session_id`: a fresh interpreter for this run.
+    pub reset: bool,
+    /// The caller's W3C `traceparent`.
+    pub traceparent: Option<String>,
+}
+
+/// How a door runs `exec_code`: the runner, the session store and the artifacts store.
+#[derive(Clone)]
+pub struct ExecDoor {
+    pub runner: Runner,
+    pub sessions: Sessions,
+    pub artifacts: Sessions,
+}
+
+impl Exec {
+    /// The door, when PTC is on and the runner takes runs.
+    fn door(&self) -> Result<ExecDoor, ApiError> {
+        let disabled = ApiError::PtcDisabled(
+            "PTC_ENABLED is false on this sidecar: every tool is direct and there is no exec_code",
+        );
+        let (Some(runner), Some(sessions), Some(artifacts)) =
+            (&self.runner, &self.sessions, &self.artifacts)
+        else {
+            return Err(disabled);
+        };
+        runner.check_open()?;
+        Ok(ExecDoor {
+            runner: runner.clone(),
+            sessions: sessions.clone(),
+            artifacts: artifacts.clone(),
+        })
+    }
+}
+
+impl ExecDoor {
+    /// The run's request and, for a session run, the session held for it (its previous run
+    /// waited for, within this run's timeout); where its files go.
+    pub async fn request(&self, asked: Asked) -> Result<(ExecRequest, Option<Held>), ApiError> {
+        let runner = &self.runner;
+        let mut request = ExecRequest {
+            code: asked.code,
+            lang: asked.lang,
+            timeout: asked.timeout,
+            traceparent: asked.traceparent,
+            ..ExecRequest::default()
+        };
+        let held = match asked.session_id {
+            None => None,
+            Some(id) => {
+                let sessions = &self.sessions;
+                Sessions::check_id(&id)?;
+                // Waiting for the session's previous run counts against this run's timeout.
+                let max = runner.config().timeout;
+                let wait = asked.timeout.map_or(max, |t| t.min(max));
+                let started = Instant::now();
+                let (held, ()) = Held::take(sessions, Some(&id), wait, |_, _| Ok(())).await?;
+                request.timeout = Some(wait.saturating_sub(started.elapsed()).max(MIN_RUN_TIME));
+                request.workspace = Some(held.workspace(sessions));
+                request.session = Some(id);
+                request.live = true;
+                request.reset = asked.reset;
+                Some(held)
+            }
+        };
+        request.files = Some(match &held {
+            Some(held) => run_files(SessionFiles(held.session.clone()), runner),
+            None => run_files(RunArtifacts::new(self.artifacts.clone()), runner),
+        });
+        Ok((request, held))
+    }
+
+    /// Runs `request` (from [`request`](Self::request)) to its result, with the files its run
+    /// made and the images among them; the session is let go after.
+    pub async fn finish(&self, request: ExecRequest, held: Option<Held>) -> ExecResult {
+        let files = request.files.clone();
+        let result = self.runner.exec(request).await;
+        finish(result, held.as_ref(), files.as_deref()).await
+    }
 }
 
 /// The least time a session run gets after waiting for the session: the wait was within its

@@ -14,6 +14,7 @@ pub mod dashboard;
 mod error;
 mod events;
 mod exec;
+pub mod front;
 mod librechat;
 mod session_files;
 mod sessions;
@@ -70,6 +71,10 @@ pub fn router(state: AppState) -> Router {
                     .merge(session_files::router(sessions.clone()))
             }
             _ => Router::new(),
+        })
+        .merge(match state.runner {
+            Some(_) => front::router(state.clone()),
+            None => Router::new(),
         })
         .layer(middleware::from_fn_with_state(
             state.clone(),

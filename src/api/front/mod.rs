@@ -1,0 +1,458 @@
+//! The MCP front door: the sidecar as an MCP server, so that any MCP host (Claude Code,
+//! Claude Desktop, Cursor, Codex, goose, LibreChat's MCP client) gets programmatic tool calling
+//! with one config line. `ptc-sidecar mcp` serves it on stdio ([`serve_stdio`]); `ptc-sidecar
+//! serve` at `/mcp` over streamable HTTP ([`router`], behind the control API's key and an
+//! `Origin` check).
+//!
+//! One tool, `exec_code`, with exactly the description `GET /v1/tools` gives; a call runs the
+//! code as `POST /v1/exec_code` does ([`ExecDoor`]) and answers with what the code printed,
+//! the images it saved, links to its other files (readable with `resources/read`) and the
+//! whole run result as structured content. Each MCP session has a live session of its own
+//! (state across calls), ended with it; a host of the 2026-07-28 revision, which has no
+//! sessions, passes back the `session_id` a result names. Output reaches a host that asked for
+//! progress as `notifications/progress` while the run goes on; `notifications/cancelled` stops
+//! the run. A catalog change sends `notifications/tools/list_changed`.
+//!
+//! Owns the MCP shape of a run (`content`); what a run is and does is the runner's, how files
+//! are kept the session store's. It must not speak HTTP itself (rmcp's transports do).
+
+mod content;
+
+use super::exec::{Asked, ExecDoor};
+use super::state::AppState;
+use crate::render::llm::{EXEC_CODE, exec_code_schema};
+use crate::run::{Lang, OutputChunk};
+use crate::session::Sessions;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ErrorData, Implementation,
+    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams,
+    ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer};
+use rmcp::{Peer, ServerHandler};
+use serde_json::{Map, Value, json};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+pub use content::FILE_SCHEME;
+
+/// What the `exec_code` input adds for a host of the 2026-07-28 revision (no MCP sessions).
+const SESSION_ID_NOTE: &str = "Keep state across calls: pass the session.id of an earlier \
+result (in its structured content) to run in that session again; without it, calls of one \
+MCP session share one.";
+
+/// The MCP server of one MCP session (one stdio connection, or one streamable HTTP session).
+pub struct Front {
+    state: AppState,
+    door: ExecDoor,
+    /// This MCP session's live session: its runs share their globals and files.
+    session: String,
+    /// Whether a run used [`session`](Self::session) (it is removed with the MCP session).
+    used: std::sync::atomic::AtomicBool,
+    /// The host, once it is initialized: told when the tool list changes.
+    peer: Arc<Mutex<Option<Peer<RoleServer>>>>,
+    /// Ends the watch for catalog changes with this session.
+    gone: CancellationToken,
+}
+
+impl Front {
+    /// The server of one MCP session; `None` when PTC is off (no runner).
+    pub fn new(state: AppState) -> Option<Front> {
+        let door = ExecDoor {
+            runner: state.runner.clone()?,
+            sessions: state.sessions.clone()?,
+            artifacts: state.artifacts.clone()?,
+        };
+        let front = Front {
+            session: format!("mcp-{}", Sessions::new_id()),
+            used: Default::default(),
+            peer: Arc::default(),
+            gone: CancellationToken::new(),
+            state,
+            door,
+        };
+        front.watch_catalog();
+        Some(front)
+    }
+
+    /// Tells the host each time the catalog changes (a reload), once it is initialized.
+    fn watch_catalog(&self) {
+        let mut changes = self.state.snapshot.clone();
+        changes.borrow_and_update();
+        let (peer, gone) = (self.peer.clone(), self.gone.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = gone.cancelled() => return,
+                    changed = changes.changed() => if changed.is_err() { return },
+                }
+                let host = crate::util::lock(&peer).clone();
+                if let Some(host) = host
+                    && let Err(e) = host.notify_tool_list_changed().await
+                {
+                    tracing::debug!("MCP front door: cannot send tools/list_changed: {e}");
+                }
+            }
+        });
+    }
+
+    /// `exec_code` as this door offers it: the description `GET /v1/tools` gives, and the
+    /// input of `POST /v1/exec_code`'s tool with a `session_id`.
+    fn tool(&self) -> Tool {
+        let snapshot = self.state.current();
+        let mut schema = exec_code_schema(self.state.config.timeout);
+        if let Some(props) = schema["properties"].as_object_mut() {
+            props.insert(
+                "session_id".into(),
+                json!({"type": "string", "maxLength": 64, "description": SESSION_ID_NOTE}),
+            );
+        }
+        let schema: Map<String, Value> = match schema {
+            Value::Object(map) => map,
+            _ => Map::new(),
+        };
+        Tool::new(
+            EXEC_CODE,
+            snapshot.rendered.description.clone(),
+            Arc::new(schema),
+        )
+    }
+
+    /// One call of `exec_code`: the run, its output as progress when asked, stopped when the
+    /// host cancels it.
+    async fn exec(
+        &self,
+        args: Option<Map<String, Value>>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResult, ErrorData> {
+        let args = Args::parse(args, self.state.config.timeout)?;
+        // A host of the 2026-07-28 revision has no MCP session to end this one with: the
+        // session it was given lives on (until PTC_SESSION_IDLE_TTL), for it to pass back.
+        let stateless = context
+            .meta
+            .protocol_version()
+            .is_some_and(|v| !v.has_initialize());
+        let session = match args.session_id {
+            Some(id) => id,
+            None => {
+                if !stateless {
+                    self.used.store(true, std::sync::atomic::Ordering::Relaxed);
+                }
+                self.session.clone()
+            }
+        };
+        let asked = Asked {
+            code: args.code,
+            lang: Lang::Python,
+            timeout: args.timeout,
+            session_id: Some(session),
+            reset: false,
+            traceparent: context.meta.get_traceparent().map(str::to_string),
+        };
+        let (mut request, held) = self
+            .door
+            .request(asked)
+            .await
+            .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+        let progress = context.meta.get_progress_token().map(|token| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            request.output = Some(tx);
+            tokio::spawn(forward_progress(rx, token, context.peer.clone()))
+        });
+        let run = self.door.finish(request, held);
+        let result = tokio::select! {
+            result = run => result,
+            // Dropping the run kills its process group; what it printed is in its events.
+            _ = context.ct.cancelled() => {
+                return Err(ErrorData::internal_error("the run was cancelled", None));
+            }
+        };
+        if let Some(progress) = progress {
+            let _ = progress.await;
+        }
+        Ok(content::result(&result))
+    }
+}
+
+impl Drop for Front {
+    /// The MCP session is over: its live session (interpreter and files) goes with it.
+    fn drop(&mut self) {
+        self.gone.cancel();
+        if !self.used.load(std::sync::atomic::Ordering::Relaxed) {
+            return;
+        }
+        let (runner, sessions, id) = (
+            self.door.runner.clone(),
+            self.door.sessions.clone(),
+            self.session.clone(),
+        );
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn_blocking(move || {
+                runner.sessions().remove(&id);
+                sessions.remove(&id);
+            });
+        }
+    }
+}
+
+/// Sends each piece of a run's output to the host as progress (`message`: the text;
+/// `progress`: bytes so far), until the run's output ends.
+async fn forward_progress(
+    mut chunks: mpsc::UnboundedReceiver<OutputChunk>,
+    token: rmcp::model::ProgressToken,
+    peer: Peer<RoleServer>,
+) {
+    let mut sent = 0usize;
+    while let Some(chunk) = chunks.recv().await {
+        let text = match chunk {
+            OutputChunk::Stdout(t) | OutputChunk::Stderr(t) => t,
+        };
+        sent += text.len();
+        let note = ProgressNotificationParam::new(token.clone(), sent as f64).with_message(text);
+        if peer.notify_progress(note).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The arguments of an `exec_code` call, checked.
+struct Args {
+    code: String,
+    timeout: Option<Duration>,
+    session_id: Option<String>,
+}
+
+impl Args {
+    fn parse(args: Option<Map<String, Value>>, max: Duration) -> Result<Args, ErrorData> {
+        let bad = |what: &str| {
+            ErrorData::invalid_params(
+                format!(
+                    "exec_code takes {{\"code\": str, \"timeout\"?: int (seconds, 1 to {}), \
+                     \"session_id\"?: str}}: {what}",
+                    max.as_secs()
+                ),
+                None,
+            )
+        };
+        let args = args.unwrap_or_default();
+        let code = match args.get("code") {
+            Some(Value::String(code)) => code.clone(),
+            Some(_) => return Err(bad("code must be a string of Python")),
+            None => return Err(bad("code is missing")),
+        };
+        if code.len() > super::exec::MAX_EXEC_BYTES {
+            return Err(bad(&format!(
+                "code is {} bytes, more than {}",
+                code.len(),
+                super::exec::MAX_EXEC_BYTES
+            )));
+        }
+        let timeout = match args.get("timeout") {
+            None | Some(Value::Null) => None,
+            Some(v) => match v.as_u64() {
+                Some(s) if s >= 1 => Some(Duration::from_secs(s)),
+                _ => return Err(bad("timeout must be a whole number of seconds, at least 1")),
+            },
+        };
+        let session_id = match args.get("session_id") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(id)) => {
+                Sessions::check_id(id).map_err(|e| bad(&e.to_string()))?;
+                Some(id.clone())
+            }
+            Some(_) => return Err(bad("session_id must be a string")),
+        };
+        if let Some(other) = args
+            .keys()
+            .find(|k| !["code", "timeout", "session_id"].contains(&k.as_str()))
+        {
+            return Err(bad(&format!("{other:?} is not one of its arguments")));
+        }
+        Ok(Args {
+            code,
+            timeout,
+            session_id,
+        })
+    }
+}
+
+impl ServerHandler for Front {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .enable_resources()
+                .build(),
+        )
+        .with_server_info(Implementation::new(
+            "ptc-sidecar",
+            env!("CARGO_PKG_VERSION"),
+        ))
+        .with_instructions(
+            "Run Python that calls this agent's tools with exec_code: its description lists \
+             them. Only what the code prints comes back.",
+        )
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        *crate::util::lock(&self.peer) = Some(context.peer);
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(vec![self.tool()]))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        (name == EXEC_CODE).then(|| self.tool())
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        if request.name != EXEC_CODE {
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "no tool {:?}: this server has one tool, exec_code; the others are called \
+                     from its code",
+                    request.name
+                ),
+                None,
+            ));
+        }
+        self.exec(request.arguments, context).await.map(Into::into)
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        content::read(&request.uri, &self.door)
+            .await
+            .map(Into::into)
+    }
+}
+
+/// `ptc-sidecar mcp`: the front door on stdin and stdout until the host closes stdin.
+pub async fn serve_stdio(state: AppState) -> Result<(), rmcp::service::ServerInitializeError> {
+    use rmcp::ServiceExt;
+    let Some(front) = Front::new(state) else {
+        tracing::error!("PTC is off: the MCP front door has no exec_code to offer");
+        return Ok(());
+    };
+    let service = match front.serve((tokio::io::stdin(), tokio::io::stdout())).await {
+        Ok(service) => service,
+        Err(rmcp::service::ServerInitializeError::ConnectionClosed(_)) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let _ = service.waiting().await;
+    Ok(())
+}
+
+/// `/mcp`: the front door over streamable HTTP, one [`Front`] per MCP session. Behind the
+/// control API's key (the caller's `require_key` layer) and an `Origin` check: a browser page
+/// of another origin must not reach a local server (the MCP spec's rule against DNS
+/// rebinding), so a request whose `Origin` is not a loopback one is refused. Where the API
+/// listens beyond loopback (with a key) any `Host` is taken.
+pub fn router<S: Clone + Send + Sync + 'static>(state: AppState) -> axum::Router<S> {
+    use rmcp::transport::streamable_http_server::{
+        StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    };
+    let mut config = StreamableHttpServerConfig::default();
+    let loopback = match &state.config.listen {
+        crate::config::Listen::Tcp(addr) => addr.ip().is_loopback(),
+        crate::config::Listen::Unix(_) => true,
+    };
+    if !loopback {
+        config = config.disable_allowed_hosts();
+    }
+    let service = StreamableHttpService::new(
+        move || {
+            Front::new(state.clone())
+                .ok_or_else(|| std::io::Error::other("PTC is off: there is no exec_code"))
+        },
+        LocalSessionManager::default().into(),
+        config,
+    );
+    axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn(local_origin_only))
+}
+
+/// Refuses a request whose `Origin` is not a loopback origin (403, saying why).
+async fn local_origin_only(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let origin = request
+        .headers()
+        .get(axum::http::header::ORIGIN)
+        .map(|v| v.to_str().unwrap_or("").to_string());
+    match origin {
+        Some(origin) if !is_local_origin(&origin) => super::ApiError::Forbidden(format!(
+            "Origin {:?} is not a local one: /mcp answers hosts on this machine (no Origin, or \
+             http(s)://localhost, 127.0.0.1 or [::1])",
+            crate::util::cut(&origin, 200)
+        ))
+        .into_response(),
+        _ => next.run(request).await,
+    }
+}
+
+/// `http(s)://localhost`, `127.x.y.z` or `[::1]`, any port.
+fn is_local_origin(origin: &str) -> bool {
+    let Some(rest) = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    let host = match rest.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => rest.split(':').next().unwrap_or(""),
+    };
+    host == "localhost"
+        || host == "::1"
+        || host
+            .parse::<std::net::Ipv4Addr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_origins_are_local() {
+        for ok in [
+            "http://localhost",
+            "http://localhost:5173",
+            "https://127.0.0.1:8443",
+            "http://127.9.9.9",
+            "http://[::1]:3000",
+        ] {
+            assert!(is_local_origin(ok), "{ok}");
+        }
+        for no in [
+            "null",
+            "http://example.com",
+            "http://localhost.example.com",
+            "http://127.0.0.1.example.com",
+            "file://",
+            "http://[::2]",
+            "ftp://localhost",
+        ] {
+            assert!(!is_local_origin(no), "{no}");
+        }
+    }
+}
