@@ -142,6 +142,7 @@ async fn exec_code(State(exec): State<Exec>, request: Request) -> Result<Respons
         session_id: body.session_id,
         reset: body.reset,
         traceparent,
+        snapshot: None,
     };
     let (request, held) = door.request(asked).await?;
     if stream {
@@ -163,6 +164,8 @@ pub struct Asked {
     pub reset: bool,
     /// The caller's W3C `traceparent`.
     pub traceparent: Option<String>,
+    /// The catalog to run against instead of the sidecar's current one (its runs start cold).
+    pub snapshot: Option<Arc<crate::render::Snapshot>>,
 }
 
 /// How a door runs `exec_code`: the runner, the session store and the artifacts store.
@@ -203,6 +206,7 @@ impl ExecDoor {
             lang: asked.lang,
             timeout: asked.timeout,
             traceparent: asked.traceparent,
+            snapshot: asked.snapshot,
             ..ExecRequest::default()
         };
         let held = match asked.session_id {

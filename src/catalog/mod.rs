@@ -302,6 +302,36 @@ impl Catalog {
         }
     }
 
+    /// This catalog without the tools `leave_out` picks, each listed as excluded for `reason`
+    /// (a door that cannot answer some tools: the MCP front door has no host to send a call
+    /// without a callback to). The others keep their names; a new fingerprint tells the two
+    /// apart.
+    pub fn without(&self, leave_out: impl Fn(&Tool) -> bool, reason: &str) -> Catalog {
+        let mut out = self.clone();
+        let (gone, kept): (Vec<Tool>, Vec<Tool>) = std::mem::take(&mut out.tools)
+            .into_iter()
+            .partition(|t| leave_out(t));
+        out.tools = kept;
+        out.by_name = (0..out.tools.len())
+            .map(|i| (out.tools[i].name.clone(), i))
+            .collect();
+        out.by_python_name = (0..out.tools.len())
+            .filter(|&i| out.tools[i].class == Class::Ptc)
+            .map(|i| (out.tools[i].python_name.clone(), i))
+            .collect();
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.fingerprint.hash(&mut hasher);
+        for t in &gone {
+            t.name.hash(&mut hasher);
+            out.excluded.push(Excluded {
+                name: t.name.clone(),
+                reason: reason.to_string(),
+            });
+        }
+        out.fingerprint = hasher.finish();
+        out
+    }
+
     /// Every tool the model can reach, direct and PTC, in catalog order.
     pub fn tools(&self) -> &[Tool] {
         &self.tools

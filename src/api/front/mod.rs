@@ -20,6 +20,8 @@ mod content;
 
 use super::exec::{Asked, ExecDoor};
 use super::state::AppState;
+use crate::catalog::{Class, Origin};
+use crate::render::Snapshot;
 use crate::render::llm::{EXEC_CODE, exec_code_schema};
 use crate::run::{Lang, OutputChunk};
 use crate::session::Sessions;
@@ -43,9 +45,24 @@ const SESSION_ID_NOTE: &str = "Keep state across calls: pass the session.id of a
 result (in its structured content) to run in that session again; without it, calls of one \
 MCP session share one.";
 
+/// Why a host tool is not in the front door's catalog.
+const NO_CALLBACK: &str = "a host tool without a callback URL: the MCP front door has no host to \
+send its calls to (give PTC_TOOLS_FILE a callback)";
+
+/// The current catalog less the host tools only the attached or continuation protocols can
+/// answer, with the fingerprint of the catalog it was made from.
+type OwnCatalog = Option<(u64, Arc<Snapshot>)>;
+
+/// What every MCP session of one door shares: its catalog, when it is not the sidecar's.
+#[derive(Clone, Default)]
+pub struct Shared {
+    own: Arc<Mutex<OwnCatalog>>,
+}
+
 /// The MCP server of one MCP session (one stdio connection, or one streamable HTTP session).
 pub struct Front {
     state: AppState,
+    shared: Shared,
     door: ExecDoor,
     /// This MCP session's live session: its runs share their globals and files.
     session: String,
@@ -59,7 +76,7 @@ pub struct Front {
 
 impl Front {
     /// The server of one MCP session; `None` when PTC is off (no runner).
-    pub fn new(state: AppState) -> Option<Front> {
+    pub fn new(state: AppState, shared: Shared) -> Option<Front> {
         let door = ExecDoor {
             runner: state.runner.clone()?,
             sessions: state.sessions.clone()?,
@@ -71,6 +88,7 @@ impl Front {
             peer: Arc::default(),
             gone: CancellationToken::new(),
             state,
+            shared,
             door,
         };
         front.watch_catalog();
@@ -101,7 +119,7 @@ impl Front {
     /// `exec_code` as this door offers it: the description `GET /v1/tools` gives, and the
     /// input of `POST /v1/exec_code`'s tool with a `session_id`.
     fn tool(&self) -> Tool {
-        let snapshot = self.state.current();
+        let (snapshot, _) = self.catalog();
         let mut schema = exec_code_schema(self.state.config.timeout);
         if let Some(props) = schema["properties"].as_object_mut() {
             props.insert(
@@ -118,6 +136,39 @@ impl Front {
             snapshot.rendered.description.clone(),
             Arc::new(schema),
         )
+    }
+
+    /// The catalog this door offers: the sidecar's, or when it has host tools that only the
+    /// attached or continuation protocols can answer, the same without them (made once per
+    /// catalog, said once in the log; its runs start cold). The flag says which.
+    fn catalog(&self) -> (Arc<Snapshot>, bool) {
+        let current = self.state.current();
+        let catalog = &current.catalog;
+        let unanswerable =
+            |t: &crate::catalog::Tool| t.class == Class::Ptc && t.origin == Origin::Host;
+        if catalog.callback.is_some() || !catalog.tools().iter().any(unanswerable) {
+            return (current, false);
+        }
+        let mut own = crate::util::lock(&self.shared.own);
+        if let Some((fingerprint, snapshot)) = &*own
+            && *fingerprint == catalog.fingerprint
+        {
+            return (snapshot.clone(), true);
+        }
+        let left: Vec<&str> = catalog
+            .tools()
+            .iter()
+            .filter(|t| unanswerable(t))
+            .map(|t| t.name.as_str())
+            .collect();
+        tracing::warn!(
+            tools = %crate::util::cut(&left.join(", "), 1000),
+            "the MCP front door leaves out {} host tools: {NO_CALLBACK}",
+            left.len()
+        );
+        let snapshot = Arc::new(Snapshot::new(catalog.without(unanswerable, NO_CALLBACK)));
+        *own = Some((catalog.fingerprint, snapshot.clone()));
+        (snapshot, true)
     }
 
     /// One call of `exec_code`: the run, its output as progress when asked, stopped when the
@@ -150,6 +201,10 @@ impl Front {
             session_id: Some(session),
             reset: false,
             traceparent: context.meta.get_traceparent().map(str::to_string),
+            snapshot: match self.catalog() {
+                (snapshot, true) => Some(snapshot),
+                (_, false) => None,
+            },
         };
         let (mut request, held) = self
             .door
@@ -345,7 +400,7 @@ impl ServerHandler for Front {
 /// `ptc-sidecar mcp`: the front door on stdin and stdout until the host closes stdin.
 pub async fn serve_stdio(state: AppState) -> Result<(), rmcp::service::ServerInitializeError> {
     use rmcp::ServiceExt;
-    let Some(front) = Front::new(state) else {
+    let Some(front) = Front::new(state, Shared::default()) else {
         tracing::error!("PTC is off: the MCP front door has no exec_code to offer");
         return Ok(());
     };
@@ -375,9 +430,10 @@ pub fn router<S: Clone + Send + Sync + 'static>(state: AppState) -> axum::Router
     if !loopback {
         config = config.disable_allowed_hosts();
     }
+    let shared = Shared::default();
     let service = StreamableHttpService::new(
         move || {
-            Front::new(state.clone())
+            Front::new(state.clone(), shared.clone())
                 .ok_or_else(|| std::io::Error::other("PTC is off: there is no exec_code"))
         },
         LocalSessionManager::default().into(),
