@@ -27,7 +27,13 @@
 //! 9. Metrics and tracing (`observability_on_off`): the sequential-call workload with
 //!    `/metrics` kept and spans exported over OTLP against both off, three sidecars in turn.
 //!
-//! Run: `cargo bench --bench exec` (`-- --no-peer` to skip progtc, `-- --quick` for a smoke run).
+//! 10. The MCP front door (`front_door`): `print(1)` p50 and a 100-call `gather` of the demo
+//!     server's noop through `ptc-sidecar mcp` over stdio (rmcp's client, the MCP session's
+//!     live session) against the same through `POST /v1/exec_code` with a `session_id`, in
+//!     turn, same tools; the difference is what the door adds.
+//!
+//! Run: `cargo bench --bench exec` (`-- --no-peer` to skip progtc, `-- --quick` for a smoke run,
+//! `-- --only front_door` or `-- --only sandbox_on_off` for that workload alone).
 //! The sidecars inherit this process's environment: `PTC_SANDBOX=off cargo bench --bench exec`
 //! measures workloads 1–5 without the sandbox.
 
@@ -77,6 +83,16 @@ fn main() {
         .enable_all()
         .build()
         .expect("tokio runtime");
+    // `--only front_door` (or `sandbox_on_off`): that workload alone, no peer.
+    if let Some(name) = args
+        .iter()
+        .position(|a| a == "--only")
+        .and_then(|i| args.get(i + 1))
+    {
+        let one = rt.block_on(only(name, &p));
+        println!("\n{name}: {}", serde_json::to_string_pretty(&one).unwrap_or_default());
+        return;
+    }
     let ours = rt.block_on(bench_sidecar(&p));
     println!(
         "\nptc-sidecar: {}",
@@ -162,6 +178,20 @@ async fn wait_up(http: &reqwest::Client, sidecar: &Sidecar) {
     tokio::time::sleep(Duration::from_millis(500)).await;
 }
 
+/// One workload of those that start their own sidecars, by its name in the JSON.
+async fn only(name: &str, p: &Params) -> Value {
+    let host = start_host().await;
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("client");
+    match name {
+        "front_door" => front_door(&http, host, p).await,
+        "sandbox_on_off" => sandbox_on_off(&http, host, p).await,
+        other => json!({"error": format!("--only takes front_door or sandbox_on_off, not {other}")}),
+    }
+}
+
 async fn bench_sidecar(p: &Params) -> Value {
     let host = start_host().await;
     let sidecar = start_sidecar(host, None);
@@ -191,7 +221,9 @@ async fn bench_sidecar(p: &Params) -> Value {
     let events = events_on_off(&http, host, p).await;
     let observability = observability_on_off(&http, host, p).await;
     let sandbox = sandbox_on_off(&http, host, p).await;
+    let front = front_door(&http, host, p).await;
     json!({
+        "front_door": front,
         "sessions": sessions,
         "bash_vs_python": bash,
         "sandbox_on_off": sandbox,
@@ -596,4 +628,68 @@ fn print_table(ours: &Value, peer: &Value) {
         println!("{label:<34} {:>14} {:>14} {:>10}", show(a), show(b), ratio);
     }
     println!("(ratio: how many times better ptc-sidecar is; medians, this machine is shared)");
+}
+
+/// Workload 10: a run through the MCP front door on stdio against the same over HTTP.
+async fn front_door(http: &reqwest::Client, host: std::net::SocketAddr, p: &Params) -> Value {
+    use rmcp::ServiceExt;
+    use rmcp::model::CallToolRequestParams;
+    let sidecar = start_sidecar_with(host, &[]);
+    wait_up(http, &sidecar).await;
+    let (tools, mcp) = sidecar.tool_files();
+    let rt = std::env::temp_dir().join(format!("ptc-front-{}", std::process::id()));
+    let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_ptc-sidecar"));
+    cmd.arg("mcp")
+        .env("PTC_TOOLS_FILE", &tools)
+        .env("PTC_MCP_CONFIG", &mcp)
+        .env("PTC_RUNTIME_DIR", &rt)
+        .env("PTC_WARM_WORKERS", "2")
+        .env("RUST_LOG", "error")
+        .stderr(Stdio::null());
+    let transport = rmcp::transport::TokioChildProcess::new(cmd).expect("ptc-sidecar mcp");
+    let client = ().serve(transport).await.expect("MCP front door handshake");
+    // Both ways in a session: a call of the front door runs in its MCP session's live session,
+    // so the HTTP runs name one too. What differs is the door.
+    let call = |code: &str| {
+        let mut args = serde_json::Map::new();
+        args.insert("code".into(), json!(code));
+        CallToolRequestParams::new("exec_code").with_arguments(args)
+    };
+    let over_http = |code: &str| json!({"code": code, "session_id": "bench-front-http"});
+    let gather = "import asyncio\nawait asyncio.gather(*[demo__noop() for _ in range(100)])";
+    let (mut print_http, mut print_mcp) = (Vec::new(), Vec::new());
+    let (mut gather_http, mut gather_mcp) = (Vec::new(), Vec::new());
+    let rounds = p.repeats * 2;
+    for _ in 0..rounds {
+        for _ in 0..p.exec_n / rounds.max(1) {
+            let (took, _) = exec_body(http, &sidecar.url, over_http("print(1)")).await;
+            print_http.push(took.as_secs_f64() * 1e3);
+            let t = Instant::now();
+            let r = client
+                .call_tool(call("print(1)"))
+                .await
+                .expect("exec_code over MCP");
+            print_mcp.push(t.elapsed().as_secs_f64() * 1e3);
+            assert_ne!(r.is_error, Some(true), "{r:?}");
+        }
+        let (took, _) = exec_body(http, &sidecar.url, over_http(gather)).await;
+        gather_http.push(took.as_secs_f64() * 1e3);
+        let t = Instant::now();
+        let r = client
+            .call_tool(call(gather))
+            .await
+            .expect("gather over MCP");
+        gather_mcp.push(t.elapsed().as_secs_f64() * 1e3);
+        assert_ne!(r.is_error, Some(true), "{r:?}");
+    }
+    let _ = client.cancel().await;
+    let _ = std::fs::remove_dir_all(&rt);
+    let (ph, pm) = (median(&mut print_http), median(&mut print_mcp));
+    let (gh, gm) = (median(&mut gather_http), median(&mut gather_mcp));
+    json!({
+        "rounds": rounds,
+        "print_p50_ms": {"http": round(ph), "mcp_stdio": round(pm), "added_ms": round(pm - ph)},
+        "gather100_median_ms": {"http": round(gh), "mcp_stdio": round(gm), "added_ms": round(gm - gh)},
+        "target_added_ms": 0.3,
+    })
 }

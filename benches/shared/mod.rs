@@ -41,6 +41,12 @@ impl Sidecar {
     pub fn runtime_dir(&self) -> PathBuf {
         self.dir.join("rt")
     }
+
+    /// Its manifest and MCP config (`tools.json`, `mcp.json`): another sidecar process (the
+    /// MCP front door on stdio) can serve the same tools.
+    pub fn tool_files(&self) -> (PathBuf, PathBuf) {
+        (self.dir.join("tools.json"), self.dir.join("mcp.json"))
+    }
 }
 
 impl Drop for Sidecar {

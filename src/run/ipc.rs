@@ -50,7 +50,7 @@ pub const MAX_LOOKUP_BYTES: usize = 16 << 10;
 pub const MAX_CONNECTIONS: usize = 1024;
 
 /// Connections to one run's [`Bridge`] at once (the SDK keeps at most 32; bash tool functions
-/// open one per call in flight).
+/// open one per call in flight); the next waits in the run's backlog.
 pub const MAX_RUN_CONNECTIONS: usize = 64;
 
 /// How long a connection may take to send a request's head, and sit idle between requests,
@@ -107,7 +107,14 @@ fn connection_cap() -> usize {
 pub struct Bridge {
     token: watch::Sender<Option<Arc<str>>>,
     stop: CancellationToken,
+    /// Ends the connections of the run bound now: a session's interpreter keeps its bridge for
+    /// its life, but each run's connections end with the run (the SDK's idle ones of an
+    /// earlier run would otherwise hold the run's connection count).
+    epoch: Epoch,
 }
+
+/// The token the connections of the bridge's current run end with; a new one per run.
+type Epoch = Arc<std::sync::Mutex<CancellationToken>>;
 
 /// What a request through a run's [`Bridge`] carries: the token the bridge answers now.
 #[derive(Clone)]
@@ -121,15 +128,16 @@ impl Bridge {
         let listener = tokio::net::TcpListener::from_std(listener)?;
         let (token, bound) = watch::channel(None);
         let stop = bridges.shutdown.child_token();
+        let epoch: Epoch = Arc::new(std::sync::Mutex::new(stop.child_token()));
         let run_connections = Arc::new(Semaphore::new(MAX_RUN_CONNECTIONS));
         tokio::spawn(accept(
             listener,
             bridges.clone(),
             Some(Binding(bound)),
-            Some(run_connections),
+            Some((run_connections, epoch.clone())),
             stop.clone(),
         ));
-        Ok(Bridge { token, stop })
+        Ok(Bridge { token, stop, epoch })
     }
 
     /// Answers `token` from now on (a run's, for as long as it goes on).
@@ -137,9 +145,13 @@ impl Bridge {
         self.token.send_replace(Some(token.into()));
     }
 
-    /// Answers no token until the next [`bind`](Self::bind).
+    /// Answers no token until the next [`bind`](Self::bind), and ends the connections of the
+    /// run that was bound.
     pub fn unbind(&self) {
         self.token.send_replace(None);
+        let mut epoch = crate::util::lock(&self.epoch);
+        epoch.cancel();
+        *epoch = self.stop.child_token();
     }
 }
 
@@ -152,13 +164,14 @@ impl Drop for Bridge {
 
 /// Accepts connections until `stop`, each within the bridges' count and `run`'s (when the
 /// listener is one run's), and serves each on its own task: HTTP/1, heads within
-/// [`HEADER_TIMEOUT`], idle no longer than that either. A connection over a count is closed at
-/// once.
+/// [`HEADER_TIMEOUT`], idle no longer than that either, ended with the run's epoch. A
+/// connection over the bridges' count is closed at once; one over the run's waits in the
+/// run's backlog.
 async fn accept(
     listener: tokio::net::TcpListener,
     bridges: Bridges,
     binding: Option<Binding>,
-    run: Option<Arc<Semaphore>>,
+    run: Option<(Arc<Semaphore>, Epoch)>,
     stop: CancellationToken,
 ) {
     let router = match binding {
@@ -166,6 +179,15 @@ async fn accept(
         None => bridges.router.clone(),
     };
     loop {
+        // A run's listener accepts no connection over the run's count: the next one waits in
+        // the run's own backlog (its network namespace's) until one of the run's closes.
+        let own = match &run {
+            Some((count, _)) => tokio::select! {
+                _ = stop.cancelled() => return,
+                permit = count.clone().acquire_owned() => permit.ok(),
+            },
+            None => None,
+        };
         let stream = tokio::select! {
             _ = stop.cancelled() => return,
             accepted = listener.accept() => match accepted {
@@ -182,19 +204,15 @@ async fn accept(
             tracing::debug!("IPC bridge: {MAX_CONNECTIONS} connections open; one more closed");
             continue;
         };
-        let own = match &run {
-            Some(run) => match run.clone().try_acquire_owned() {
-                Ok(permit) => Some(permit),
-                Err(_) => continue,
-            },
-            None => None,
+        let ends = match &run {
+            Some((_, epoch)) => crate::util::lock(epoch).clone(),
+            None => stop.clone(),
         };
         let _ = stream.set_nodelay(true);
         let router = router.clone();
-        let stop = stop.clone();
         tokio::spawn(async move {
             let _permits = (all, own);
-            serve_connection(stream, router, stop).await;
+            serve_connection(stream, router, ends).await;
         });
     }
 }

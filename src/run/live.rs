@@ -50,6 +50,9 @@ pub enum Lost {
     Deleted,
     /// The run asked for a fresh interpreter (`reset: true`).
     Reset,
+    /// The caller of a run went away before it finished (an HTTP client that hung up, an MCP
+    /// host's `notifications/cancelled`): the run was stopped with its interpreter.
+    Cancelled,
 }
 
 impl Lost {
@@ -73,6 +76,11 @@ impl Lost {
             Lost::CatalogChanged => "the tool catalog changed".into(),
             Lost::Deleted => "the session was deleted".into(),
             Lost::Reset => "the run asked for a fresh interpreter (reset: true)".into(),
+            Lost::Cancelled => {
+                "a run's caller cancelled it or went away before it finished, and the run was \
+                 stopped with its interpreter"
+                    .into()
+            }
         }
     }
 }

@@ -110,6 +110,9 @@ pub struct ExecRequest {
     pub files: Option<Files>,
     /// The caller's W3C `traceparent`: the run is a span of that trace (else of a new one).
     pub traceparent: Option<String>,
+    /// Stops the run when cancelled (an MCP host's `notifications/cancelled`): its process
+    /// group killed, what it printed kept, status `error`; a session's interpreter goes with it.
+    pub cancel: Option<tokio_util::sync::CancellationToken>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

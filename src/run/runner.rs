@@ -21,7 +21,7 @@ use super::prepare::{Preparations, Prepared};
 use super::request::{DataPath, ExecRequest, ExecResult, ExecStatus, Lang, RunnerConfig};
 use super::scratch;
 use super::shapes::Shapes;
-use super::turn::{Finished, Job, STOPPED_MESSAGE, Turn, TurnRun};
+use super::turn::{Finished, Halt, Job, STOPPED_MESSAGE, Turn, TurnRun};
 use crate::events::{Event, Events};
 use crate::render::Snapshot;
 use crate::sandbox::{Mode, Sandbox, Status};
@@ -327,9 +327,14 @@ impl Runner {
                     cfg.scratch_quota,
                     req.workspace.as_ref().map(|w| (w.dir.as_path(), w.quota)),
                 );
-                let end = turn
-                    .until_end(deadline, timeout, quota, self.inner.stop.cancelled())
-                    .await;
+                let cancel = req.cancel.clone().unwrap_or_default();
+                let stop = async {
+                    tokio::select! {
+                        _ = self.inner.stop.cancelled() => Halt::Shutdown,
+                        _ = cancel.cancelled() => Halt::Cancelled,
+                    }
+                };
+                let end = turn.until_end(deadline, timeout, quota, stop).await;
                 turn.finish(end).await
             }
             Err(finished) => finished,

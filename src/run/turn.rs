@@ -30,6 +30,17 @@ use tokio::time::Instant;
 pub const STOPPED_MESSAGE: &str =
     "stopped: the sidecar is shutting down and the run did not finish within PTC_SHUTDOWN_GRACE";
 
+/// What a run cancelled by its caller says on its stderr.
+pub const CANCELLED_MESSAGE: &str = "stopped: the caller cancelled the run";
+
+/// Why a run was stopped before its end.
+pub enum Halt {
+    /// The sidecar is shutting down ([`STOPPED_MESSAGE`]).
+    Shutdown,
+    /// The caller cancelled it ([`CANCELLED_MESSAGE`]).
+    Cancelled,
+}
+
 /// What a turn needs of its run.
 pub struct TurnRun<'a> {
     pub id: &'a str,
@@ -104,6 +115,22 @@ pub struct LiveTurn {
     state: SessionState,
     /// Set when the job could not be sent: the run is over before it began.
     gone: Option<String>,
+    /// Set by [`finish`](Turn::finish); a turn dropped before it (its caller went away) stops
+    /// the interpreter, which may still be running the code.
+    finished: bool,
+}
+
+impl Drop for LiveTurn {
+    fn drop(&mut self) {
+        if self.finished {
+            return;
+        }
+        if let Some(live) = self.held.take() {
+            // Dropping it kills its group; its files stay.
+            live.child.kill_group();
+            self.slot.end(Some(Lost::Cancelled));
+        }
+    }
 }
 
 impl Turn {
@@ -233,6 +260,7 @@ impl Turn {
             held,
             state: state(change, lost, runs),
             gone,
+            finished: false,
         }))
     }
 
@@ -254,7 +282,7 @@ impl Turn {
         deadline: Instant,
         timeout: Duration,
         quota: impl Future<Output = String>,
-        stop: impl Future<Output = ()>,
+        stop: impl Future<Output = Halt>,
     ) -> End {
         let timed_out = || End::Stopped {
             status: ExecStatus::Timeout,
@@ -266,10 +294,17 @@ impl Turn {
             why: format!("stopped: {why}"),
             lost: Lost::Quota,
         };
-        let stopped = || End::Stopped {
-            status: ExecStatus::Error,
-            why: STOPPED_MESSAGE.into(),
-            lost: Lost::Crashed,
+        let stopped = |halt| match halt {
+            Halt::Shutdown => End::Stopped {
+                status: ExecStatus::Error,
+                why: STOPPED_MESSAGE.into(),
+                lost: Lost::Crashed,
+            },
+            Halt::Cancelled => End::Stopped {
+                status: ExecStatus::Error,
+                why: CANCELLED_MESSAGE.into(),
+                lost: Lost::Cancelled,
+            },
         };
         match self {
             Turn::Fresh(turn) => tokio::select! {
@@ -279,7 +314,7 @@ impl Turn {
                     Err(_) => timed_out(),
                 },
                 why = quota => over_quota(why),
-                _ = stop => stopped(),
+                halt = stop => stopped(halt),
             },
             Turn::Live(turn) => {
                 if let Some(why) = turn.gone.take() {
@@ -297,7 +332,7 @@ impl Turn {
                     waited = child.wait() => died(waited.ok()),
                     _ = tokio::time::sleep_until(deadline) => timed_out(),
                     why = quota => over_quota(why),
-                    _ = stop => stopped(),
+                    halt = stop => stopped(halt),
                 }
             }
         }
@@ -428,6 +463,7 @@ async fn finish_fresh(mut child: Child, capture: Capture, end: End) -> Finished 
 
 impl LiveTurn {
     async fn finish(mut self, end: End) -> Finished {
+        self.finished = true;
         let Some(live) = self.held.as_mut() else {
             unreachable!("a live turn holds its interpreter until it finishes");
         };
@@ -443,7 +479,7 @@ impl LiveTurn {
                     status: exit_status(code),
                     output,
                     exit_code: Some(code),
-                    session: Some(self.state),
+                    session: Some(self.state.clone()),
                 };
             }
             End::Stopped { status, why, lost } => (lost, None, why, status),
@@ -465,7 +501,7 @@ impl LiveTurn {
             session: Some(SessionState {
                 state: StateChange::Ended,
                 reason: Some(why),
-                ..self.state
+                ..self.state.clone()
             }),
         }
     }

@@ -17,11 +17,13 @@ mod events;
 mod exec;
 mod faults;
 mod files;
+mod front;
 mod host;
 mod librechat;
 mod mcp;
 mod metrics;
 use common::support::procs;
+
 mod props;
 mod reload;
 mod runner;

@@ -25,12 +25,15 @@ use crate::render::Snapshot;
 use crate::render::llm::{EXEC_CODE, exec_code_schema};
 use crate::run::{Lang, OutputChunk};
 use crate::session::Sessions;
+use rmcp::model::SubscriptionFilter;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ErrorData, Implementation,
     ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams,
     ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
 };
-use rmcp::service::{NotificationContext, RequestContext, RoleServer};
+use rmcp::service::{
+    NotificationContext, RequestContext, RoleServer, SubscriptionContext, SubscriptionSink,
+};
 use rmcp::{Peer, ServerHandler};
 use serde_json::{Map, Value, json};
 use std::sync::{Arc, Mutex};
@@ -68,8 +71,12 @@ pub struct Front {
     session: String,
     /// Whether a run used [`session`](Self::session) (it is removed with the MCP session).
     used: std::sync::atomic::AtomicBool,
-    /// The host, once it is initialized: told when the tool list changes.
+    /// The host, once it is initialized (the handshake revisions): told when the tool list
+    /// changes.
     peer: Arc<Mutex<Option<Peer<RoleServer>>>>,
+    /// The `subscriptions/listen` streams of a 2026-07-28 host that asked for tool-list
+    /// changes: told instead.
+    listeners: Arc<Mutex<Vec<SubscriptionSink>>>,
     /// Ends the watch for catalog changes with this session.
     gone: CancellationToken,
 }
@@ -86,6 +93,7 @@ impl Front {
             session: format!("mcp-{}", Sessions::new_id()),
             used: Default::default(),
             peer: Arc::default(),
+            listeners: Arc::default(),
             gone: CancellationToken::new(),
             state,
             shared,
@@ -100,6 +108,7 @@ impl Front {
         let mut changes = self.state.snapshot.clone();
         changes.borrow_and_update();
         let (peer, gone) = (self.peer.clone(), self.gone.clone());
+        let listeners = self.listeners.clone();
         tokio::spawn(async move {
             loop {
                 tokio::select! {
@@ -111,6 +120,12 @@ impl Front {
                     && let Err(e) = host.notify_tool_list_changed().await
                 {
                     tracing::debug!("MCP front door: cannot send tools/list_changed: {e}");
+                }
+                let sinks = crate::util::lock(&listeners).clone();
+                for sink in sinks {
+                    if let Err(e) = sink.notify_tool_list_changed().await {
+                        tracing::debug!("MCP front door: cannot send tools/list_changed: {e}");
+                    }
                 }
             }
         });
@@ -211,21 +226,20 @@ impl Front {
             .request(asked)
             .await
             .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+        // The host's notifications/cancelled stops the run: its process group killed, what
+        // it printed kept in its result and events (status error), the session's state gone.
+        request.cancel = Some(context.ct.clone());
         let progress = context.meta.get_progress_token().map(|token| {
             let (tx, rx) = mpsc::unbounded_channel();
             request.output = Some(tx);
             tokio::spawn(forward_progress(rx, token, context.peer.clone()))
         });
-        let run = self.door.finish(request, held);
-        let result = tokio::select! {
-            result = run => result,
-            // Dropping the run kills its process group; what it printed is in its events.
-            _ = context.ct.cancelled() => {
-                return Err(ErrorData::internal_error("the run was cancelled", None));
-            }
-        };
+        let result = self.door.finish(request, held).await;
         if let Some(progress) = progress {
             let _ = progress.await;
+        }
+        if context.ct.is_cancelled() {
+            return Err(ErrorData::internal_error("the run was cancelled", None));
         }
         Ok(content::result(&result))
     }
@@ -356,6 +370,29 @@ impl ServerHandler for Front {
         *crate::util::lock(&self.peer) = Some(context.peer);
     }
 
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        Some(requested.supported_by(&self.get_info().capabilities))
+    }
+
+    /// A 2026-07-28 host's `subscriptions/listen`: told of tool-list changes until it closes
+    /// the stream or the session ends.
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let id = context.sink().id().clone();
+        let wants_tools = context.accepted().tools_list_changed == Some(true);
+        if wants_tools {
+            crate::util::lock(&self.listeners).push(context.sink().clone());
+        }
+        tokio::select! {
+            () = context.cancelled() => {}
+            () = self.gone.cancelled() => {}
+        }
+        crate::util::lock(&self.listeners).retain(|sink| sink.id() != &id);
+        Ok(())
+    }
+
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
@@ -441,7 +478,22 @@ pub fn router<S: Clone + Send + Sync + 'static>(state: AppState) -> axum::Router
     );
     axum::Router::new()
         .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn(ended_session))
         .layer(axum::middleware::from_fn(local_origin_only))
+}
+
+/// rmcp answers a `DELETE` that ended a session with 202; the session is gone by then, and
+/// hosts (the Python SDK) take 200 or 204 as success: 204.
+async fn ended_session(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let delete = request.method() == axum::http::Method::DELETE;
+    let mut response = next.run(request).await;
+    if delete && response.status() == axum::http::StatusCode::ACCEPTED {
+        *response.status_mut() = axum::http::StatusCode::NO_CONTENT;
+    }
+    response
 }
 
 /// Refuses a request whose `Origin` is not a loopback origin (403, saying why).

@@ -183,6 +183,7 @@ impl Runs {
             live: false,
             files,
             traceparent: s.traceparent,
+            cancel: None,
         };
         let (runner, stop) = (runner.clone(), run.stop.clone());
         tokio::spawn(async move {
