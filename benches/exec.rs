@@ -90,7 +90,10 @@ fn main() {
         .and_then(|i| args.get(i + 1))
     {
         let one = rt.block_on(only(name, &p));
-        println!("\n{name}: {}", serde_json::to_string_pretty(&one).unwrap_or_default());
+        println!(
+            "\n{name}: {}",
+            serde_json::to_string_pretty(&one).unwrap_or_default()
+        );
         return;
     }
     let ours = rt.block_on(bench_sidecar(&p));
@@ -188,7 +191,9 @@ async fn only(name: &str, p: &Params) -> Value {
     match name {
         "front_door" => front_door(&http, host, p).await,
         "sandbox_on_off" => sandbox_on_off(&http, host, p).await,
-        other => json!({"error": format!("--only takes front_door or sandbox_on_off, not {other}")}),
+        other => {
+            json!({"error": format!("--only takes front_door or sandbox_on_off, not {other}")})
+        }
     }
 }
 

@@ -153,6 +153,10 @@ class _Client:
         ).encode
 
     def configure(self, ipc, token, call_timeout):
+        # A session's interpreter runs job after job, each on an event loop of its own: the
+        # connections of the earlier runs' loops are closed here, or their descriptors would
+        # pile up to the run's RLIMIT_NOFILE (the sidecar ends them on its side too).
+        self.close_all()
         ipc = str(ipc or "")
         self.ipc = ipc
         self.token = str(token or "")
@@ -173,6 +177,19 @@ class _Client:
             "POST /call HTTP/1.1\r\nHost: %s\r\nAuthorization: Bearer %s\r\n"
             "Content-Type: application/json\r\nContent-Length: " % (ipc, token or "")
         ).encode("latin-1")
+
+    def close_all(self):
+        """Closes every connection of every pool (their loops are over)."""
+        for pool in list(self._pools.values()):
+            for conn in pool.conns + pool.idle:
+                try:
+                    conn.sock.close()
+                except OSError:
+                    pass
+            pool.conns.clear()
+            pool.idle.clear()
+        self._pools.clear()
+        self._pool = None
 
     def _pool_for(self, loop):
         pool = self._pools.get(loop)
@@ -316,8 +333,9 @@ class _Client:
                     self._wake(pool, None)
                     if isinstance(e, (OSError, asyncio.TimeoutError)):
                         raise ToolError(
-                            "cannot connect to the sidecar at %s:%s: %s"
-                            % (self.host, self.port, e.__class__.__name__),
+                            "cannot connect to the sidecar at %s:%s: %s%s"
+                            % (self.host, self.port, e.__class__.__name__,
+                               ": %s" % (e,) if str(e) else ""),
                             "ipc",
                         ) from None
                     raise

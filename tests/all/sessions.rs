@@ -884,3 +884,38 @@ async fn a_reset_run_gets_a_fresh_interpreter_and_nothing_left_running() {
     .await
     .unwrap();
 }
+
+/// A session's runs each gather many calls, each run on an event loop of its own: the SDK's
+/// connections of earlier runs are closed (they once piled up to the run's descriptor limit,
+/// `Too many open files`, and held the bridge's count of the run), and every run's calls go.
+#[tokio::test]
+async fn a_sessions_runs_do_not_pile_up_connections() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let f = fixture(&[]).await;
+        let code = "rs = await asyncio.gather(*[get_weather(city=str(i)) for i in range(64)])\n\
+                    import os\n\
+                    def is_open(fd):\n\
+                    \x20   try:\n\
+                    \x20       os.fstat(fd)\n\
+                    \x20       return True\n\
+                    \x20   except OSError:\n\
+                    \x20       return False\n\
+                    print(len(rs), sum(map(is_open, range(4096))))";
+        let mut fds = Vec::new();
+        for i in 0..24 {
+            let r = run(&f.s, "gathering", code).await;
+            assert_eq!(r["status"], "ok", "run {i}: {r}");
+            let out = r["stdout"].as_str().unwrap();
+            let (calls, open) = out.trim().split_once(' ').unwrap();
+            assert_eq!(calls, "64", "{r}");
+            fds.push(open.parse::<usize>().unwrap());
+        }
+        // Open descriptors do not grow with the runs (the last run holds its own, at most 32).
+        assert!(
+            fds[23] <= fds[1] + 8,
+            "descriptors grew run by run: {fds:?}"
+        );
+    })
+    .await
+    .unwrap();
+}

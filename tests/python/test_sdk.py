@@ -482,7 +482,8 @@ class SdkTest(unittest.TestCase):
                 await noop()
             except ToolError as e:
                 print(e.type, str(e))
-        """, stdout="ipc cannot connect to the sidecar at 127.0.0.1:1: ConnectionRefusedError\n",
+        """, stdout="ipc cannot connect to the sidecar at 127.0.0.1:1: ConnectionRefusedError: "
+                   "[Errno 111] Connect call failed ('127.0.0.1', 1)\n",
             ipc="127.0.0.1:1")
 
     def test_chunked_answer(self):
