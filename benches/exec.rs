@@ -664,35 +664,42 @@ async fn front_door(http: &reqwest::Client, host: std::net::SocketAddr, p: &Para
     let gather = "import asyncio\nawait asyncio.gather(*[demo__noop() for _ in range(100)])";
     let (mut print_http, mut print_mcp) = (Vec::new(), Vec::new());
     let (mut gather_http, mut gather_mcp) = (Vec::new(), Vec::new());
-    let rounds = p.repeats * 2;
-    for _ in 0..rounds {
-        for _ in 0..p.exec_n / rounds.max(1) {
-            let (took, _) = exec_body(http, &sidecar.url, over_http("print(1)")).await;
-            print_http.push(took.as_secs_f64() * 1e3);
-            let t = Instant::now();
-            let r = client
-                .call_tool(call("print(1)"))
-                .await
-                .expect("exec_code over MCP");
-            print_mcp.push(t.elapsed().as_secs_f64() * 1e3);
-            assert_ne!(r.is_error, Some(true), "{r:?}");
-        }
-        let (took, _) = exec_body(http, &sidecar.url, over_http(gather)).await;
-        gather_http.push(took.as_secs_f64() * 1e3);
+    // In turn, a print each way, and every third time a gather each way.
+    for i in 0..p.exec_n {
+        let (took, _) = exec_body(http, &sidecar.url, over_http("print(1)")).await;
+        print_http.push(took.as_secs_f64() * 1e3);
         let t = Instant::now();
         let r = client
-            .call_tool(call(gather))
+            .call_tool(call("print(1)"))
             .await
-            .expect("gather over MCP");
-        gather_mcp.push(t.elapsed().as_secs_f64() * 1e3);
+            .expect("exec_code over MCP");
+        print_mcp.push(t.elapsed().as_secs_f64() * 1e3);
         assert_ne!(r.is_error, Some(true), "{r:?}");
+        if i % 3 != 0 {
+            continue;
+        }
+        // Which goes first alternates: a gather is long enough for the order to show.
+        for mcp_first in [i % 2 == 0, i % 2 != 0] {
+            if mcp_first {
+                let t = Instant::now();
+                let r = client
+                    .call_tool(call(gather))
+                    .await
+                    .expect("gather over MCP");
+                gather_mcp.push(t.elapsed().as_secs_f64() * 1e3);
+                assert_ne!(r.is_error, Some(true), "{r:?}");
+            } else {
+                let (took, _) = exec_body(http, &sidecar.url, over_http(gather)).await;
+                gather_http.push(took.as_secs_f64() * 1e3);
+            }
+        }
     }
     let _ = client.cancel().await;
     let _ = std::fs::remove_dir_all(&rt);
     let (ph, pm) = (median(&mut print_http), median(&mut print_mcp));
     let (gh, gm) = (median(&mut gather_http), median(&mut gather_mcp));
     json!({
-        "rounds": rounds,
+        "runs": {"print": print_http.len(), "gather": gather_http.len()},
         "print_p50_ms": {"http": round(ph), "mcp_stdio": round(pm), "added_ms": round(pm - ph)},
         "gather100_median_ms": {"http": round(gh), "mcp_stdio": round(gm), "added_ms": round(gm - gh)},
         "target_added_ms": 0.3,
