@@ -260,6 +260,8 @@ async fn tour(host: Host, wire: Wire) {
         let door = Door::open().await;
         let mut spec = door.spec(wire, "tour");
         spec["host_tool"] = json!("double");
+        let trace = format!("{:032x}", u128::from(std::process::id()) << 64 | 0xfeed);
+        spec["traceparent"] = json!(format!("00-{trace}-00f067aa0ba902b7-01"));
         let seen = client(host, spec).await;
 
         // Listing: exec_code alone, with the description GET /v1/tools gives.
@@ -300,6 +302,17 @@ async fn tour(host: Host, wire: Wire) {
             21
         );
         assert!(door.host.calls.load(std::sync::atomic::Ordering::Relaxed) >= 1);
+
+        // _meta.traceparent: the run is a span of the host's trace (its callback calls say so).
+        assert_eq!(text(&seen["traced"]), "4", "{}", seen["traced"]);
+        let traced = door.host.traceparents.lock().unwrap().clone();
+        assert!(
+            traced
+                .iter()
+                .flatten()
+                .any(|tp| tp.starts_with(&format!("00-{trace}-"))),
+            "no callback call in trace {trace}: {traced:?}"
+        );
 
         // A failing run: isError, what it printed, the traceback and the status.
         let failing = &seen["failing"];

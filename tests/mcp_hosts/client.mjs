@@ -44,6 +44,13 @@ async function tour(client, spec, out) {
         `${spec.host_tool}(x=21))\nprint(sum(int(r) for r in rs[:20]), rs[20])\n`,
     ),
   );
+  out.traced = shown(
+    await client.callTool(
+      { name: "exec_code", arguments: { code: `print(await ${spec.host_tool}(x=2))\n` }, _meta: { traceparent: spec.traceparent } },
+      undefined,
+      { timeout: WAIT_MS },
+    ),
+  );
   out.failing = shown(await run(client, "print('before')\nraise ValueError('boom-' + 'marker')\n"));
   await run(client, "x = 41\nprint('set')\n");
   out.state_session = null;

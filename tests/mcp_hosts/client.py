@@ -93,6 +93,13 @@ async def tour(client, spec, out):
         "print(sum(int(r) for r in rs[:20]), rs[20])\n",
     )
     out["gather"] = shown(gathered)
+    traced = await client.call_tool(
+        "exec_code",
+        {"code": f"print(await {host_tool}(x=2))\n"},
+        read_timeout_seconds=WAIT,
+        meta={"traceparent": spec["traceparent"]},
+    )
+    out["traced"] = shown(traced)
     out["failing"] = shown(await run(client, "print('before')\nraise ValueError('boom-' + 'marker')\n"))
 
     first = await run(client, "x = 41\nprint('set')\n")
