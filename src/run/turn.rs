@@ -125,9 +125,8 @@ impl Drop for LiveTurn {
         if self.finished {
             return;
         }
-        if let Some(live) = self.held.take() {
-            // Dropping it kills its group; its files stay.
-            live.child.kill_group();
+        // Dropping the interpreter kills its group; its files stay.
+        if self.held.take().is_some() {
             self.slot.end(Some(Lost::Cancelled));
         }
     }

@@ -169,8 +169,25 @@ impl Door {
     }
 }
 
-/// Runs a host's client with `spec` and returns what it printed (its last line, JSON).
-async fn client(host: Host, mut spec: Value) -> Value {
+/// Runs a host's client with `spec` and returns what it printed (its last line, JSON),
+/// failing the test when the client says it failed.
+async fn client(host: Host, spec: Value) -> Value {
+    let (seen, stderr) = run_client(host, spec).await;
+    assert!(
+        seen.get("error").is_none(),
+        "{host:?}'s client failed: {}\nstderr: {stderr}",
+        seen["error"]
+    );
+    seen
+}
+
+/// Like [`client`], but what failed is the result.
+async fn client_raw(host: Host, spec: Value) -> Value {
+    run_client(host, spec).await.0
+}
+
+/// A host's client run to its end: what it printed (its last line, JSON) and its stderr.
+async fn run_client(host: Host, mut spec: Value) -> (Value, String) {
     let mut cmd = match host {
         Host::PyAuto | Host::PyLegacy => {
             spec["mode"] = json!(if host == Host::PyAuto {
@@ -199,17 +216,12 @@ async fn client(host: Host, mut spec: Value) -> Value {
             panic!("cannot start {host:?}'s client (scripts/test installs it): {e}")
         });
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     let line = stdout.lines().last().unwrap_or_default();
     let seen: Value = serde_json::from_str(line).unwrap_or_else(|e| {
         panic!("{host:?}'s client printed no JSON ({e}): {stdout}\nstderr: {stderr}")
     });
-    assert!(
-        seen.get("error").is_none(),
-        "{host:?}'s client failed: {}\nstderr: {stderr}",
-        seen["error"]
-    );
-    seen
+    (seen, stderr)
 }
 
 fn text(result: &Value) -> &str {
@@ -405,7 +417,7 @@ async fn cancel(host: Host, wire: Wire) {
         let door = Door::open().await;
         let mut events = door.sidecar.sidecar.state.events.subscribe();
         let mut spec = door.spec(wire, "cancel");
-        let marker = format!("987.{}{}", std::process::id(), rand_suffix());
+        let marker = format!("987.{}", crate::procs::marker());
         spec["marker"] = json!(marker);
         let seen = client(host, spec).await;
         assert_eq!(seen["started"], true, "{seen}");
@@ -448,12 +460,6 @@ async fn cancel(host: Host, wire: Wire) {
     })
     .await
     .unwrap();
-}
-
-fn rand_suffix() -> u32 {
-    use std::sync::atomic::{AtomicU32, Ordering};
-    static N: AtomicU32 = AtomicU32::new(0);
-    N.fetch_add(1, Ordering::Relaxed) + 1
 }
 
 async fn reload(host: Host, wire: Wire) {
@@ -595,42 +601,6 @@ async fn the_key_and_the_origin_are_checked() {
     })
     .await
     .unwrap();
-}
-
-/// Like [`client`], but what failed is the result.
-async fn client_raw(host: Host, mut spec: Value) -> Value {
-    let mut cmd = match host {
-        Host::PyAuto | Host::PyLegacy => {
-            spec["mode"] = json!(if host == Host::PyAuto {
-                "auto"
-            } else {
-                "legacy"
-            });
-            let mut cmd = tokio::process::Command::new("python3");
-            cmd.arg(hosts_dir().join("client.py"));
-            cmd
-        }
-        Host::Ts => {
-            let mut cmd = tokio::process::Command::new("node");
-            cmd.arg(hosts_dir().join("client.mjs"));
-            cmd
-        }
-    };
-    cmd.arg(spec.to_string())
-        .current_dir(hosts_dir())
-        .stdin(std::process::Stdio::null())
-        .kill_on_drop(true);
-    let out = tokio::time::timeout(CLIENT_TIMEOUT, cmd.output())
-        .await
-        .unwrap()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    serde_json::from_str(stdout.lines().last().unwrap_or_default()).unwrap_or_else(|e| {
-        panic!(
-            "{host:?}: {e}: {stdout} {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
 }
 
 /// `ptc-sidecar mcp`'s stdout, byte by byte, carries JSON-RPC and nothing else: a run that
