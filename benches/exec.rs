@@ -32,8 +32,13 @@
 //!     live session) against the same through `POST /v1/exec_code` with a `session_id`, in
 //!     turn, same tools; the difference is what the door adds.
 //!
+//! 11. Approvals and limits (`control_on_off`): the sequential-call workload with approval rules
+//!     and limits configured for other tools and a generous limit on the called one, against
+//!     neither, three sidecars in turn; the difference per call (target: at most 20 µs).
+//!
 //! Run: `cargo bench --bench exec` (`-- --no-peer` to skip progtc, `-- --quick` for a smoke run,
-//! `-- --only front_door` or `-- --only sandbox_on_off` for that workload alone).
+//! `-- --only front_door`, `-- --only sandbox_on_off` or `-- --only control_on_off` for that
+//! workload alone).
 //! The sidecars inherit this process's environment: `PTC_SANDBOX=off cargo bench --bench exec`
 //! measures workloads 1–5 without the sandbox.
 
@@ -191,9 +196,10 @@ async fn only(name: &str, p: &Params) -> Value {
     match name {
         "front_door" => front_door(&http, host, p).await,
         "sandbox_on_off" => sandbox_on_off(&http, host, p).await,
-        other => {
-            json!({"error": format!("--only takes front_door or sandbox_on_off, not {other}")})
-        }
+        "control_on_off" => control_on_off(&http, host, p).await,
+        other => json!({"error": format!(
+            "--only takes front_door, sandbox_on_off or control_on_off, not {other}"
+        )}),
     }
 }
 
@@ -227,8 +233,10 @@ async fn bench_sidecar(p: &Params) -> Value {
     let observability = observability_on_off(&http, host, p).await;
     let sandbox = sandbox_on_off(&http, host, p).await;
     let front = front_door(&http, host, p).await;
+    let control = control_on_off(&http, host, p).await;
     json!({
         "front_door": front,
+        "control_on_off": control,
         "sessions": sessions,
         "bash_vs_python": bash,
         "sandbox_on_off": sandbox,
@@ -310,6 +318,32 @@ async fn events_on_off(http: &reqwest::Client, host: std::net::SocketAddr, p: &P
     let mut out = on_off_figures(figures);
     out["published"] = health["events"]["published"].clone();
     out["dropped"] = health["events"]["dropped"].clone();
+    out
+}
+
+/// The sequential-call workload with approvals and limits configured (approval rules for other
+/// tools and destructive ones, limits for others and a generous one on `noop` itself) against
+/// neither: what the checks cost a call that no rule stops (target: at most 20 µs more).
+async fn control_on_off(http: &reqwest::Client, host: std::net::SocketAddr, p: &Params) -> Value {
+    let limits = json!({
+        "other_*": {"max_concurrent": 2, "per_second": 5, "max_per_run": 10},
+        "github__*": {"per_second": 5},
+        "noop": {"max_concurrent": 1000, "per_second": 1_000_000, "max_per_run": 1_000_000},
+    });
+    let on = [
+        (
+            "PTC_APPROVE_TOOLS",
+            "other_*,delete_*,github__merge_*".to_string(),
+        ),
+        ("PTC_APPROVE_DESTRUCTIVE", "true".to_string()),
+        ("PTC_TOOL_LIMITS", limits.to_string()),
+    ];
+    let (figures, _) = on_off(http, host, p, &[], &on).await;
+    let [off, on, control] = figures;
+    let mut out = on_off_figures(figures);
+    out["added_us_per_call"] = json!(round((on - off) * 1e3));
+    out["control_added_us_per_call"] = json!(round((control - off) * 1e3));
+    out["target_added_us_per_call"] = json!(20);
     out
 }
 

@@ -7,8 +7,9 @@ answers `input` errors) and must not import more than the bootstrap already pays
 time is the latency of every cold run.
 
 Errors raised here are the ones the model sees, so they say who has to act: `ToolInputError`
-(fix the arguments), `ToolError` with the sidecar's `type` (`unknown_tool`, `tool`, `timeout`,
-`limit`, `unavailable`, or the `type` of a non-200 answer), and two types of the SDK's own:
+(fix the arguments), `ToolDenied` (a person said no, `denied`), `ToolError` with the sidecar's
+`type` (`unknown_tool`, `tool`, `timeout`, `limit`, `rate_limited`, `unavailable`, or the `type`
+of a non-200 answer), and two types of the SDK's own:
 `timeout` (no answer within `call_timeout`) and `ipc` (the connection to the sidecar broke or
 it answered something that is not the protocol).
 """
@@ -25,7 +26,7 @@ import weakref
 from collections import deque
 from collections.abc import Coroutine
 
-__all__ = ["ToolError", "ToolInputError", "call_tool", "describe", "search_tools"]
+__all__ = ["ToolDenied", "ToolError", "ToolInputError", "call_tool", "describe", "search_tools"]
 
 # Most connections open to the IPC server at once. Calls beyond it wait for a free one: a
 # gather of thousands of calls must not open thousands of sockets on the sidecar.
@@ -62,9 +63,18 @@ class ToolInputError(ToolError):
         super().__init__(message, type)
 
 
+class ToolDenied(ToolError):
+    """A person denied the call, or did not answer in time (`PTC_APPROVE_TOOLS`): the tool was
+    not called. `str(e)` carries their reason; the code may catch it and go on."""
+
+    def __init__(self, message="", type="denied"):
+        super().__init__(message, type)
+
+
 # Tracebacks print `ToolError: msg`, as for a builtin: the user's code has them as globals.
 ToolError.__module__ = "__main__"
 ToolInputError.__module__ = "__main__"
+ToolDenied.__module__ = "__main__"
 
 
 def _error_from(error):
@@ -79,6 +89,8 @@ def _error_from(error):
         message = kind if message is None else str(message)
     if kind == "input":
         return ToolInputError(message)
+    if kind == "denied":
+        return ToolDenied(message)
     return ToolError(message, kind)
 
 
@@ -1042,6 +1054,7 @@ def code_globals(stubs, module):
         save_file=save_file,
         ToolError=ToolError,
         ToolInputError=ToolInputError,
+        ToolDenied=ToolDenied,
         asyncio=asyncio,
         json=json,
         re=re,

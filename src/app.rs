@@ -9,7 +9,9 @@
 
 use crate::api::{self, AppState};
 use crate::catalog::source::SourceError;
-use crate::config::{Config, Listen, SandboxMode, SandboxUser};
+use crate::config::{
+    Config, LimitRules, LimitsError, LimitsSource, Listen, SandboxMode, SandboxUser,
+};
 use crate::events::{DEFAULT_HOLD, Events, EventsConfig, EventsError, Observer};
 use crate::mcp::{Hub, McpConfigError};
 use crate::metrics::Metrics;
@@ -17,8 +19,8 @@ use crate::otel::{Otel, OtelError};
 use crate::reload::{ReloadStatus, Reloader, WatchError};
 use crate::render::Snapshot;
 use crate::run::{
-    Backends, Limits, McpCaller, PythonError, Runner, RunnerConfig, SCRATCH_DIR, SandboxSettings,
-    ScratchQuota, ShapesConfig, resolve_python,
+    Approvals, Backends, Limiter, Limits, McpCaller, PythonError, Runner, RunnerConfig,
+    SCRATCH_DIR, SandboxSettings, ScratchQuota, ShapesConfig, resolve_python,
 };
 use crate::sandbox;
 use crate::session::{SessionConfig, Sessions};
@@ -72,6 +74,8 @@ pub enum StartError {
     Sessions(#[source] std::io::Error),
     #[error(transparent)]
     Reload(#[from] WatchError),
+    #[error("PTC_TOOL_LIMITS: {0}")]
+    Limits(#[from] LimitsError),
     #[error(transparent)]
     Otel(#[from] OtelError),
 }
@@ -258,6 +262,12 @@ async fn start_runner(
     let mut backends = Backends::new(config.tool_timeout);
     backends.events = events.clone();
     backends.mcp = mcp.clone().map(|hub| Arc::new(hub) as Arc<dyn McpCaller>);
+    backends.approvals = Approvals::new(&config.control, events.clone());
+    backends.limiter = Arc::new(Limiter::new(match &config.control.tool_limits {
+        None => LimitRules::default(),
+        Some(LimitsSource::Inline(rules)) => rules.clone(),
+        Some(LimitsSource::File(path)) => LimitRules::read(path)?,
+    }));
     let rc = runner_config(config, python, dir.clone());
     let runner = Runner::start(rc, snapshot.clone(), backends, shutdown.child_token())
         .await
@@ -380,6 +390,7 @@ fn start_reloader(
         snapshots: snapshots.clone(),
         events: state.events.clone(),
         status: state.reload.clone(),
+        limiter: state.runner.as_ref().map(|r| r.limiter().clone()),
     }
     .spawn(shutdown.child_token())?;
     Ok(())

@@ -7,8 +7,11 @@
 //! `TMPDIR`, which children and the runtime directory need, come through [`Config`] too, so
 //! tests pass them like any other variable.
 
+pub mod control;
 mod parse;
 mod validate;
+
+pub use control::{Control, LimitRules, LimitsError, LimitsSource, ToolLimit};
 
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -61,6 +64,10 @@ pub struct RawConfig {
     ptc_metrics: Option<String>,
     ptc_shutdown_grace: Option<String>,
     ptc_log_format: Option<String>,
+    ptc_approve_tools: Option<String>,
+    ptc_approve_destructive: Option<String>,
+    ptc_approval_timeout: Option<String>,
+    ptc_tool_limits: Option<String>,
     path: Option<String>,
     otel_exporter_otlp_endpoint: Option<String>,
     otel_service_name: Option<String>,
@@ -212,6 +219,9 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// How the log is written (`PTC_LOG_FORMAT`).
     pub log_format: LogFormat,
+    /// Calls that wait for a person, and the limits per tool (`PTC_APPROVE_*`,
+    /// `PTC_TOOL_LIMITS`).
+    pub control: Control,
     /// Where spans go over OTLP/HTTP (`OTEL_EXPORTER_OTLP_ENDPOINT`, the base URL); none: no
     /// export.
     pub otel_endpoint: Option<String>,

@@ -35,6 +35,9 @@ const CALL_BUCKETS: [f64; 12] = [
     0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1, 0.5, 2.0, 10.0,
 ];
 
+/// How long a call waits for a person, in seconds: a click to the approval timeout.
+const APPROVAL_BUCKETS: [f64; 10] = [0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0];
+
 type Labels = Vec<(String, String)>;
 
 /// A tool's label, and the counters of its calls by backend and outcome.
@@ -59,6 +62,8 @@ pub struct Gauges {
     pub reloads_failed: u64,
     pub sessions_live: i64,
     pub sessions_max: i64,
+    /// Calls waiting for a person now.
+    pub approvals_waiting: i64,
 }
 
 /// The registry and every metric in it; cloneable handle.
@@ -76,6 +81,7 @@ struct Inner {
     events: EventCounts,
     catalog: CatalogMetrics,
     sessions: SessionGauges,
+    control: Control,
 }
 
 /// `ptc_runs` and `ptc_run_duration_seconds`, observed from `exec.finished`.
@@ -120,6 +126,15 @@ struct CatalogMetrics {
     reloads: Family<Labels, Counter>,
 }
 
+/// Approvals (`approval.decided`, a gauge of those waiting) and the waits for a tool's turn
+/// under its limits (`tool_call.finished` with `queued_ms`).
+struct Control {
+    approvals: Family<Labels, Counter>,
+    approval_wait: Histogram,
+    waiting: Gauge,
+    queued: Histogram,
+}
+
 /// The live interpreters of sessions, set at a scrape.
 struct SessionGauges {
     live: Gauge,
@@ -145,6 +160,7 @@ impl Metrics {
         let events = EventCounts::register(&mut registry);
         let catalog = CatalogMetrics::register(&mut registry);
         let sessions = SessionGauges::register(&mut registry);
+        let control = Control::register(&mut registry);
         register_sandbox(&mut registry, sandbox);
         Metrics {
             inner: Arc::new(Inner {
@@ -156,6 +172,7 @@ impl Metrics {
                 events,
                 catalog,
                 sessions,
+                control,
             }),
         }
     }
@@ -187,6 +204,7 @@ impl Metrics {
         set_total(&m.catalog.reloads, "failed", now.reloads_failed);
         m.sessions.live.set(now.sessions_live);
         m.sessions.max.set(now.sessions_max);
+        m.control.waiting.set(now.approvals_waiting);
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &m.registry);
@@ -279,6 +297,58 @@ impl Calls {
             host_latency,
             mcp_latency,
             tools_seen: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl Control {
+    fn register(registry: &mut Registry) -> Control {
+        let approvals = Family::<Labels, Counter>::default();
+        registry.register(
+            "approvals",
+            "calls that waited for a person, by outcome (approved, denied, timeout, shutdown, \
+             run_ended)",
+            approvals.clone(),
+        );
+        let approval_wait = Histogram::new(APPROVAL_BUCKETS);
+        registry.register_with_unit(
+            "approval_wait",
+            "how long a call waited for a person's answer",
+            Unit::Seconds,
+            approval_wait.clone(),
+        );
+        let waiting = Gauge::default();
+        registry.register(
+            "approvals_waiting",
+            "calls waiting for a person now",
+            waiting.clone(),
+        );
+        let queued = Histogram::new(CALL_BUCKETS);
+        registry.register_with_unit(
+            "tool_call_queued",
+            "how long a call waited for its turn under its tool's limits (PTC_TOOL_LIMITS)",
+            Unit::Seconds,
+            queued.clone(),
+        );
+        Control {
+            approvals,
+            approval_wait,
+            waiting,
+            queued,
+        }
+    }
+
+    fn observe_decided(&self, e: &Event) {
+        let outcome = match (e.approved, e.door) {
+            (Some(true), _) => "approved",
+            (_, Some("http" | "mcp")) | (_, None) => "denied",
+            (_, Some(door)) => door,
+        };
+        self.approvals
+            .get_or_create(&labels(&[("outcome", outcome)]))
+            .inc();
+        if let Some(ms) = e.waited_ms {
+            self.approval_wait.observe(ms / 1e3);
         }
     }
 }
@@ -429,6 +499,9 @@ impl Observer for Metrics {
                     (_, Some(kind)) => kind,
                     _ => "error",
                 };
+                if let Some(ms) = e.queued_ms {
+                    m.control.queued.observe(ms / 1e3);
+                }
                 let backend = e.source.unwrap_or("none");
                 let tool = e.tool.as_deref().unwrap_or("");
                 self.call_counter(tool, error == Some("unknown_tool"), backend, outcome)
@@ -442,6 +515,7 @@ impl Observer for Metrics {
                     latency.observe(ms / 1e3);
                 }
             }
+            "approval.decided" => m.control.observe_decided(e),
             _ => {}
         }
     }
@@ -462,6 +536,9 @@ mod tests {
         let mut call = Event::new("tool_call.finished");
         call.tool = Some("t".into());
         metrics.observe(&call);
+        let mut decided = Event::new("approval.decided");
+        decided.door = Some("timeout");
+        metrics.observe(&decided);
         let now = Gauges {
             mcp_servers: vec![("s".into(), "ready", 0)],
             ..Gauges::default()
@@ -508,6 +585,16 @@ mod tests {
                 "# TYPE ptc_sessions_live gauge",
                 "# HELP ptc_sessions_max live interpreters allowed at once (PTC_MAX_SESSIONS).",
                 "# TYPE ptc_sessions_max gauge",
+                "# HELP ptc_approvals calls that waited for a person, by outcome (approved, denied, timeout, shutdown, run_ended).",
+                "# TYPE ptc_approvals counter",
+                "# HELP ptc_approval_wait_seconds how long a call waited for a person's answer.",
+                "# TYPE ptc_approval_wait_seconds histogram",
+                "# UNIT ptc_approval_wait_seconds seconds",
+                "# HELP ptc_approvals_waiting calls waiting for a person now.",
+                "# TYPE ptc_approvals_waiting gauge",
+                "# HELP ptc_tool_call_queued_seconds how long a call waited for its turn under its tool's limits (PTC_TOOL_LIMITS).",
+                "# TYPE ptc_tool_call_queued_seconds histogram",
+                "# UNIT ptc_tool_call_queued_seconds seconds",
                 "# HELP ptc_sandbox how runs are confined (docs/SECURITY.md).",
                 "# TYPE ptc_sandbox info",
             ]

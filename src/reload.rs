@@ -1,5 +1,6 @@
 //! Hot reload: rebuilds the catalog when `PTC_TOOLS_FILE` or `PTC_MCP_CONFIG` changes on disk
-//! or an MCP server says its tool list changed, and swaps the new snapshot in whole.
+//! or an MCP server says its tool list changed, and swaps the new snapshot in whole; re-reads
+//! the limits per tool when `PTC_TOOL_LIMITS` names a file and it changed.
 //!
 //! Owns the file watching (the parent directories, so editors that save by rename and
 //! Kubernetes ConfigMap symlink swaps are seen), the debouncing, and the comparison that decides
@@ -15,10 +16,11 @@
 
 use crate::catalog::source::SourceError;
 use crate::catalog::{Catalog, Tool};
-use crate::config::Config;
+use crate::config::{Config, LimitRules, LimitsError, LimitsSource};
 use crate::events::{Event, Events};
 use crate::mcp::{self, Hub, McpConfigError};
 use crate::render::Snapshot;
+use crate::run::Limiter;
 use crate::sources::{self, SavedCatalog};
 use crate::util::{lock, redact_urls};
 use notify::Watcher;
@@ -82,6 +84,8 @@ pub fn diff(old: &Catalog, new: &Catalog) -> Diff {
 pub enum ReloadError {
     #[error(transparent)]
     Tools(#[from] SourceError),
+    #[error("PTC_TOOL_LIMITS: {0}")]
+    Limits(#[from] LimitsError),
     #[error(transparent)]
     Mcp(#[from] McpConfigError),
 }
@@ -116,17 +120,24 @@ pub struct Reloader {
     pub snapshots: watch::Sender<Arc<Snapshot>>,
     pub events: Events,
     pub status: Arc<Mutex<ReloadStatus>>,
+    /// The limits per tool, re-read from `PTC_TOOL_LIMITS`'s file when it names one (none
+    /// without a runner).
+    pub limiter: Option<Arc<Limiter>>,
 }
 
 impl Reloader {
     /// Watches until `shutdown`. Fails only when a watcher cannot be set up at all.
     pub fn spawn(self, shutdown: CancellationToken) -> Result<(), WatchError> {
         let (tx, rx) = mpsc::channel::<()>(EVENT_BUFFER);
-        let files: Vec<PathBuf> = [&self.config.tools_file, &self.config.mcp_config]
-            .into_iter()
-            .flatten()
-            .cloned()
-            .collect();
+        let files: Vec<PathBuf> = [
+            &self.config.tools_file,
+            &self.config.mcp_config,
+            &self.limits_file().cloned(),
+        ]
+        .into_iter()
+        .flatten()
+        .cloned()
+        .collect();
         let watcher = if files.is_empty() {
             None
         } else {
@@ -184,6 +195,10 @@ impl Reloader {
     /// in when anything changed. A broken tools file or MCP config changes nothing.
     pub async fn reload(&self) {
         let version = self.snapshots.borrow().catalog.version;
+        // Like the tools file: a broken limits file changes nothing, the catalog included.
+        if let Err(e) = self.reload_limits() {
+            return self.fail(&e, version);
+        }
         // The tools file first: when it is broken the hub is left alone too.
         let input = match sources::load_input(&self.config, &self.saved) {
             Ok(input) => input,
@@ -222,6 +237,28 @@ impl Reloader {
         self.snapshots.send_replace(snapshot);
         status.reloads += 1;
         self.events.emit(event);
+    }
+
+    /// The file `PTC_TOOL_LIMITS` names, when it names one.
+    fn limits_file(&self) -> Option<&PathBuf> {
+        match &self.config.control.tool_limits {
+            Some(LimitsSource::File(path)) => Some(path),
+            _ => None,
+        }
+    }
+
+    /// Re-reads the limits file and swaps its rules in when they changed (calls already let
+    /// through keep what let them through).
+    fn reload_limits(&self) -> Result<(), ReloadError> {
+        let (Some(path), Some(limiter)) = (self.limits_file(), &self.limiter) else {
+            return Ok(());
+        };
+        let rules = LimitRules::read(path)?;
+        if *limiter.rules() != rules {
+            tracing::info!(rules = rules.rules.len(), "tool limits reloaded");
+            limiter.set_rules(rules);
+        }
+        Ok(())
     }
 
     /// Keeps the current catalog (and servers) and says why: log, `/healthz`, and a

@@ -15,7 +15,9 @@ use super::sse;
 use super::workspace::{
     Held, RunArtifacts, SessionFiles, image_blocks, run_files, session_file_url,
 };
-use crate::run::{CallError, ExecRequest, ExecResult, Lang, PendingCall, Runner, host_error};
+use crate::run::{
+    Approval, CallError, ExecRequest, ExecResult, Lang, PendingCall, Runner, host_error,
+};
 use crate::run::{FileStore, Files, RunFile};
 use crate::run::{OutputChunk, new_token};
 use crate::session::Sessions;
@@ -292,8 +294,10 @@ impl Attached {
         let exec_id = format!("x{}", &new_token()[..24]);
         let (host, calls) = mpsc::channel(HOST_QUEUE);
         let (output, chunks) = mpsc::unbounded_channel();
+        let (asker, asked) = mpsc::unbounded_channel();
         request.host = Some(host);
         request.output = Some(output);
+        request.asker = Some(asker);
         let (events, stream) = mpsc::channel(EVENT_QUEUE);
         let open = Arc::new(Open::default());
         lock(&self.0).insert(exec_id.clone(), open.clone());
@@ -304,6 +308,7 @@ impl Attached {
             open,
             calls,
             chunks,
+            asked,
             events,
             cap,
             files: request.files.clone(),
@@ -321,6 +326,9 @@ struct Pump {
     open: Arc<Open>,
     calls: mpsc::Receiver<PendingCall>,
     chunks: mpsc::UnboundedReceiver<OutputChunk>,
+    /// The run's calls waiting for a person: `approval_required`, answered at
+    /// `POST /v1/approvals/{id}`.
+    asked: mpsc::UnboundedReceiver<Approval>,
     events: mpsc::Sender<Result<Event, Infallible>>,
     /// Bytes of each stream forwarded as events (the result keeps its own capped copy).
     cap: usize,
@@ -368,6 +376,10 @@ impl Pump {
                     if let Some(e) = self.output(chunk, &mut out_bytes, &mut err_bytes) {
                         queue.push_back(e);
                     }
+                }
+                Some(approval) = self.asked.recv() => {
+                    let data = serde_json::to_value(&approval).unwrap_or_default();
+                    queue.push_back(event("approval_required", &data));
                 }
                 result = &mut exec, if !finished => {
                     // Output read before the run ended comes before `done`.

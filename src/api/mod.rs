@@ -9,6 +9,7 @@
 //! Imports inside `api/` go one way: this module wires the others and nothing imports it;
 //! `exec`, `events` and `librechat` use the leaves `error`, `state`, `auth` and `sse`.
 
+mod approvals;
 mod auth;
 pub mod dashboard;
 mod error;
@@ -72,8 +73,8 @@ pub fn router(state: AppState) -> Router {
             }
             _ => Router::new(),
         })
-        .merge(match state.runner {
-            Some(_) => front::router(state.clone()),
+        .merge(match &state.runner {
+            Some(runner) => front::router(state.clone()).merge(approvals::router(runner.clone())),
             None => Router::new(),
         })
         .layer(middleware::from_fn_with_state(
@@ -153,6 +154,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
         now.warm_workers = r.warm_workers() as i64;
         now.sessions_live = r.sessions().live() as i64;
         now.sessions_max = r.sessions().max as i64;
+        now.approvals_waiting = r.approvals().waiting() as i64;
     }
     if let Some(hub) = &state.mcp {
         now.mcp_servers = hub

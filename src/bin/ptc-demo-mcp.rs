@@ -378,7 +378,8 @@ impl DemoServer {
     }
 
     #[tool(
-        description = "Add the extra_echo tool if it is absent, remove it if present, and send notifications/tools/list_changed."
+        description = "Add the extra_echo tool if it is absent, remove it if present, and send notifications/tools/list_changed.",
+        annotations(destructive_hint = true)
     )]
     async fn toggle_extra(&self, peer: Peer<RoleServer>) -> String {
         // fetch_xor returns the previous value.

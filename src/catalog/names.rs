@@ -25,6 +25,7 @@ pub const SDK_RESERVED: &[&str] = &[
     "save_file",
     "ToolError",
     "ToolInputError",
+    "ToolDenied",
     "asyncio",
     "json",
     "re",

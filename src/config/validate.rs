@@ -35,6 +35,12 @@ impl RawConfig {
         let sandbox = self.sandbox()?;
         let sessions = self.sessions()?;
         let ops = self.operations()?;
+        let control = super::control::validate(
+            self.ptc_approve_tools.take(),
+            self.ptc_approve_destructive.take(),
+            self.ptc_approval_timeout.take(),
+            self.ptc_tool_limits.take(),
+        )?;
         Ok(Config {
             enabled: core.enabled,
             timeout: core.timeout,
@@ -83,6 +89,7 @@ impl RawConfig {
             metrics: ops.metrics,
             shutdown_grace: ops.shutdown_grace,
             log_format: ops.log_format,
+            control,
             otel_endpoint: ops.otel_endpoint,
             otel_service: ops.otel_service,
             path_env: non_empty(self.path.take()).unwrap_or_else(|| DEFAULT_PATH.into()),

@@ -164,6 +164,11 @@ impl Events {
     }
 
     /// Whether events carry argument and result bodies.
+    /// The agent every event names.
+    pub fn agent_id(&self) -> &str {
+        &self.inner.agent_id
+    }
+
     pub fn bodies(&self) -> bool {
         self.inner.bodies
     }

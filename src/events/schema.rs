@@ -89,6 +89,25 @@ pub struct Event {
     pub removed: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub changed: Option<Vec<String>>,
+    /// approval.*: the approval's id; approval.decided: the answer, the door it came through
+    /// (`http`, `mcp`, `timeout`, `shutdown`, `run_ended`), who (as the door says), the
+    /// reason and how long the call waited for it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approved: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub door: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waited_ms: Option<f64>,
+    /// tool_call.finished: how long the call waited for its turn (`PTC_TOOL_LIMITS`), when it
+    /// waited.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queued_ms: Option<f64>,
     /// Bodies, only with `PTC_EVENTS_BODIES=true`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub args: Option<Value>,
@@ -124,6 +143,9 @@ impl Event {
             &mut self.session_id,
             &mut self.call_id,
             &mut self.tool,
+            &mut self.approval_id,
+            &mut self.by,
+            &mut self.reason,
         ]
         .into_iter()
         .flatten()

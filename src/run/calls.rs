@@ -5,8 +5,11 @@
 //! Owns the runs table: a token is valid exactly while its [`Registration`] lives. It must not
 //! start or stop processes, and must not know which protocol a call arrived by.
 
+use super::approval::{Approvals, Asker, Asking};
+use super::clock::RunClock;
 use super::dispatch::{self, Backends, CallError, PendingCall};
 use super::files::{FileError, Files, RunFile};
+use super::limits::{Admitted, Limiter, RunCounts};
 use super::prepare::Prepared;
 use super::shapes::{ChosenWords, Shapes};
 use crate::catalog::{Origin, Tool};
@@ -21,6 +24,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::{Semaphore, mpsc};
+
+/// The clock of a run made without a deadline (the runner sets the real one).
+const UNBOUNDED: std::time::Duration = std::time::Duration::from_secs(100 * 365 * 24 * 3600);
 
 /// One tool call of a run, as the result lists it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -55,6 +61,13 @@ pub struct RunCtx {
     pub snapshot: Arc<Snapshot>,
     prepared: Arc<Prepared>,
     host: Option<mpsc::Sender<PendingCall>>,
+    /// The run's time limit, standing still while a call waits for a person.
+    pub clock: RunClock,
+    /// Where the run's own door hears of its calls waiting for a person (attached stream,
+    /// MCP front door).
+    pub asker: Option<Asker>,
+    /// The run's calls per tool (`max_per_run`).
+    per_tool: RunCounts,
     calls: Mutex<Vec<CallRecord>>,
     started_calls: AtomicUsize,
     in_flight: Semaphore,
@@ -78,6 +91,9 @@ impl RunCtx {
             snapshot,
             prepared,
             host,
+            clock: RunClock::new(tokio::time::Instant::now() + UNBOUNDED),
+            asker: None,
+            per_tool: RunCounts::default(),
             calls: Mutex::new(Vec::new()),
             started_calls: AtomicUsize::new(0),
             in_flight: Semaphore::new(limits.max_in_flight.max(1)),
@@ -134,6 +150,16 @@ impl Calls {
     /// What the calls taught about the results of tools without an output schema.
     pub fn shapes(&self) -> &Shapes {
         &self.inner.shapes
+    }
+
+    /// The calls waiting for a person, and the rules that make them wait.
+    pub fn approvals(&self) -> &Approvals {
+        &self.inner.backends.approvals
+    }
+
+    /// The limits per tool.
+    pub fn limiter(&self) -> &Arc<Limiter> {
+        &self.inner.backends.limiter
     }
 
     /// Where runs and calls are reported.
@@ -196,21 +222,22 @@ impl Calls {
             Origin::Mcp { .. } => "mcp",
             Origin::Host => "host",
         };
-        let mut started_event = Event::new("tool_call.started");
-        started_event.exec_id = Some(run.id.clone());
-        started_event.session_id = run.session.clone();
-        started_event.in_span(&span);
-        started_event.call_id = Some(id.clone());
-        started_event.tool = Some(found.name.clone());
-        started_event.source = Some(source);
-        started_event.args_bytes = Some(json_len(&args));
-        if events.bodies() {
-            started_event.args = Some(args.clone());
-        }
-        events.emit(started_event);
+        events.emit(started_event(
+            run,
+            &span,
+            &id,
+            found,
+            source,
+            &args,
+            events.bodies(),
+        ));
         let chose = self.chosen_words(found, &args);
 
         let started = Instant::now();
+        let through = match self.let_through(run, &id, &span, found, &args).await {
+            Ok(through) => through,
+            Err(e) => return Err(self.refused(run, &span, id, found, source, started, e)),
+        };
         let _permit = run
             .in_flight
             .acquire()
@@ -224,6 +251,7 @@ impl Calls {
             found,
             args,
             &span.traceparent(),
+            through.deadline,
         )
         .await;
         let duration_ms = ms(started.elapsed());
@@ -237,6 +265,7 @@ impl Calls {
         finished.source = Some(source);
         finished.ok = Some(result.is_ok());
         finished.duration_ms = Some(duration_ms);
+        finished.queued_ms = through.queued();
         match &result {
             Ok(value) => {
                 self.learn(&found.name, chose.as_ref(), value);
@@ -258,6 +287,78 @@ impl Calls {
         result
     }
 
+    /// What stands between a checked call and its backend: the run's `max_per_run` of the
+    /// tool, a person's approval (the run's clock standing still meanwhile), then the tool's
+    /// turn under its limits across runs, within the call's deadline (`PTC_TOOL_TIMEOUT` from
+    /// when the person answered).
+    async fn let_through(
+        &self,
+        run: &RunCtx,
+        id: &str,
+        span: &SpanContext,
+        tool: &Tool,
+        args: &Value,
+    ) -> Result<LetThrough, CallError> {
+        let backends = &self.inner.backends;
+        let counters = backends.limiter.counters(&tool.name);
+        if let Some(max) = counters.as_ref().and_then(|c| c.limit.max_per_run) {
+            run.per_tool.count(&tool.python_name, max)?;
+        }
+        if backends.approvals.needs(tool) {
+            let _still = run.clock.pause();
+            let asking = Asking {
+                run: &run.id,
+                call: id,
+                session: run.session.as_deref(),
+                span,
+                asker: run.asker.as_ref(),
+            };
+            backends.approvals.ask(asking, tool, args).await?;
+        }
+        let deadline = tokio::time::Instant::now() + backends.tool_timeout;
+        let admitted = match counters {
+            Some(counters) => Some(counters.admit(&tool.python_name, deadline).await?),
+            None => None,
+        };
+        Ok(LetThrough { deadline, admitted })
+    }
+
+    /// A call refused on its way (a limit, a person): its `tool_call.finished` and record.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "the call's parts, each said in its event"
+    )]
+    fn refused(
+        &self,
+        run: &RunCtx,
+        span: &SpanContext,
+        id: String,
+        tool: &Tool,
+        source: &'static str,
+        started: Instant,
+        e: CallError,
+    ) -> CallError {
+        let duration_ms = ms(started.elapsed());
+        let mut finished = Event::new("tool_call.finished");
+        finished.exec_id = Some(run.id.clone());
+        finished.session_id = run.session.clone();
+        finished.in_span(span);
+        finished.call_id = Some(id.clone());
+        finished.tool = Some(tool.name.clone());
+        finished.source = Some(source);
+        finished.ok = Some(false);
+        finished.duration_ms = Some(duration_ms);
+        finished.error = Some(e.to_json());
+        self.events().emit(finished);
+        lock(&run.calls).push(CallRecord {
+            id,
+            tool: tool.name.clone(),
+            ok: false,
+            duration_ms,
+        });
+        e
+    }
+
     /// The words a call's arguments chose, taken before they go to the backend, when its
     /// result may teach a shape (a tool without an output schema, learning on); a result that
     /// records one of them as a key teaches nothing (the echo rule, `shapes/echo.rs`).
@@ -275,6 +376,47 @@ impl Calls {
             let shapes = self.inner.shapes.clone();
             tokio::task::spawn_blocking(move || shapes.save());
         }
+    }
+}
+
+/// The `tool_call.started` of a call on its way to `source`.
+fn started_event(
+    run: &RunCtx,
+    span: &SpanContext,
+    id: &str,
+    tool: &Tool,
+    source: &'static str,
+    args: &Value,
+    bodies: bool,
+) -> Event {
+    let mut e = Event::new("tool_call.started");
+    e.exec_id = Some(run.id.clone());
+    e.session_id = run.session.clone();
+    e.in_span(span);
+    e.call_id = Some(id.to_string());
+    e.tool = Some(tool.name.clone());
+    e.source = Some(source);
+    e.args_bytes = Some(json_len(args));
+    if bodies {
+        e.args = Some(args.clone());
+    }
+    e
+}
+
+/// A call let through: when it must be answered by, and its place under the tool's limits.
+struct LetThrough {
+    deadline: tokio::time::Instant,
+    admitted: Option<Admitted>,
+}
+
+impl LetThrough {
+    /// How long it waited for its turn, when it waited at all.
+    fn queued(&self) -> Option<f64> {
+        self.admitted
+            .as_ref()
+            .map(|a| a.waited)
+            .filter(|w| w.as_micros() >= 100)
+            .map(ms)
     }
 }
 

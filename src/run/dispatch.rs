@@ -6,8 +6,11 @@
 //! and routes the call to the tool's backend: the host callback, the run's attached caller, or
 //! an MCP server.
 
+use super::approval::{Approvals, Denied};
+use super::limits::{Limiter, Refused};
 use crate::catalog::source::Callback;
 use crate::catalog::{Catalog, Class, Origin, Tool};
+use crate::config::Control;
 use crate::events::Events;
 use crate::util::{cut, json_excerpt, lock, redact_urls};
 use serde_json::{Value, json};
@@ -65,6 +68,12 @@ pub enum CallError {
     /// Nothing can reach the tool right now.
     #[error("{0}")]
     Unavailable(String),
+    /// A person denied the call, or no one answered in time (`ToolDenied` in Python).
+    #[error("{0}")]
+    Denied(String),
+    /// The tool's limits across runs (`PTC_TOOL_LIMITS`) left no turn within the deadline.
+    #[error("{0}")]
+    RateLimited(String),
 }
 
 impl CallError {
@@ -77,11 +86,28 @@ impl CallError {
             CallError::Timeout(_) => "timeout",
             CallError::Limit(_) => "limit",
             CallError::Unavailable(_) => "unavailable",
+            CallError::Denied(_) => "denied",
+            CallError::RateLimited(_) => "rate_limited",
         }
     }
 
     pub fn to_json(&self) -> Value {
         json!({"type": self.kind(), "message": self.to_string()})
+    }
+}
+
+impl From<Denied> for CallError {
+    fn from(Denied(message): Denied) -> CallError {
+        CallError::Denied(message)
+    }
+}
+
+impl From<Refused> for CallError {
+    fn from(refused: Refused) -> CallError {
+        match refused {
+            Refused::RateLimited(m) => CallError::RateLimited(m),
+            Refused::PerRun(m) => CallError::Limit(m),
+        }
     }
 }
 
@@ -252,15 +278,23 @@ pub struct Backends {
     pub tool_timeout: Duration,
     /// Where every run and call is reported (Redis and `GET /v1/events`).
     pub events: Events,
+    /// The calls that wait for a person, and those waiting (`PTC_APPROVE_*`).
+    pub approvals: Approvals,
+    /// The limits per tool (`PTC_TOOL_LIMITS`).
+    pub limiter: Arc<Limiter>,
 }
 
 impl Backends {
+    /// No MCP, no approvals, no limits: `app` sets what the configuration asks for.
     pub fn new(tool_timeout: Duration) -> Backends {
+        let events = Events::local("ptc-sidecar");
         Backends {
             http: callback_client(CALLBACK_POOL_IDLE),
             mcp: None,
             tool_timeout,
-            events: Events::local("ptc-sidecar"),
+            approvals: Approvals::new(&Control::default(), events.clone()),
+            events,
+            limiter: Arc::default(),
         }
     }
 }
@@ -285,7 +319,12 @@ pub fn callback_client(idle: Duration) -> reqwest::Client {
         .expect("reqwest client builds")
 }
 
-/// Runs one validated call on its backend, within `PTC_TOOL_TIMEOUT`.
+/// Runs one validated call on its backend, by `deadline` (`PTC_TOOL_TIMEOUT` from when the
+/// call was let through; a wait for its turn under the tool's limits counts).
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one call's every part, each used once"
+)]
 pub async fn route(
     backends: &Backends,
     catalog: &Catalog,
@@ -294,9 +333,9 @@ pub async fn route(
     tool: &Tool,
     args: Value,
     traceparent: &str,
+    deadline: tokio::time::Instant,
 ) -> Result<Value, CallError> {
     let timeout = backends.tool_timeout;
-    let deadline = tokio::time::Instant::now() + timeout;
     let call = async {
         match &tool.origin {
             Origin::Mcp { server, tool: t } => match &backends.mcp {

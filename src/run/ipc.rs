@@ -327,6 +327,8 @@ impl Route {
             CallError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
             CallError::Limit(_) => StatusCode::TOO_MANY_REQUESTS,
             CallError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            CallError::Denied(_) => StatusCode::FORBIDDEN,
+            CallError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 }

@@ -11,17 +11,21 @@
 //! | `scratch` | the scratch quota: measuring a run's scratch directory while it runs | — |
 //! | `confine` | the runner's [`Sandbox`](crate::sandbox::Sandbox) built once at startup, [`SandboxSettings`] | — |
 //! | `files` | a run's files ([`RunFile`]), where they go ([`FileStore`]) within their quotas ([`NewFile`], [`Budgeted`]) | — |
-//! | `dispatch` | what one call does on its backend, [`CallError`], [`Backends`] | — |
+//! | `clock` | a run's deadline, standing still while a call waits for a person | — |
+//! | `approval` | the calls that wait for a person (`PTC_APPROVE_*`), [`Approval`], [`Approvals::decide`] | — |
+//! | `limits` | the limits per tool (`PTC_TOOL_LIMITS`) and their counters across runs, [`Limiter`] | — |
+//! | `dispatch` | what one call does on its backend, [`CallError`], [`Backends`] | `approval`, `limits` |
 //! | `shapes` | the result shapes learned from calls, per agent, never from a call that chose the keys, [`shapes::Shapes`] (`PTC_LEARN_SHAPES`, `PTC_STATE_DIR`) | — |
 //! | `zygote` | the fork server of one catalog, [`zygote::Program`] (what a forked child may become) | `child` |
 //! | `bash` | bash runs: tools as bash functions, what bash is started with, how a result prints | `zygote` |
 //! | `prepare` | the prepared-SDK cache, one [`prepare::CatalogKey`] for every catalog | `sdk`, `dispatch` |
 //! | `pool` | where a child comes from: warm, forked or cold; the refill loop | `child`, `zygote`, `prepare` |
-//! | `calls` | the live runs by token, [`calls::RunCtx`], [`CallRecord`], `call(run, tool, args)` | `dispatch`, `prepare`, `shapes` |
+//! | `calls` | the live runs by token, [`calls::RunCtx`], [`CallRecord`], `call(run, tool, args)`: limits, approval, dispatch | `approval`, `clock`, `dispatch`, `limits`, `prepare`, `shapes` |
 //! | `ipc` | the IPC bridge (`/call`, `/tool_call`, `/bash/{tool}`, `/file`, `/search`, `/describe`): the loopback listener and each run's own ([`ipc::Bridge`]), their bounds | `calls`, `dispatch`, `bash`, `files`, `shapes` |
 //! | `live` | the sessions' live interpreters: which run takes which, eviction, idle expiry, [`live::Lost`] | `child`, `ipc`, `output`, `prepare` |
 //! | `request` | what a run is asked and gives back: [`RunnerConfig`], [`ExecRequest`], [`ExecResult`], the `/mnt/data` rewrite | `calls`, `child`, `confine`, `dispatch`, `files`, `live`, `output`, `scratch`, `shapes` |
-//! | `turn` | a run's turn on an interpreter: a fresh child or a session's live one, its end of the bridge, how its output ends | `child`, `files`, `ipc`, `live`, `output`, `pool`, `prepare`, `request`, `zygote` |
+//! | `turn` | a run's turn on an interpreter: a fresh child or a session's live one, its end of the bridge, how its output ends | `child`, `clock`, `files`, `ipc`, `live`, `output`, `pool`, `prepare`, `request`, `zygote` |
+//! | `guards` | the count of runs waiting for a slot, a run's one `exec.finished` ([`guards::FinishGuard`]) | `request` |
 //! | `runner` | a run's lifecycle, one path for every run: [`Runner`] | all of the above |
 //!
 //! `child` and `zygote` take a child's confinement from `crate::sandbox` (docs/SECURITY.md);
@@ -30,13 +34,17 @@
 //!
 //! Outside `run/`, use what this module re-exports rather than reaching into its submodules.
 
+pub mod approval;
 pub mod bash;
 pub mod calls;
 pub mod child;
+pub mod clock;
 pub mod confine;
 pub mod dispatch;
 pub mod files;
+pub mod guards;
 pub mod ipc;
+pub mod limits;
 pub mod live;
 pub mod output;
 pub mod pool;
@@ -49,11 +57,13 @@ pub mod shapes;
 pub mod turn;
 pub mod zygote;
 
+pub use approval::{Approval, Approvals, Decision, NotWaiting};
 pub use calls::{CallRecord, new_token};
 pub use child::{Limits, PythonError, resolve_python};
 pub use confine::SandboxSettings;
 pub use dispatch::{Backends, CallError, McpCaller, PendingCall, host_error};
 pub use files::{Budgeted, ChunkReader, FileError, FileStore, Files, NewFile, RunFile};
+pub use limits::Limiter;
 pub use live::{LiveInfo, Lost};
 pub use output::OutputChunk;
 pub use request::{

@@ -4,6 +4,7 @@
 //!
 //! Plain data and pure functions: it must not start, wait for or judge a run (the runner's).
 
+use super::approval::Asker;
 use super::calls::CallRecord;
 use super::child::Limits;
 use super::confine::SandboxSettings;
@@ -103,6 +104,9 @@ pub struct ExecRequest {
     pub snapshot: Option<Arc<Snapshot>>,
     /// Where host tool calls go when the catalog has no callback (attached protocols).
     pub host: Option<mpsc::Sender<PendingCall>>,
+    /// Hears of the run's calls that wait for a person (the attached stream's
+    /// `approval_required`, the MCP front door's elicitation).
+    pub asker: Option<Asker>,
     /// Receives output chunks as they come (attached protocol).
     pub output: Option<mpsc::UnboundedSender<OutputChunk>>,
     /// Where the run's files go (`save_file`, a cut stream's whole output); without it

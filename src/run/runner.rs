@@ -11,8 +11,10 @@ use super::bash;
 use super::calls::new_token;
 use super::calls::{CallLimits, Calls, RunCtx};
 use super::child::SpawnSpec;
+use super::clock::RunClock;
 use super::confine;
 use super::dispatch::Backends;
+use super::guards::{FinishGuard, Waiting};
 use super::ipc;
 use super::live::Interpreters;
 use super::output::Captured;
@@ -22,7 +24,7 @@ use super::request::{DataPath, ExecRequest, ExecResult, ExecStatus, Lang, Runner
 use super::scratch;
 use super::shapes::Shapes;
 use super::turn::{Finished, Halt, Job, STOPPED_MESSAGE, Turn, TurnRun};
-use crate::events::{Event, Events};
+use crate::events::Event;
 use crate::render::Snapshot;
 use crate::sandbox::{Mode, Sandbox, Status};
 use crate::trace::SpanContext;
@@ -40,6 +42,10 @@ use tokio_util::task::TaskTracker;
 /// with [`ShuttingDown`] before it gets here; this is for any other way in).
 pub const CLOSED_MESSAGE: &str =
     "ptc-sidecar is shutting down and takes no new runs; send the run to another instance";
+
+/// Why a call waiting for a person (or asking for one) is denied once shutdown began.
+pub const SHUTTING_DOWN_APPROVAL: &str =
+    "the sidecar is shutting down, so no one can approve this call now; try again in a later run";
 
 /// The runner takes no new runs: the sidecar is shutting down (SIGTERM or SIGINT).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -209,6 +215,18 @@ impl Runner {
     /// [`Runner::check_open`] with [`ShuttingDown`]. Runs already started go on.
     pub fn close(&self) {
         self.inner.runs.close();
+        // A person will not answer in time: the runs going on get a denial they can handle.
+        self.inner.calls.approvals().close(SHUTTING_DOWN_APPROVAL);
+    }
+
+    /// The calls that wait for a person, for the doors that answer them.
+    pub fn approvals(&self) -> &super::Approvals {
+        self.inner.calls.approvals()
+    }
+
+    /// The limits per tool (`PTC_TOOL_LIMITS`), for a reload and the preview.
+    pub fn limiter(&self) -> &Arc<super::Limiter> {
+        self.inner.calls.limiter()
     }
 
     /// `Err(ShuttingDown)` once [`Runner::close`] was called: how the control API refuses a new
@@ -304,6 +322,8 @@ impl Runner {
         run.session = req.session.clone();
         run.files = req.files.clone();
         run.span = span.clone();
+        run.clock = RunClock::new(deadline);
+        run.asker = req.asker.take();
         let run = Arc::new(run);
         let registration = self.inner.calls.register(run.clone());
 
@@ -334,7 +354,7 @@ impl Runner {
                         _ = cancel.cancelled() => Halt::Cancelled,
                     }
                 };
-                let end = turn.until_end(deadline, timeout, quota, stop).await;
+                let end = turn.until_end(&run.clock, timeout, quota, stop).await;
                 turn.finish(end).await
             }
             Err(finished) => finished,
@@ -439,6 +459,17 @@ impl Runner {
         }
     }
 
+    /// How long the SDK waits for one call's answer before it gives up on the sidecar: the
+    /// tool's timeout, and a person's when calls may wait for one.
+    fn call_timeout(&self) -> Duration {
+        let approvals = self.inner.calls.approvals();
+        let person = match approvals.on() {
+            true => approvals.timeout(),
+            false => Duration::ZERO,
+        };
+        self.inner.cfg.tool_timeout + CALL_TIMEOUT_MARGIN + person
+    }
+
     /// The run's turn on an interpreter: the session's live one for Python code of a live
     /// session, else a fresh child (Python, or bash with the tool functions). A run that cannot
     /// start is finished with why.
@@ -456,7 +487,7 @@ impl Runner {
             "code": code,
             "ipc": self.ipc_addr().to_string(),
             "token": token,
-            "call_timeout": (cfg.tool_timeout + CALL_TIMEOUT_MARGIN).as_secs_f64(),
+            "call_timeout": self.call_timeout().as_secs_f64(),
             "allow_subprocess": cfg.allow_subprocess,
         });
         if let (Lang::Python, true, Some(session), Some(_)) =
@@ -515,74 +546,5 @@ impl Runner {
                 session: None,
             }
         })
-    }
-}
-
-/// Counts a run waiting for a slot for as long as it lives (also when the run's future is
-/// dropped while it waits).
-struct Waiting<'a>(&'a std::sync::atomic::AtomicUsize);
-
-impl<'a> Waiting<'a> {
-    fn on(queued: &'a std::sync::atomic::AtomicUsize) -> Waiting<'a> {
-        queued.fetch_add(1, Ordering::Relaxed);
-        Waiting(queued)
-    }
-}
-
-impl Drop for Waiting<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// Reports `exec.finished` once: with the result, or as `cancelled` when the run's future is
-/// dropped before it has one (a client that went away).
-struct FinishGuard<'a> {
-    events: &'a Events,
-    exec_id: &'a str,
-    span: &'a SpanContext,
-    session: Option<&'a str>,
-    started: Instant,
-    done: bool,
-}
-
-impl FinishGuard<'_> {
-    fn finish(&mut self, result: &ExecResult) {
-        self.done = true;
-        let mut e = Event::new("exec.finished");
-        e.exec_id = Some(self.exec_id.to_string());
-        e.in_span(self.span);
-        e.session_id = self.session.map(str::to_string);
-        e.status = Some(match result.status {
-            ExecStatus::Ok => "ok",
-            ExecStatus::Error => "error",
-            ExecStatus::Timeout => "timeout",
-        });
-        e.ok = Some(result.status == ExecStatus::Ok);
-        e.exit_code = result.exit_code;
-        e.duration_ms = Some(result.duration_ms);
-        e.stdout_bytes = Some(result.stdout.len());
-        e.stderr_bytes = Some(result.stderr.len());
-        e.tool_calls = Some(result.tool_calls.len());
-        self.events.emit(e);
-    }
-}
-
-impl Drop for FinishGuard<'_> {
-    fn drop(&mut self) {
-        if !self.done {
-            let mut e = Event::new("exec.finished");
-            e.exec_id = Some(self.exec_id.to_string());
-            e.in_span(self.span);
-            e.session_id = self.session.map(str::to_string);
-            e.session_id = self.session.map(str::to_string);
-            e.status = Some("error");
-            e.ok = Some(false);
-            e.duration_ms = Some(ms(self.started.elapsed()));
-            e.error = Some(
-                serde_json::json!({"type": "cancelled", "message": "the caller went away before the run finished"}),
-            );
-            self.events.emit(e);
-        }
     }
 }

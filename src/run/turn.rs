@@ -12,6 +12,7 @@
 //! a child is made (`pool`) or how output is read (`output`).
 
 use super::child::{self, Child};
+use super::clock::RunClock;
 use super::files::Files;
 use super::ipc::{Bridge, Bridges};
 use super::live::{Interpreters, Live, Lost, Slot};
@@ -274,18 +275,18 @@ impl Turn {
         }
     }
 
-    /// Waits for the run to end: by itself, or stopped at `deadline`, when `quota` resolves
-    /// (with why) or when `stop` does (the shutdown grace is over).
+    /// Waits for the run to end: by itself, or stopped when its `clock` runs out, when `quota`
+    /// resolves (with why) or when `stop` does (the shutdown grace is over).
     pub async fn until_end(
         &mut self,
-        deadline: Instant,
+        clock: &RunClock,
         timeout: Duration,
         quota: impl Future<Output = String>,
         stop: impl Future<Output = Halt>,
     ) -> End {
         let timed_out = || End::Stopped {
             status: ExecStatus::Timeout,
-            why: format!("stopped after {:.1} s (timeout)", timeout.as_secs_f64()),
+            why: timed_out_why(timeout, clock.paused()),
             lost: Lost::Timeout,
         };
         let over_quota = |why| End::Stopped {
@@ -307,11 +308,11 @@ impl Turn {
         };
         match self {
             Turn::Fresh(turn) => tokio::select! {
-                waited = tokio::time::timeout_at(deadline, turn.child.wait()) => match waited {
-                    Ok(Ok(code)) => End::Exited(code),
-                    Ok(Err(e)) => End::Untracked(e),
-                    Err(_) => timed_out(),
+                waited = turn.child.wait() => match waited {
+                    Ok(code) => End::Exited(code),
+                    Err(e) => End::Untracked(e),
                 },
+                _ = clock.expired() => timed_out(),
                 why = quota => over_quota(why),
                 halt = stop => stopped(halt),
             },
@@ -329,7 +330,7 @@ impl Turn {
                         None => died(child.wait().await.ok()),
                     },
                     waited = child.wait() => died(waited.ok()),
-                    _ = tokio::time::sleep_until(deadline) => timed_out(),
+                    _ = clock.expired() => timed_out(),
                     why = quota => over_quota(why),
                     halt = stop => stopped(halt),
                 }
@@ -345,6 +346,18 @@ impl Turn {
             Turn::Fresh(turn) => finish_fresh(turn.child, turn.capture, end).await,
             Turn::Live(turn) => turn.finish(end).await,
         }
+    }
+}
+
+/// Why a run that ran out of time was stopped: its budget, and how long its clock stood still
+/// while calls waited for a person.
+fn timed_out_why(timeout: Duration, paused: Duration) -> String {
+    let budget = timeout.as_secs_f64();
+    match paused.as_secs_f64() {
+        p if p >= 0.05 => format!(
+            "stopped after {budget:.1} s (timeout; not counting {p:.1} s of waiting for a person)"
+        ),
+        _ => format!("stopped after {budget:.1} s (timeout)"),
     }
 }
 

@@ -199,3 +199,91 @@ async fn the_dashboard_page_shows_two_agents_a_run_its_waterfall_and_the_error()
     .await
     .unwrap();
 }
+
+/// Approve and Deny in the page: two calls of one run wait for a person (behind the API key);
+/// the page lists both with their arguments, a reason typed into one row survives the page's
+/// refreshes, Deny sends it, Approve lets the other call go, and the run's code sees both
+/// answers. Screenshot: `target/test-artifacts/dashboard-approvals.png`.
+#[tokio::test]
+async fn a_person_approves_and_denies_calls_in_the_dashboard() {
+    if !std::path::Path::new(CHROMEDRIVER).exists() || !std::path::Path::new(CHROMIUM).exists() {
+        eprintln!(
+            "dashboard: chromium or chromedriver is not installed (scripts/test installs them); not tested here"
+        );
+        return;
+    }
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let key = "dash-key-1";
+        let (s, host, _d) = sidecar(&[("PTC_APPROVE_TOOLS", "get-weather"), ("PTC_API_KEY", key)]).await;
+        let code = r#"
+async def ask(city):
+    try:
+        return (await get_weather(city=city))["city"]
+    except ToolDenied as e:
+        return str(e)
+print(await asyncio.gather(ask("Oslo"), ask("Lima")))
+"#;
+        let run = {
+            let (http, url) = (s.http.clone(), s.url("/v1/exec_code"));
+            tokio::spawn(async move {
+                let r = http.post(url).header("x-api-key", key).json(&json!({"code": code})).send().await.unwrap();
+                r.json::<Value>().await.unwrap()
+            })
+        };
+        let (_driver, driver) = start_chromedriver().await;
+        let browser = Browser::open(&driver).await;
+        browser.go(&s.url("/dashboard")).await;
+        // The page asks for the key; a person types it in.
+        browser
+            .script(&format!(
+                "const k = document.getElementById('key'); k.value = {key:?}; k.onchange(); return 1"
+            ))
+            .await;
+        let mut rows = Value::Null;
+        for _ in 0..100 {
+            rows = browser
+                .script("return [...document.querySelectorAll('.approval')].map(r => r.innerText)")
+                .await;
+            if rows.as_array().is_some_and(|r| r.len() == 2) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let rows = rows.as_array().cloned().unwrap_or_default();
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        assert!(rows.iter().any(|r| r.as_str().unwrap().contains(r#"{"city":"Lima"}"#)), "{rows:?}");
+        assert!(rows.iter().all(|r| r.as_str().unwrap().contains("get-weather")), "{rows:?}");
+        // A reason typed for Lima's call, kept across two refreshes of the page.
+        let lima = r#"[...document.querySelectorAll('.approval')].find(r => r.innerText.includes('Lima'))"#;
+        let oslo = r#"[...document.querySelectorAll('.approval')].find(r => r.innerText.includes('Oslo'))"#;
+        browser
+            .script(&format!("{lima}.querySelector('.reason').value = 'no trips to Lima'; return 1"))
+            .await;
+        tokio::time::sleep(Duration::from_millis(2200)).await;
+        let artifact = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("target/test-artifacts/dashboard-approvals.png");
+        browser.screenshot(&artifact).await;
+        browser.script(&format!("{lima}.querySelector('.deny').click(); return 1")).await;
+        browser.script(&format!("{oslo}.querySelector('.approve').click(); return 1")).await;
+        let result = run.await.unwrap();
+        assert_eq!(
+            result["stdout"],
+            "['Oslo', 'get_weather: a person denied this call: no trips to Lima']\n",
+            "{result}"
+        );
+        assert_eq!(host.calls.load(std::sync::atomic::Ordering::Relaxed), 1);
+        // Both rows are gone once answered.
+        let mut left = Value::Null;
+        for _ in 0..30 {
+            left = browser.script("return document.querySelectorAll('.approval').length").await;
+            if left == 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(left, 0);
+        browser.close().await;
+    })
+    .await
+    .unwrap();
+}

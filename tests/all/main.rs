@@ -6,6 +6,7 @@
 
 mod agents;
 mod api;
+mod approvals;
 mod bash;
 mod bounds;
 mod bridge;
@@ -20,6 +21,7 @@ mod files;
 mod front;
 mod host;
 mod librechat;
+mod limits;
 mod mcp;
 mod metrics;
 use common::support::procs;

@@ -156,6 +156,15 @@ async function reload(client, spec, out, changed) {
   out.after = (await client.listTools()).tools[0].description;
 }
 
+// This host declares no elicitation capability: its calls that need a person are denied at once.
+async function approve(client, spec, out) {
+  const code =
+    "said = []\nfor i in range(2):\n    try:\n        said.append(await demo__toggle_extra())\n" +
+    "    except ToolDenied as e:\n        said.append('denied: ' + str(e))\nprint('\\n'.join(said))\n";
+  out.run = shown(await run(client, code));
+  out.asked = [];
+}
+
 async function list(client, spec, out) {
   out.tools = (await client.listTools()).tools.map((t) => t.name);
 }
@@ -169,7 +178,7 @@ async function main(spec) {
   try {
     await client.connect(transport(spec));
     out.protocol = client.transport?.protocolVersion ?? null;
-    const scenario = { tour, cancel, reload, list }[spec.scenario];
+    const scenario = { tour, cancel, reload, approve, list }[spec.scenario];
     await scenario(client, spec, out, changed);
   } catch (e) {
     out.error = errorText(e);

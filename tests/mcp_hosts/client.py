@@ -4,7 +4,7 @@ tests/all/front.rs runs it: `python3 client.py SPEC`, SPEC a JSON object:
 
     transport  "stdio" (start `command` with `args` and `env`) or "http" (`url`, `headers`)
     mode       the SDK's ConnectMode: "auto" (discover, else the handshake) or "legacy"
-    scenario   "tour", "cancel", "reload" or "list" (below)
+    scenario   "tour", "cancel", "reload", "approve" or "list" (below)
     marker     a string unique to the test (the cancel scenario's process is found by it)
     manifest   the tool manifest the reload scenario rewrites
     host_tool  the name of a callback host tool the tour calls
@@ -262,6 +262,22 @@ async def reload(client, spec, out):
     out["after"] = after.tools[0].description
 
 
+async def approve(client, spec, out):
+    """Two calls that need a person (the demo's destructive toggle_extra): the host's user (the
+    elicitation callback in `main`) allows the first and denies the second with a reason."""
+    code = (
+        "said = []\n"
+        "for i in range(2):\n"
+        "    try:\n"
+        "        said.append(await demo__toggle_extra())\n"
+        "    except ToolDenied as e:\n"
+        "        said.append('denied: ' + str(e))\n"
+        "print('\\n'.join(said))\n"
+    )
+    out["run"] = shown(await run(client, code))
+    out["asked"] = spec["_asked"]
+
+
 async def listing(client, spec, out):
     out["tools"] = [t.name for t in (await client.list_tools()).tools]
 
@@ -271,6 +287,17 @@ async def main(spec):
     changed = anyio.Event()
     spec["_changed"] = changed
 
+    asked = spec["_asked"] = []
+
+    async def elicit(context, params):
+        """The host's user: yes to the first question, no (with a reason) to the rest."""
+        from mcp import types
+
+        asked.append(params.message)
+        if len(asked) == 1:
+            return types.ElicitResult(action="accept", content={"approved": True})
+        return types.ElicitResult(action="accept", content={"approved": False, "reason": "not now"})
+
     async def messages(message):
         method = getattr(getattr(message, "root", message), "method", None)
         if method == "notifications/tools/list_changed":
@@ -278,10 +305,20 @@ async def main(spec):
 
     try:
         async with Client(
-            target(spec), mode=spec.get("mode", "auto"), message_handler=messages, cache=None
+            target(spec),
+            mode=spec.get("mode", "auto"),
+            message_handler=messages,
+            elicitation_callback=elicit,
+            cache=None,
         ) as client:
             out["protocol"] = client.protocol_version
-            scenario = {"tour": tour, "cancel": cancel, "reload": reload, "list": listing}[spec["scenario"]]
+            scenario = {
+                "tour": tour,
+                "cancel": cancel,
+                "reload": reload,
+                "approve": approve,
+                "list": listing,
+            }[spec["scenario"]]
             with anyio.fail_after(120):
                 await scenario(client, spec, out)
     except Exception as e:  # noqa: BLE001 - what failed is the result

@@ -210,7 +210,7 @@ class SdkTest(unittest.TestCase):
             stdout="%s\n__main__\n" % sorted(
                 ["__name__", "__builtins__", "tools", "call_tool", "describe", "search_tools", "save_file",
                  "ToolError",
-                 "ToolInputError", "asyncio", "json", "re"] + STUB_NAMES),
+                 "ToolInputError", "ToolDenied", "asyncio", "json", "re"] + STUB_NAMES),
         )
 
     def test_top_level_await(self):
@@ -385,10 +385,15 @@ class SdkTest(unittest.TestCase):
                 await fail(type='limit', message='too many calls')
             except ToolError as e:
                 print(type(e).__name__, e.type, str(e))
+            try:
+                await fail(type='denied', message='a person denied this call: no')
+            except ToolDenied as e:
+                print(type(e).__name__, e.type, str(e), isinstance(e, ToolError))
         """, stdout=(
             "ToolError tool disk full False\n"
             "ToolInputError input 'city' is a required property True\n"
             "ToolError limit too many calls\n"
+            "ToolDenied denied a person denied this call: no True\n"
         ))
 
     def test_uncaught_tool_error_traceback_is_trimmed(self):

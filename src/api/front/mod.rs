@@ -16,6 +16,7 @@
 //! Owns the MCP shape of a run (`content`); what a run is and does is the runner's, how files
 //! are kept the session store's. It must not speak HTTP itself (rmcp's transports do).
 
+mod ask;
 mod content;
 
 use super::exec::{Asked, ExecDoor};
@@ -229,12 +230,22 @@ impl Front {
         // The host's notifications/cancelled stops the run: its process group killed, what
         // it printed kept in its result and events (status error), the session's state gone.
         request.cancel = Some(context.ct.clone());
+        // Its calls that wait for a person: the host is asked (elicitation), or says no.
+        let (asker, asked) = mpsc::unbounded_channel();
+        request.asker = Some(asker);
+        let asking = tokio::spawn(ask::ask_the_host(
+            asked,
+            context.peer.clone(),
+            self.door.runner.clone(),
+            stateless,
+        ));
         let progress = context.meta.get_progress_token().map(|token| {
             let (tx, rx) = mpsc::unbounded_channel();
             request.output = Some(tx);
             tokio::spawn(forward_progress(rx, token, context.peer.clone()))
         });
         let result = self.door.finish(request, held).await;
+        asking.abort();
         if let Some(progress) = progress {
             let _ = progress.await;
         }

@@ -178,6 +178,7 @@ impl Runs {
             timeout: Some(s.timeout),
             snapshot: Some(s.snapshot),
             host: Some(host),
+            asker: None,
             output: None,
             session: Some(run.session_id.clone()),
             live: false,
