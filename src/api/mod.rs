@@ -16,6 +16,7 @@ mod events;
 mod exec;
 pub mod front;
 mod librechat;
+mod preview;
 mod session_files;
 mod sessions;
 mod sse;
@@ -58,6 +59,10 @@ pub fn router(state: AppState) -> Router {
             state.runner.clone(),
             state.sessions.clone(),
             state.artifacts.clone(),
+        ))
+        .merge(preview::router(
+            state.runner.clone(),
+            state.snapshot.clone(),
         ))
         .merge(events::router())
         .merge(dashboard::router())
