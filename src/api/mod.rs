@@ -17,6 +17,7 @@ mod events;
 mod exec;
 pub mod front;
 mod librechat;
+mod preview;
 mod session_files;
 mod sessions;
 mod sse;
@@ -59,6 +60,10 @@ pub fn router(state: AppState) -> Router {
             state.runner.clone(),
             state.sessions.clone(),
             state.artifacts.clone(),
+        ))
+        .merge(preview::router(
+            state.runner.clone(),
+            state.snapshot.clone(),
         ))
         .merge(events::router())
         .merge(dashboard::router())

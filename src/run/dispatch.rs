@@ -234,7 +234,7 @@ pub fn lookup<'c>(catalog: &'c Catalog, name: &str) -> Result<&'c Tool, CallErro
 
 /// The PTC tools whose names are within an edit distance of about half of `name`, nearest
 /// first, at most 3; none for a name over [`MAX_SUGGEST_CHARS`].
-fn closest(catalog: &Catalog, name: &str) -> Vec<String> {
+pub fn closest(catalog: &Catalog, name: &str) -> Vec<String> {
     if name.chars().nth(MAX_SUGGEST_CHARS).is_some() {
         return Vec::new();
     }

@@ -61,7 +61,7 @@ pub use approval::{Approval, Approvals, Decision, NotWaiting};
 pub use calls::{CallRecord, new_token};
 pub use child::{Limits, PythonError, resolve_python};
 pub use confine::SandboxSettings;
-pub use dispatch::{Backends, CallError, McpCaller, PendingCall, host_error};
+pub use dispatch::{Backends, CallError, McpCaller, PendingCall, closest, host_error};
 pub use files::{Budgeted, ChunkReader, FileError, FileStore, Files, NewFile, RunFile};
 pub use limits::Limiter;
 pub use live::{LiveInfo, Lost};

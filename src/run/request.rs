@@ -117,6 +117,9 @@ pub struct ExecRequest {
     /// Stops the run when cancelled (an MCP host's `notifications/cancelled`): its process
     /// group killed, what it printed kept, status `error`; a session's interpreter goes with it.
     pub cancel: Option<tokio_util::sync::CancellationToken>,
+    /// A run of the sidecar's own, not a caller's (a preview's analyzer): it emits no `exec.*`
+    /// event, so no event stream, dashboard or run metric shows it.
+    pub quiet: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

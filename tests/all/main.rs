@@ -26,6 +26,7 @@ mod mcp;
 mod metrics;
 use common::support::procs;
 
+mod preview;
 mod props;
 mod reload;
 mod runner;

@@ -18,6 +18,7 @@
 
 mod ask;
 mod content;
+mod rounds;
 
 use super::exec::{Asked, ExecDoor};
 use super::state::AppState;
@@ -28,8 +29,8 @@ use crate::run::{Lang, OutputChunk};
 use crate::session::Sessions;
 use rmcp::model::SubscriptionFilter;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ErrorData, Implementation,
-    ListToolsResult, PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams,
+    CallToolRequestParams, CallToolResponse, ErrorData, Implementation, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ReadResourceRequestParams,
     ReadResourceResponse, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::{
@@ -61,6 +62,8 @@ type OwnCatalog = Option<(u64, Arc<Snapshot>)>;
 #[derive(Clone, Default)]
 pub struct Shared {
     own: Arc<Mutex<OwnCatalog>>,
+    /// The runs of 2026-07-28 hosts between two rounds (approvals).
+    held: rounds::Held,
 }
 
 /// The MCP server of one MCP session (one stdio connection, or one streamable HTTP session).
@@ -191,16 +194,29 @@ impl Front {
     /// host cancels it.
     async fn exec(
         &self,
-        args: Option<Map<String, Value>>,
+        call: CallToolRequestParams,
         context: RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
-        let args = Args::parse(args, self.state.config.timeout)?;
+    ) -> Result<CallToolResponse, ErrorData> {
         // A host of the 2026-07-28 revision has no MCP session to end this one with: the
         // session it was given lives on (until PTC_SESSION_IDLE_TTL), for it to pass back.
         let stateless = context
             .meta
             .protocol_version()
             .is_some_and(|v| !v.has_initialize());
+        let runner = &self.door.runner;
+        // Its next round: the answers to the calls that waited for a person.
+        if let (true, Some(state)) = (stateless, call.request_state.as_deref()) {
+            let paused = self
+                .shared
+                .held
+                .resume(state, call.input_responses, runner)?;
+            return self
+                .shared
+                .held
+                .next_round(paused, runner, &context.ct)
+                .await;
+        }
+        let args = Args::parse(call.arguments, self.state.config.timeout)?;
         let session = match args.session_id {
             Some(id) => id,
             None => {
@@ -227,23 +243,43 @@ impl Front {
             .request(asked)
             .await
             .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
-        // The host's notifications/cancelled stops the run: its process group killed, what
-        // it printed kept in its result and events (status error), the session's state gone.
-        request.cancel = Some(context.ct.clone());
-        // Its calls that wait for a person: the host is asked (elicitation), or says no.
-        let (asker, asked) = mpsc::unbounded_channel();
-        request.asker = Some(asker);
-        let asking = tokio::spawn(ask::ask_the_host(
-            asked,
-            context.peer.clone(),
-            self.door.runner.clone(),
-            stateless,
-        ));
         let progress = context.meta.get_progress_token().map(|token| {
             let (tx, rx) = mpsc::unbounded_channel();
             request.output = Some(tx);
             tokio::spawn(forward_progress(rx, token, context.peer.clone()))
         });
+        // Its calls that wait for a person: the host is asked (elicitation, or an
+        // input-required result for a 2026-07-28 host), or they are denied saying why.
+        let (asker, asked) = mpsc::unbounded_channel();
+        request.asker = Some(asker);
+        let elicits = ask::elicits(&context, stateless);
+        if stateless && elicits {
+            let cancel = CancellationToken::new();
+            request.cancel = Some(cancel.clone());
+            let (done, result) = tokio::sync::oneshot::channel();
+            let door = self.door.clone();
+            tokio::spawn(async move {
+                let _ = done.send(door.finish(request, held).await);
+            });
+            let timeout = args.timeout.unwrap_or(self.state.config.timeout);
+            let expires = rounds::hold_for(runner, timeout);
+            let paused = rounds::Paused {
+                result,
+                asked,
+                cancel,
+                expires,
+            };
+            return self
+                .shared
+                .held
+                .next_round(paused, runner, &context.ct)
+                .await;
+        }
+        // The host's notifications/cancelled stops the run: its process group killed, what
+        // it printed kept in its result and events (status error), the session's state gone.
+        request.cancel = Some(context.ct.clone());
+        let peer = context.peer.clone();
+        let asking = tokio::spawn(ask::ask_the_host(asked, peer, runner.clone(), elicits));
         let result = self.door.finish(request, held).await;
         asking.abort();
         if let Some(progress) = progress {
@@ -252,7 +288,7 @@ impl Front {
         if context.ct.is_cancelled() {
             return Err(ErrorData::internal_error("the run was cancelled", None));
         }
-        Ok(content::result(&result))
+        Ok(content::result(&result).into())
     }
 }
 
@@ -431,7 +467,7 @@ impl ServerHandler for Front {
                 None,
             ));
         }
-        self.exec(request.arguments, context).await.map(Into::into)
+        self.exec(request, context).await
     }
 
     async fn read_resource(

@@ -185,6 +185,7 @@ impl Runs {
             files,
             traceparent: s.traceparent,
             cancel: None,
+            quiet: false,
         };
         let (runner, stop) = (runner.clone(), run.stop.clone());
         tokio::spawn(async move {
