@@ -307,7 +307,7 @@ impl Control {
         registry.register(
             "approvals",
             "calls that waited for a person, by outcome (approved, denied, timeout, shutdown, \
-             run_ended)",
+             run_ended, no_elicitation)",
             approvals.clone(),
         );
         let approval_wait = Histogram::new(APPROVAL_BUCKETS);
@@ -585,7 +585,7 @@ mod tests {
                 "# TYPE ptc_sessions_live gauge",
                 "# HELP ptc_sessions_max live interpreters allowed at once (PTC_MAX_SESSIONS).",
                 "# TYPE ptc_sessions_max gauge",
-                "# HELP ptc_approvals calls that waited for a person, by outcome (approved, denied, timeout, shutdown, run_ended).",
+                "# HELP ptc_approvals calls that waited for a person, by outcome (approved, denied, timeout, shutdown, run_ended, no_elicitation).",
                 "# TYPE ptc_approvals counter",
                 "# HELP ptc_approval_wait_seconds how long a call waited for a person's answer.",
                 "# TYPE ptc_approval_wait_seconds histogram",
