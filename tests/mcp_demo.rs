@@ -340,6 +340,8 @@ fn expected_tools() -> Value {
             "name": "toggle_extra",
             "description": "Add the extra_echo tool if it is absent, remove it if present, and send notifications/tools/list_changed.",
             "inputSchema": empty_input,
+            // It changes the server's tool list: the approval tests' destructive tool.
+            "annotations": {"destructiveHint": true},
         },
         {
             "name": "trace_context",
