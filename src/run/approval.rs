@@ -269,13 +269,7 @@ impl Approvals {
 
     fn requested(&self, approval: &Approval, span: &SpanContext, args: &Value) {
         let events = &self.inner.events;
-        let mut e = Event::new("approval.requested");
-        e.in_span(span);
-        e.exec_id = Some(approval.run.clone());
-        e.session_id.clone_from(&approval.session);
-        e.call_id = Some(approval.call.clone());
-        e.tool = Some(approval.tool.clone());
-        e.approval_id = Some(approval.id.clone());
+        let mut e = approval_event("approval.requested", approval, span);
         e.args_bytes = Some(serde_json::to_vec(args).map_or(0, |v| v.len()));
         if events.bodies() {
             e.args = Some(args.clone());
@@ -284,13 +278,7 @@ impl Approvals {
     }
 
     fn decided(&self, approval: &Approval, span: &SpanContext, d: &Decision, waited: Duration) {
-        let mut e = Event::new("approval.decided");
-        e.in_span(span);
-        e.exec_id = Some(approval.run.clone());
-        e.session_id.clone_from(&approval.session);
-        e.call_id = Some(approval.call.clone());
-        e.tool = Some(approval.tool.clone());
-        e.approval_id = Some(approval.id.clone());
+        let mut e = approval_event("approval.decided", approval, span);
         e.approved = Some(d.approved);
         e.door = Some(d.door);
         e.by.clone_from(&d.by);
@@ -320,6 +308,18 @@ impl Drop for Forget<'_> {
                 .decided(self.approval, self.span, &gone, self.requested.elapsed());
         }
     }
+}
+
+/// An event of an approval: the waiting call's ids, span and tool, and the approval's id.
+fn approval_event(kind: &'static str, approval: &Approval, span: &SpanContext) -> Event {
+    let mut e = Event::new(kind);
+    e.in_span(span);
+    e.exec_id = Some(approval.run.clone());
+    e.session_id.clone_from(&approval.session);
+    e.call_id = Some(approval.call.clone());
+    e.tool = Some(approval.tool.clone());
+    e.approval_id = Some(approval.id.clone());
+    e
 }
 
 /// Removes a waiting approval; whether it was there.

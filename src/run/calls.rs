@@ -206,12 +206,7 @@ impl Calls {
             Ok(found) => found,
             Err(e) => {
                 // Refused before dispatch: one event says what the code tried.
-                let mut refused = Event::new("tool_call.finished");
-                refused.exec_id = Some(run.id.clone());
-                refused.session_id = run.session.clone();
-                refused.in_span(&span);
-                refused.call_id = Some(id);
-                refused.tool = Some(tool.to_string());
+                let mut refused = call_event("tool_call.finished", run, &span, &id, tool);
                 refused.ok = Some(false);
                 refused.error = Some(e.to_json());
                 events.emit(refused);
@@ -234,38 +229,30 @@ impl Calls {
         let chose = self.chosen_words(found, &args);
 
         let started = Instant::now();
-        let through = match self.let_through(run, &id, &span, found, &args).await {
-            Ok(through) => through,
-            Err(e) => return Err(self.refused(run, &span, id, found, source, started, e)),
+        // A call refused on its way (a limit, a person) ends like one its backend failed.
+        let (result, queued_ms) = match self.let_through(run, &id, &span, found, &args).await {
+            Err(e) => (Err(e), None),
+            Ok(through) => {
+                let result = match run.in_flight.acquire().await {
+                    Err(_) => Err(CallError::Unavailable("the run is over".into())),
+                    Ok(_permit) => {
+                        let backends = &self.inner.backends;
+                        let (host, tp) = (run.host.as_ref(), span.traceparent());
+                        let deadline = through.deadline;
+                        dispatch::route(backends, catalog, host, &id, found, args, &tp, deadline)
+                            .await
+                    }
+                };
+                (result, through.queued())
+            }
         };
-        let _permit = run
-            .in_flight
-            .acquire()
-            .await
-            .map_err(|_| CallError::Unavailable("the run is over".into()))?;
-        let result = dispatch::route(
-            &self.inner.backends,
-            catalog,
-            run.host.as_ref(),
-            &id,
-            found,
-            args,
-            &span.traceparent(),
-            through.deadline,
-        )
-        .await;
         let duration_ms = ms(started.elapsed());
 
-        let mut finished = Event::new("tool_call.finished");
-        finished.exec_id = Some(run.id.clone());
-        finished.session_id = run.session.clone();
-        finished.in_span(&span);
-        finished.call_id = Some(id.clone());
-        finished.tool = Some(found.name.clone());
+        let mut finished = call_event("tool_call.finished", run, &span, &id, &found.name);
         finished.source = Some(source);
         finished.ok = Some(result.is_ok());
         finished.duration_ms = Some(duration_ms);
-        finished.queued_ms = through.queued();
+        finished.queued_ms = queued_ms;
         match &result {
             Ok(value) => {
                 self.learn(&found.name, chose.as_ref(), value);
@@ -323,42 +310,6 @@ impl Calls {
         Ok(LetThrough { deadline, admitted })
     }
 
-    /// A call refused on its way (a limit, a person): its `tool_call.finished` and record.
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "the call's parts, each said in its event"
-    )]
-    fn refused(
-        &self,
-        run: &RunCtx,
-        span: &SpanContext,
-        id: String,
-        tool: &Tool,
-        source: &'static str,
-        started: Instant,
-        e: CallError,
-    ) -> CallError {
-        let duration_ms = ms(started.elapsed());
-        let mut finished = Event::new("tool_call.finished");
-        finished.exec_id = Some(run.id.clone());
-        finished.session_id = run.session.clone();
-        finished.in_span(span);
-        finished.call_id = Some(id.clone());
-        finished.tool = Some(tool.name.clone());
-        finished.source = Some(source);
-        finished.ok = Some(false);
-        finished.duration_ms = Some(duration_ms);
-        finished.error = Some(e.to_json());
-        self.events().emit(finished);
-        lock(&run.calls).push(CallRecord {
-            id,
-            tool: tool.name.clone(),
-            ok: false,
-            duration_ms,
-        });
-        e
-    }
-
     /// The words a call's arguments chose, taken before they go to the backend, when its
     /// result may teach a shape (a tool without an output schema, learning on); a result that
     /// records one of them as a key teaches nothing (the echo rule, `shapes/echo.rs`).
@@ -389,17 +340,23 @@ fn started_event(
     args: &Value,
     bodies: bool,
 ) -> Event {
-    let mut e = Event::new("tool_call.started");
-    e.exec_id = Some(run.id.clone());
-    e.session_id = run.session.clone();
-    e.in_span(span);
-    e.call_id = Some(id.to_string());
-    e.tool = Some(tool.name.clone());
+    let mut e = call_event("tool_call.started", run, span, id, &tool.name);
     e.source = Some(source);
     e.args_bytes = Some(json_len(args));
     if bodies {
         e.args = Some(args.clone());
     }
+    e
+}
+
+/// An event of one call of a run: its ids, its span and the tool it named.
+fn call_event(kind: &'static str, run: &RunCtx, span: &SpanContext, id: &str, tool: &str) -> Event {
+    let mut e = Event::new(kind);
+    e.exec_id = Some(run.id.clone());
+    e.session_id = run.session.clone();
+    e.in_span(span);
+    e.call_id = Some(id.to_string());
+    e.tool = Some(tool.to_string());
     e
 }
 
