@@ -188,6 +188,7 @@ impl Sidecar {
             board: Default::default(),
         };
         start_reloader(&state, saved, &snapshots, &shutdown)?;
+        crate::api::log_startup(&state.config);
         started.disarm();
         Ok(Sidecar {
             state,

@@ -28,6 +28,9 @@ pub struct RawConfig {
     ptc_mcp_config: Option<String>,
     ptc_listen: Option<String>,
     ptc_api_key: Option<String>,
+    ptc_librechat_jwt_public_key: Option<String>,
+    ptc_librechat_jwt_issuer: Option<String>,
+    ptc_librechat_jwt_audience: Option<String>,
     redis_url: Option<String>,
     ptc_agent_id: Option<String>,
     ptc_python: Option<String>,
@@ -147,6 +150,9 @@ pub struct Config {
     pub mcp_config: Option<PathBuf>,
     pub listen: Listen,
     pub api_key: Option<String>,
+    /// LibreChat's per-user tokens (`PTC_LIBRECHAT_JWT_*`): its routes take them instead of
+    /// the key, and each user's sessions are kept apart.
+    pub librechat_jwt: Option<crate::identity::jwt::Verifier>,
     pub redis_url: Option<String>,
     pub agent_id: String,
     pub python: String,

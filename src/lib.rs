@@ -16,6 +16,9 @@ pub mod config;
 /// The dashboard's model: runs, calls and tool statistics folded from events, bounded.
 pub mod dashboard;
 pub mod events;
+/// Who a request speaks for: the API key's holder or a LibreChat user of a verified JWT (imports
+/// only [`util`]).
+pub mod identity;
 pub mod mcp;
 /// Prometheus metrics, observed from [`events`] and scraped at `/metrics` (imports `events`
 /// and [`util`]).

@@ -8,6 +8,8 @@
 //! the parts it measures: `events` calls [`Metrics::observe`] for each event, and the API hands
 //! in the gauges.
 
+mod tenants;
+
 use crate::events::{Event, Observer};
 use crate::util::lock;
 use prometheus_client::encoding::text::encode;
@@ -82,6 +84,7 @@ struct Inner {
     catalog: CatalogMetrics,
     sessions: SessionGauges,
     control: Control,
+    tenants: tenants::Tenants,
 }
 
 /// `ptc_runs` and `ptc_run_duration_seconds`, observed from `exec.finished`.
@@ -161,6 +164,7 @@ impl Metrics {
         let catalog = CatalogMetrics::register(&mut registry);
         let sessions = SessionGauges::register(&mut registry);
         let control = Control::register(&mut registry);
+        let tenants = tenants::Tenants::register(&mut registry);
         register_sandbox(&mut registry, sandbox);
         Metrics {
             inner: Arc::new(Inner {
@@ -173,6 +177,7 @@ impl Metrics {
                 catalog,
                 sessions,
                 control,
+                tenants,
             }),
         }
     }
@@ -209,6 +214,11 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &m.registry);
         out
+    }
+
+    /// A LibreChat token checked: `ok`, or the check that refused it.
+    pub fn token_checked(&self, outcome: &str) {
+        self.inner.tenants.token_checked(outcome);
     }
 
     /// The counter of calls of `tool` (its label: `(unknown)` when the catalog refused it as
@@ -491,6 +501,7 @@ impl Observer for Metrics {
                 if let Some(ms) = e.duration_ms {
                     m.runs.duration.observe(ms / 1e3);
                 }
+                m.tenants.observe_finished(e);
             }
             "tool_call.finished" => {
                 let error = e.error.as_ref().and_then(|v| v["type"].as_str());
@@ -532,7 +543,10 @@ mod tests {
     #[test]
     fn every_family_is_described_in_registration_order() {
         let metrics = Metrics::new(&[("mode", "best-effort".to_string())]);
-        metrics.observe(&Event::new("exec.finished"));
+        let mut finished = Event::new("exec.finished");
+        finished.tenant_id = Some("t1".into());
+        metrics.observe(&finished);
+        metrics.token_checked("ok");
         let mut call = Event::new("tool_call.finished");
         call.tool = Some("t".into());
         metrics.observe(&call);
@@ -595,6 +609,10 @@ mod tests {
                 "# HELP ptc_tool_call_queued_seconds how long a call waited for its turn under its tool's limits (PTC_TOOL_LIMITS).",
                 "# TYPE ptc_tool_call_queued_seconds histogram",
                 "# UNIT ptc_tool_call_queued_seconds seconds",
+                "# HELP ptc_librechat_tokens LibreChat tokens checked, by outcome (ok, or the check that refused it: missing, malformed, algorithm, kid, signature, expired, not_yet_valid, audience, issuer, claims).",
+                "# TYPE ptc_librechat_tokens counter",
+                "# HELP ptc_tenant_runs runs made for LibreChat users, by tenant (tenant_id).",
+                "# TYPE ptc_tenant_runs counter",
                 "# HELP ptc_sandbox how runs are confined (docs/SECURITY.md).",
                 "# TYPE ptc_sandbox info",
             ]

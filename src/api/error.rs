@@ -26,6 +26,17 @@ pub enum ApiError {
     /// 401 `unauthorized`: `PTC_API_KEY` is set and the request did not carry it.
     #[error("this sidecar requires its API key as X-API-Key or Authorization: Bearer")]
     Unauthorized,
+    /// 401 `unauthorized`: a LibreChat route's token was missing or refused (the message says
+    /// which check failed, never the token).
+    #[error("{0}")]
+    BadToken(String),
+    /// 401 `unauthorized`: a route beyond LibreChat's, on a sidecar listening beyond loopback
+    /// with LibreChat's key and no `PTC_API_KEY`.
+    #[error(
+        "this route needs PTC_API_KEY, which this sidecar does not set: it listens beyond \
+         loopback with PTC_LIBRECHAT_JWT_PUBLIC_KEY alone, which opens only LibreChat's routes"
+    )]
+    NoKeySet,
     /// 403 `invalid_token`: a continuation token this sidecar did not issue, or for another
     /// session.
     #[error("{0}")]
@@ -89,7 +100,9 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             ApiError::BadRequest(_) | ApiError::BadResults(_) => StatusCode::BAD_REQUEST,
-            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::Unauthorized | ApiError::BadToken(_) | ApiError::NoKeySet => {
+                StatusCode::UNAUTHORIZED
+            }
             ApiError::InvalidToken(_) | ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::PtcDisabled(_) | ApiError::TokenUsed => StatusCode::CONFLICT,
@@ -106,7 +119,7 @@ impl ApiError {
     pub fn kind(&self) -> &'static str {
         match self {
             ApiError::BadRequest(_) | ApiError::BadResults(_) => "bad_request",
-            ApiError::Unauthorized => "unauthorized",
+            ApiError::Unauthorized | ApiError::BadToken(_) | ApiError::NoKeySet => "unauthorized",
             ApiError::InvalidToken(_) => "invalid_token",
             ApiError::Forbidden(_) => "forbidden",
             ApiError::NotFound(_) => "not_found",

@@ -39,6 +39,10 @@ use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::ReceiverStream;
 
+/// The owner of the sessions `/v1/exec_code` runs in: the API key's holder, whose sessions
+/// are apart from LibreChat's users' (`identity::Principal::owner`).
+const OPERATOR: &str = "";
+
 /// Largest `POST /v1/exec_code` body: code is text a model wrote, not a file upload.
 pub const MAX_EXEC_BYTES: usize = 1 << 20;
 /// Events handed to the HTTP body ahead of a slow reader. The rest wait in the stream's task,
@@ -220,7 +224,8 @@ impl ExecDoor {
                 let max = runner.config().timeout;
                 let wait = asked.timeout.map_or(max, |t| t.min(max));
                 let started = Instant::now();
-                let (held, ()) = Held::take(sessions, Some(&id), wait, |_, _| Ok(())).await?;
+                let (held, ()) =
+                    Held::take(sessions, Some(&id), OPERATOR, wait, |_, _| Ok(())).await?;
                 request.timeout = Some(wait.saturating_sub(started.elapsed()).max(MIN_RUN_TIME));
                 request.workspace = Some(held.workspace(sessions));
                 request.session = Some(id);

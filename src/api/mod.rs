@@ -24,6 +24,7 @@ mod sse;
 mod state;
 mod workspace;
 
+pub use auth::log_startup;
 pub use dashboard::LazyBoard;
 pub use error::{ApiError, ResultsError};
 pub use state::AppState;
@@ -67,10 +68,6 @@ pub fn router(state: AppState) -> Router {
         ))
         .merge(events::router())
         .merge(dashboard::router())
-        .merge(librechat::router(
-            state.runner.clone(),
-            state.sessions.clone(),
-        ))
         .merge(match (&state.runner, &state.sessions, &state.artifacts) {
             (Some(runner), Some(sessions), Some(artifacts)) => {
                 sessions::router(runner.clone(), sessions.clone(), artifacts.clone())
@@ -86,11 +83,16 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             auth::require_key,
         ));
+    // LibreChat's routes: the key, or with PTC_LIBRECHAT_JWT_PUBLIC_KEY a user's token.
+    let librechat = librechat::router(state.runner.clone(), state.sessions.clone()).layer(
+        middleware::from_fn_with_state(state.clone(), auth::librechat),
+    );
     Router::new()
         .route("/healthz", get(healthz))
         .merge(dashboard::page_router(false))
         .merge(open)
         .merge(protected)
+        .merge(librechat)
         .fallback(not_found)
         .with_state(state)
 }
@@ -127,6 +129,8 @@ async fn healthz(State(state): State<AppState>) -> Response {
         "events": state.events.health(),
         // Hot reload: how many swaps, and why the last attempt kept the old catalog, if it did.
         "reload": {"reloads": reload.reloads, "last_error": reload.last_error},
+        // Who may call: api_key, librechat_jwt, both, or none (loopback only).
+        "auth": auth::describe(&state.config),
         // How runs are confined and what is missing (docs/SECURITY.md); null with PTC off.
         "sandbox": state.runner.as_ref().map(|r| r.sandbox_status()),
         // Live session interpreters (PTC_MAX_SESSIONS at most); null with PTC off.

@@ -66,19 +66,20 @@ impl Drop for Held {
 }
 
 impl Held {
-    /// The session `id` names (made when it does not exist yet, or when there is no `id`),
-    /// locked within `wait`; `prepare` runs on it (on a blocking thread) before its files are
-    /// taken as what the run found.
+    /// The session `id` names (made for `owner` when it does not exist yet, or when there is
+    /// no `id`; another owner's is not found), locked within `wait`; `prepare` runs on it (on
+    /// a blocking thread) before its files are taken as what the run found.
     pub async fn take<T: Send + 'static>(
         sessions: &Sessions,
         id: Option<&str>,
+        owner: &str,
         wait: Duration,
         prepare: impl FnOnce(&Sessions, &Session) -> Result<T, ApiError> + Send + 'static,
     ) -> Result<(Held, T), ApiError> {
         let named = id.filter(|s| !s.is_empty());
         let session = match named {
-            Some(id) => sessions.open(id)?,
-            None => sessions.open(&Sessions::new_id())?,
+            Some(id) => sessions.open_as(id, owner)?,
+            None => sessions.open_as(&Sessions::new_id(), owner)?,
         };
         let made_for_run = named.is_none().then(|| sessions.clone());
         let lock = tokio::time::timeout(wait, session.clone().lock())

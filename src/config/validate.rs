@@ -19,6 +19,7 @@ use super::{
     MAX_SCRATCH_FILES, MAX_SHUTDOWN_GRACE_SECS, OUTPUT_BYTES_RANGE, RawConfig, SYSTEM_PYTHON,
     SandboxMode, SandboxUser,
 };
+use crate::identity::jwt::{self, Verifier};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -26,7 +27,7 @@ impl RawConfig {
     /// Validates one concern at a time. The first bad value stops it, so this order (and the
     /// order of the variables within each step) is the order in which errors are reported.
     pub fn validate(mut self) -> Result<Config, ConfigError> {
-        let (listen, api_key) = self.control_api()?;
+        let (listen, api_key, librechat_jwt) = self.control_api()?;
         let (max_runs, max_sessions) = self.run_slots()?;
         let agent_id = self.agent_id()?;
         let core = self.core()?;
@@ -49,6 +50,7 @@ impl RawConfig {
             mcp_config: core.mcp_config,
             listen,
             api_key,
+            librechat_jwt,
             redis_url: core.redis_url,
             agent_id,
             python_fallback: match core.python {
@@ -102,23 +104,45 @@ impl RawConfig {
         })
     }
 
-    /// `PTC_LISTEN` and `PTC_API_KEY`: a listener beyond loopback needs a key.
-    fn control_api(&mut self) -> Result<(Listen, Option<String>), ConfigError> {
+    /// `PTC_LISTEN`, `PTC_API_KEY` and `PTC_LIBRECHAT_JWT_*`: a listener beyond loopback
+    /// needs a key or LibreChat's (which then opens only LibreChat's routes).
+    #[allow(clippy::type_complexity)]
+    fn control_api(&mut self) -> Result<(Listen, Option<String>, Option<Verifier>), ConfigError> {
         let api_key = non_empty(self.ptc_api_key.take());
         let listen = parse_listen(self.ptc_listen.as_deref().unwrap_or(DEFAULT_LISTEN))?;
+        let issuer = non_empty(self.ptc_librechat_jwt_issuer.take());
+        let audience = non_empty(self.ptc_librechat_jwt_audience.take());
+        let jwt = match non_empty(self.ptc_librechat_jwt_public_key.take()) {
+            None => None,
+            Some(text) => Some(
+                Verifier::parse(
+                    &text,
+                    issuer.as_deref().unwrap_or(jwt::DEFAULT_ISSUER),
+                    audience.as_deref().unwrap_or(jwt::DEFAULT_AUDIENCE),
+                )
+                .map_err(|e| ConfigError {
+                    variable: "PTC_LIBRECHAT_JWT_PUBLIC_KEY",
+                    // The value may be a path or a key: only its length is repeated.
+                    value: format!("({} bytes)", text.len()),
+                    expected: e.what,
+                })?,
+            ),
+        };
         if let Listen::Tcp(addr) = &listen
             && !addr.ip().is_loopback()
             && api_key.is_none()
+            && jwt.is_none()
         {
             return Err(ConfigError {
                 variable: "PTC_LISTEN",
                 value: addr.to_string(),
                 expected: "a loopback address (127.0.0.1:PORT, [::1]:PORT) or unix:/path; \
-                           listening on other interfaces requires PTC_API_KEY"
+                           listening on other interfaces requires PTC_API_KEY (or \
+                           PTC_LIBRECHAT_JWT_PUBLIC_KEY, which opens only LibreChat's routes)"
                     .into(),
             });
         }
-        Ok((listen, api_key))
+        Ok((listen, api_key, jwt))
     }
 
     /// `PTC_MAX_RUNS` and `PTC_MAX_SESSIONS`, which must be at least as many.

@@ -49,6 +49,12 @@ pub struct Event {
     /// The session a run belongs to (`session_id` of `exec_code`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// The LibreChat user a run was made for (the verified token's `sub` and `tenant_id`,
+    /// never the token), on its `exec.*` and `tool_call.*` events.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sub: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub call_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -123,6 +129,14 @@ impl Event {
         self.parent_span_id.clone_from(&span.parent_span_id);
     }
 
+    /// Puts the run's user on the event (nothing for a run of the API key's holder).
+    pub fn for_user(&mut self, user: Option<&crate::identity::User>) {
+        if let Some(user) = user {
+            self.sub = Some(user.sub.clone());
+            self.tenant_id = Some(user.tenant_id.clone());
+        }
+    }
+
     pub fn new(kind: &'static str) -> Event {
         Event {
             kind,
@@ -141,6 +155,8 @@ impl Event {
             &mut self.span_id,
             &mut self.parent_span_id,
             &mut self.session_id,
+            &mut self.sub,
+            &mut self.tenant_id,
             &mut self.call_id,
             &mut self.tool,
             &mut self.approval_id,

@@ -51,6 +51,8 @@ pub struct RunCtx {
     pub id: String,
     /// The session the run belongs to, for its events.
     pub session: Option<String>,
+    /// The LibreChat user the run is for, for its events.
+    pub user: Option<Arc<crate::identity::User>>,
     /// Where `save_file` stores; `None`: it is not available to this run.
     pub files: Option<Files>,
     /// What `save_file` stored, in order.
@@ -85,6 +87,7 @@ impl RunCtx {
         RunCtx {
             id,
             session: None,
+            user: None,
             files: None,
             saved: Mutex::new(Vec::new()),
             span: SpanContext::for_run(None),
@@ -354,6 +357,7 @@ fn call_event(kind: &'static str, run: &RunCtx, span: &SpanContext, id: &str, to
     let mut e = Event::new(kind);
     e.exec_id = Some(run.id.clone());
     e.session_id = run.session.clone();
+    e.for_user(run.user.as_deref());
     e.in_span(span);
     e.call_id = Some(id.to_string());
     e.tool = Some(tool.to_string());

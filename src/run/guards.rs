@@ -34,6 +34,7 @@ pub struct FinishGuard<'a> {
     pub exec_id: &'a str,
     pub span: &'a SpanContext,
     pub session: Option<&'a str>,
+    pub user: Option<&'a crate::identity::User>,
     pub started: Instant,
     pub done: bool,
 }
@@ -45,6 +46,7 @@ impl FinishGuard<'_> {
         e.exec_id = Some(self.exec_id.to_string());
         e.in_span(self.span);
         e.session_id = self.session.map(str::to_string);
+        e.for_user(self.user);
         e.status = Some(match result.status {
             ExecStatus::Ok => "ok",
             ExecStatus::Error => "error",
@@ -67,6 +69,7 @@ impl Drop for FinishGuard<'_> {
             e.exec_id = Some(self.exec_id.to_string());
             e.in_span(self.span);
             e.session_id = self.session.map(str::to_string);
+            e.for_user(self.user);
             e.status = Some("error");
             e.ok = Some(false);
             e.duration_ms = Some(ms(self.started.elapsed()));

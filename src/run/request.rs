@@ -90,6 +90,8 @@ pub struct ExecRequest {
     pub workspace: Option<Workspace>,
     /// The session the run belongs to (its events name it).
     pub session: Option<String>,
+    /// The LibreChat user the run is for (its events name the `sub` and `tenant_id`).
+    pub user: Option<Arc<crate::identity::User>>,
     /// Run Python code on the session's live interpreter (with a `session` and a
     /// `workspace`): the globals of its earlier runs are there ([`live`](super::live)).
     pub live: bool,

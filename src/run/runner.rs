@@ -271,14 +271,16 @@ impl Runner {
         started.in_span(&span);
         started.exec_id = Some(id.clone());
         started.session_id = req.session.clone();
+        started.for_user(req.user.as_deref());
         started.code_bytes = Some(req.code.len());
         events.emit(started);
-        let session = req.session.clone();
+        let (session, user) = (req.session.clone(), req.user.clone());
         let mut guard = FinishGuard {
             events,
             exec_id: &id,
             span: &span,
             session: session.as_deref(),
+            user: user.as_deref(),
             started: Instant::now(),
             done: false,
         };
@@ -323,6 +325,7 @@ impl Runner {
             limits,
         );
         run.session = req.session.clone();
+        run.user = req.user.clone();
         run.files = req.files.clone();
         run.span = span.clone();
         run.clock = RunClock::new(deadline);

@@ -110,6 +110,9 @@ pub struct Session {
     /// `root/<id>`, for the runner to hand to a run (its working folder, its Landlock rule).
     /// The store itself never uses this path: it opens the folder from the root's descriptor.
     pub dir: PathBuf,
+    /// Who the session belongs to, as the caller's opaque owner string (empty: the API key's
+    /// holder); kept beside the folder in `root/<id>.owner` so a restart keeps it.
+    pub owner: String,
     pub(super) shared: Arc<Shared>,
     /// When last used: an instant, plus how long it had been idle by then (an adopted session
     /// was idle before this process started).
@@ -120,10 +123,11 @@ pub struct Session {
 }
 
 impl Session {
-    pub(super) fn new(shared: &Arc<Shared>, id: &str, idle: Duration) -> Session {
+    pub(super) fn new(shared: &Arc<Shared>, id: &str, owner: &str, idle: Duration) -> Session {
         Session {
             id: id.to_string(),
             dir: shared.cfg.root.join(id),
+            owner: owner.to_string(),
             shared: Arc::clone(shared),
             used: Mutex::new((Instant::now(), idle)),
             run: Arc::new(tokio::sync::Mutex::new(())),

@@ -29,6 +29,13 @@ use crate::util::{lock, tree};
 /// session, and one left by a crash is deleted by the next [`Sessions::new`].
 const TRASH_PREFIX: &str = ".trash-";
 
+/// `root/<id>` + this holds the owner of a session that has one (the sidecar's file: the run
+/// user cannot write the root). '.' is not in an id, so it is never taken for a session.
+const OWNER_SUFFIX: &str = ".owner";
+
+/// Longest owner string kept: the caller's (a tenant and a user id, each bounded).
+pub const MAX_OWNER_BYTES: usize = 1024;
+
 /// The sweeper runs at least this far apart, however short the TTL (a TTL of milliseconds in
 /// a test must not spin a core)...
 const SWEEP_AT_MOST_EVERY: Duration = Duration::from_secs(1);
@@ -87,6 +94,50 @@ impl Shared {
             "cannot give the session folder {} to the run user",
             path.display()
         )))
+    }
+
+    /// Keeps `owner` as the owner of session `id` (none kept for the empty owner), before its
+    /// folder is made: a crash in between leaves an owner file without a folder, which the next
+    /// start deletes.
+    fn keep_owner(&self, id: &str, owner: &str) -> Result<(), SessionError> {
+        use std::io::Write;
+        let name = owner_file(id).map_err(io_error(format!("session id {id:?}")))?;
+        let context = || format!("cannot keep the owner of session {id}");
+        if owner.is_empty() {
+            return match fs::unlink_at(self.root.as_fd(), &name, false) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_error(context())(e)),
+                _ => Ok(()),
+            };
+        }
+        let (mut file, _) = fs::create_file_at(self.root.as_fd(), &name, None).map_err(|e| {
+            io_error(context())(match e {
+                fs::Refused::Io(e) => e,
+                _ => io::Error::other("something that is not a plain file holds its name"),
+            })
+        })?;
+        file.write_all(owner.as_bytes())
+            .map_err(io_error(context()))
+    }
+
+    /// The owner kept for the folder `id` (empty when none is, or it cannot be read).
+    fn read_owner(&self, id: &str) -> String {
+        use std::io::Read;
+        let Ok(name) = owner_file(id) else {
+            return String::new();
+        };
+        let mut owner = String::new();
+        if let Ok(Some((file, _))) = fs::open_file_at(self.root.as_fd(), &name) {
+            let _ = file.take(MAX_OWNER_BYTES as u64).read_to_string(&mut owner);
+        }
+        owner
+    }
+
+    /// Forgets the owner of a removed session (best effort: a stale file is deleted at the
+    /// next start, or replaced when the id is made again).
+    fn forget_owner(&self, id: &str) {
+        if let Ok(name) = owner_file(id) {
+            let _ = fs::unlink_at(self.root.as_fd(), &name, false);
+        }
     }
 
     /// Renames the folder of session `id` out of the way; the trash name, or `None` when there
@@ -197,27 +248,51 @@ impl Sessions {
         names::check_id(id)
     }
 
-    /// The session `id`, made (folder mode 0700, given to the owner) if it does not exist,
-    /// marked used now.
+    /// The session `id` of the empty owner (the API key's holder): [`open_as`](Self::open_as).
     pub fn open(&self, id: &str) -> Result<Arc<Session>, SessionError> {
+        self.open_as(id, "")
+    }
+
+    /// The session `id` of `owner`, made for it (folder mode 0700, given to the run user) if
+    /// it does not exist, marked used now. A session of another owner is
+    /// [`SessionError::NotFound`], as if it did not exist.
+    pub fn open_as(&self, id: &str, owner: &str) -> Result<Arc<Session>, SessionError> {
         Self::check_id(id)?;
+        if owner.len() > MAX_OWNER_BYTES {
+            return Err(SessionError::NotFound(id.to_string()));
+        }
         let mut sessions = lock(&self.inner.sessions);
-        // Under the map's lock, so a concurrent remove cannot rename the folder between this
-        // and the insert.
-        self.inner.shared.ensure_dir(id)?;
-        let session = sessions
-            .entry(id.to_string())
-            .or_insert_with(|| Arc::new(Session::new(&self.inner.shared, id, Duration::ZERO)))
-            .clone();
+        let session = match sessions.get(id) {
+            Some(session) if session.owner == owner => session.clone(),
+            Some(_) => return Err(SessionError::NotFound(id.to_string())),
+            None => {
+                // Under the map's lock, so a concurrent remove cannot rename the folder between
+                // this and the insert.
+                self.inner.shared.keep_owner(id, owner)?;
+                self.inner.shared.ensure_dir(id)?;
+                let session = Arc::new(Session::new(&self.inner.shared, id, owner, Duration::ZERO));
+                sessions.insert(id.to_string(), session.clone());
+                session
+            }
+        };
         drop(sessions);
         session.touch();
         Ok(session)
     }
 
-    /// The session `id` if it exists (a bad id is just not there), marked used now.
+    /// The session `id` of the empty owner: [`get_as`](Self::get_as).
     pub fn get(&self, id: &str) -> Option<Arc<Session>> {
+        self.get_as(id, "")
+    }
+
+    /// The session `id` if it exists and is `owner`'s (a bad id, or another owner's session, is
+    /// just not there), marked used now.
+    pub fn get_as(&self, id: &str, owner: &str) -> Option<Arc<Session>> {
         Self::check_id(id).ok()?;
-        let session = lock(&self.inner.sessions).get(id).cloned()?;
+        let session = lock(&self.inner.sessions)
+            .get(id)
+            .filter(|s| s.owner == owner)
+            .cloned()?;
         session.touch();
         Some(session)
     }
@@ -244,7 +319,9 @@ impl Sessions {
         let (known, trash) = {
             let mut sessions = lock(&self.inner.sessions);
             let known = sessions.remove(id).is_some();
-            (known, self.inner.shared.to_trash(id))
+            let trash = self.inner.shared.to_trash(id);
+            self.inner.shared.forget_owner(id);
+            (known, trash)
         };
         match trash {
             Ok(Some(trash)) => {
@@ -275,6 +352,7 @@ impl Sessions {
         match fs::unlink_at(self.inner.shared.root.as_fd(), &name, true) {
             Ok(()) => {
                 sessions.remove(id);
+                self.inner.shared.forget_owner(id);
                 true
             }
             Err(_) => false,
@@ -298,6 +376,7 @@ impl Sessions {
                 .collect();
             for id in idle {
                 sessions.remove(&id);
+                self.inner.shared.forget_owner(&id);
                 match self.inner.shared.to_trash(&id) {
                     Ok(trash) => doomed.push((id, trash)),
                     Err(e) => tracing::warn!(session = id, "cannot remove an idle session: {e}"),
@@ -381,10 +460,15 @@ fn adopt(shared: &Arc<Shared>) -> io::Result<HashMap<String, Arc<Session>>> {
     let mut entries = fs::DirStream::new(fs::open_dir_at(root, c".")?)?;
     let now = SystemTime::now();
     let mut sessions = HashMap::new();
+    let mut owned = Vec::new();
     while let Some(name) = entries.next_name()? {
         let Ok(id) = name.to_str() else { continue };
         if id.starts_with(TRASH_PREFIX) {
             shared.empty_trash(id, &name);
+            continue;
+        }
+        if let Some(of) = id.strip_suffix(OWNER_SUFFIX) {
+            owned.push(of.to_string());
             continue;
         }
         if Sessions::check_id(id).is_err() {
@@ -396,7 +480,7 @@ fn adopt(shared: &Arc<Shared>) -> io::Result<HashMap<String, Arc<Session>>> {
                     .stored
                     .fetch_add(shared.bytes_in(&name), Ordering::Relaxed);
                 let idle = now.duration_since(st.modified()).unwrap_or_default();
-                let session = Session::new(shared, id, idle);
+                let session = Session::new(shared, id, &shared.read_owner(id), idle);
                 sessions.insert(id.to_string(), Arc::new(session));
             }
             _ => tracing::warn!(
@@ -405,7 +489,15 @@ fn adopt(shared: &Arc<Shared>) -> io::Result<HashMap<String, Arc<Session>>> {
             ),
         }
     }
+    // An owner whose folder is gone: a crash between the two.
+    for id in owned.iter().filter(|id| !sessions.contains_key(*id)) {
+        shared.forget_owner(id);
+    }
     Ok(sessions)
+}
+
+fn owner_file(id: &str) -> io::Result<CString> {
+    fs::cstring(&format!("{id}{OWNER_SUFFIX}"))
 }
 
 #[cfg(test)]
@@ -415,6 +507,43 @@ mod tests {
     use pretty_assertions::assert_eq;
     use std::os::unix::fs::symlink;
     use std::time::Instant;
+
+    #[test]
+    fn a_session_is_its_owners_alone_and_stays_so_across_a_restart() {
+        let scratch = Scratch::new();
+        let store = scratch.sessions();
+        let (alice, bob) = (r#"["t1","alice"]"#, r#"["t1","bob"]"#);
+        let made = store.open_as("s1", alice).unwrap();
+        assert_eq!(made.owner, alice);
+        // Another owner, and the key's holder, find nothing under that id.
+        assert!(matches!(
+            store.open_as("s1", bob),
+            Err(SessionError::NotFound(_))
+        ));
+        assert!(store.get_as("s1", bob).is_none());
+        assert!(store.get("s1").is_none());
+        assert!(store.get_as("s1", alice).is_some());
+        store.open("k1").unwrap();
+        assert!(store.get_as("k1", alice).is_none());
+        // The owner file is the sidecar's, beside the folder.
+        assert_eq!(
+            std::fs::read_to_string(scratch.root().join("s1.owner")).unwrap(),
+            alice
+        );
+        assert!(!scratch.root().join("k1.owner").exists());
+        // An owner file whose folder a crash lost is deleted at the next start.
+        std::fs::write(scratch.root().join("gone.owner"), bob).unwrap();
+        drop((made, store));
+        let store = scratch.sessions();
+        assert!(store.get_as("s1", alice).is_some());
+        assert!(store.get_as("s1", bob).is_none());
+        assert!(store.get("k1").is_some());
+        assert!(!scratch.root().join("gone.owner").exists());
+        // Removed, its id is free for anyone, and the old owner is forgotten.
+        assert!(store.remove("s1"));
+        assert!(!scratch.root().join("s1.owner").exists());
+        assert_eq!(store.open_as("s1", bob).unwrap().owner, bob);
+    }
 
     #[test]
     fn the_store_can_be_shared_between_tasks() {

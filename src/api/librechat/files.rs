@@ -9,10 +9,11 @@
 
 use crate::api::error::ApiError;
 use crate::api::workspace::{Held, blocking, file_response, lock_for_files, write_stream};
+use crate::identity::Principal;
 use crate::session::{FileInfo, Session, SessionError, Sessions};
 use axum::Json;
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Multipart, Path, State};
+use axum::extract::{DefaultBodyLimit, Extension, Multipart, Path, State};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Deserialize;
@@ -57,17 +58,18 @@ impl From<SessionError> for ApiError {
     }
 }
 
-/// Holds the session `id` names for one run (see [`Held::take`]), with the request's `files`
-/// placed in it. A file that is gone (its session expired) is not an error: the run goes on,
-/// and the notes say so for its stderr.
+/// Holds the session `id` names for one run of `owner` (see [`Held::take`]), with the
+/// request's `files` placed in it. A file that is gone (its session expired, or is another
+/// owner's) is not an error: the run goes on, and the notes say so for its stderr.
 pub async fn hold_for_run(
     sessions: &Sessions,
     id: Option<&str>,
+    owner: &str,
     files: &[FileRef],
     wait: Duration,
 ) -> Result<(Held, Vec<String>), ApiError> {
     let files = files.to_vec();
-    Held::take(sessions, id, wait, move |store, session| {
+    Held::take(sessions, id, owner, wait, move |store, session| {
         place(store, session, &files)
     })
     .await
@@ -83,7 +85,8 @@ pub async fn changed(held: &Held) -> Vec<Value> {
 }
 
 /// Copies each of `files` into `session` under its `name`, from the session it names. Only a
-/// request that names a session (and a file id in it) reaches that session's files.
+/// request that names a session (and a file id in it) reaches that session's files, and only
+/// a session of the run's own owner: another's is gone, as if it did not exist.
 fn place(
     sessions: &Sessions,
     session: &Session,
@@ -96,7 +99,7 @@ fn place(
         let other = match f.source_session() {
             Some(id) if id != session.id => {
                 Sessions::check_id(id)?;
-                match sessions.get(id) {
+                match sessions.get_as(id, &session.owner) {
                     Some(other) => Some(other),
                     None => {
                         notes.push(gone(&name, id));
@@ -178,8 +181,12 @@ pub fn router<S>(sessions: Sessions) -> Router<S> {
 /// `POST /upload`: multipart, each `file` part stored in a new session (or in the one a
 /// `session_id` part names, sent before the files); `entity_id`, `kind`, `id`, `version` and
 /// `read_only` are accepted and ignored.
-async fn upload(State(sessions): State<Sessions>, form: Multipart) -> Result<Response, ApiError> {
-    let (session, stored) = store_upload(&sessions, form).await?;
+async fn upload(
+    State(sessions): State<Sessions>,
+    Extension(who): Extension<Principal>,
+    form: Multipart,
+) -> Result<Response, ApiError> {
+    let (session, stored) = store_upload(&sessions, &who.owner(), form).await?;
     Ok(Json(json!({
         "message": "success",
         "session_id": session,
@@ -193,9 +200,10 @@ async fn upload(State(sessions): State<Sessions>, form: Multipart) -> Result<Res
 /// are stored all or none: a refused one fails the request, as for `/upload`.
 async fn upload_batch(
     State(sessions): State<Sessions>,
+    Extension(who): Extension<Principal>,
     form: Multipart,
 ) -> Result<Response, ApiError> {
-    let (session, stored) = store_upload(&sessions, form).await?;
+    let (session, stored) = store_upload(&sessions, &who.owner(), form).await?;
     let files: Vec<Value> = stored
         .into_iter()
         .map(|mut f| {
@@ -217,6 +225,7 @@ async fn upload_batch(
 /// Stores each `file` part of an upload; the session's id and `{fileId, filename}` per file.
 async fn store_upload(
     sessions: &Sessions,
+    owner: &str,
     mut form: Multipart,
 ) -> Result<(String, Vec<Value>), ApiError> {
     let mut held: Option<(Arc<Session>, OwnedMutexGuard<()>)> = None;
@@ -225,11 +234,11 @@ async fn store_upload(
         match field.name().unwrap_or_default() {
             "session_id" if held.is_none() => {
                 let id = field.text().await.map_err(unreadable)?;
-                held = Some(hold(sessions, id.trim()).await?);
+                held = Some(hold(sessions, id.trim(), owner).await?);
             }
             "file" => {
                 if held.is_none() {
-                    held = Some(hold(sessions, &Sessions::new_id()).await?);
+                    held = Some(hold(sessions, &Sessions::new_id(), owner).await?);
                 }
                 if let Some((session, _)) = &held {
                     let info = store_file(session, &mut field).await?;
@@ -256,13 +265,14 @@ fn unreadable(e: axum::extract::multipart::MultipartError) -> ApiError {
     ))
 }
 
-/// The session `id` names (made when new), locked for an upload within
-/// [`FILES_WAIT`](crate::api::workspace::FILES_WAIT).
+/// The session `id` names (made for `owner` when new; another owner's is not found), locked
+/// for an upload within [`FILES_WAIT`](crate::api::workspace::FILES_WAIT).
 async fn hold(
     sessions: &Sessions,
     id: &str,
+    owner: &str,
 ) -> Result<(Arc<Session>, OwnedMutexGuard<()>), ApiError> {
-    let session = sessions.open(id)?;
+    let session = sessions.open_as(id, owner)?;
     let lock = lock_for_files(&session).await?;
     Ok((session, lock))
 }
@@ -279,20 +289,22 @@ async fn store_file(
 /// `GET /download/{session_id}/{file_id}`: the file's bytes (`?kind=&id=&version=` ignored).
 async fn download(
     State(sessions): State<Sessions>,
+    Extension(who): Extension<Principal>,
     Path((session_id, file_id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let (info, file) = find(&sessions, &session_id, &file_id).await?;
+    let (info, file) = find(&sessions, &who, &session_id, &file_id).await?;
     Ok(file_response(&info, file))
 }
 
 /// `GET /files/{session_id}?detail=summary|full`: the session's files (none for a session
-/// that does not exist: LibreChat then uploads its files again).
+/// that does not exist, or is another owner's: LibreChat then uploads its files again).
 async fn list(
     State(sessions): State<Sessions>,
+    Extension(who): Extension<Principal>,
     Path(session_id): Path<String>,
 ) -> Result<Response, ApiError> {
     Sessions::check_id(&session_id)?;
-    let Some(session) = sessions.get(&session_id) else {
+    let Some(session) = sessions.get_as(&session_id, &who.owner()) else {
         return Ok(Json(json!([])).into_response());
     };
     let files = blocking(move || session.files()).await?;
@@ -303,20 +315,23 @@ async fn list(
 /// `GET /sessions/{session_id}/objects/{file_id}`: one file's facts, `404` when it is gone.
 async fn object(
     State(sessions): State<Sessions>,
+    Extension(who): Extension<Principal>,
     Path((session_id, file_id)): Path<(String, String)>,
 ) -> Result<Response, ApiError> {
-    let (info, _) = find(&sessions, &session_id, &file_id).await?;
+    let (info, _) = find(&sessions, &who, &session_id, &file_id).await?;
     Ok(Json(listed_file(&session_id, &info)).into_response())
 }
 
 /// A session's file by id, opened (finding it walks the session: off the async workers).
+/// Another owner's session is not found, as if it did not exist.
 async fn find(
     sessions: &Sessions,
+    who: &Principal,
     session_id: &str,
     file_id: &str,
 ) -> Result<(FileInfo, std::fs::File), ApiError> {
     Sessions::check_id(session_id)?;
-    let session = sessions.get(session_id).ok_or_else(|| {
+    let session = sessions.get_as(session_id, &who.owner()).ok_or_else(|| {
         ApiError::NotFound(format!(
             "no session {session_id} (it expired after PTC_SESSION_TTL, or never existed)"
         ))

@@ -16,12 +16,13 @@ use crate::api::error::{ApiError, json_body};
 use crate::api::workspace::{Held, SessionFiles, run_files};
 use crate::catalog::source::parse_tool_list;
 use crate::catalog::{Catalog, CatalogInput, Policy};
+use crate::identity::Principal;
 use crate::render::Snapshot;
 use crate::run::{ExecRequest, ExecResult, ExecStatus, Lang, Runner, Workspace};
 use crate::session::Sessions;
 use crate::util::lock;
 use crate::util::now_ms;
-use axum::extract::{Request, State};
+use axum::extract::{Extension, Request, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -117,12 +118,14 @@ impl Lc {
     async fn hold(
         &self,
         session_id: Option<&str>,
+        who: &Principal,
         files: &[FileRef],
         timeout: Duration,
     ) -> Result<(Held, Vec<String>, Duration), ApiError> {
         let sessions = self.0.sessions.as_ref().ok_or(PTC_DISABLED)?;
         let started = std::time::Instant::now();
-        let (held, notes) = files::hold_for_run(sessions, session_id, files, timeout).await?;
+        let (held, notes) =
+            files::hold_for_run(sessions, session_id, &who.owner(), files, timeout).await?;
         Ok((held, notes, timeout.saturating_sub(started.elapsed())))
     }
 
@@ -189,19 +192,23 @@ struct ContinueBody {
 
 const FIRST_SHAPE: &str = r#"{"code": "...", "tools": [...], "timeout"?: ms, "session_id"?: "..."} or {"continuation_token": "...", "tool_results": [...]}"#;
 
-async fn programmatic(State(lc): State<Lc>, request: Request) -> Result<Response, ApiError> {
+async fn programmatic(
+    State(lc): State<Lc>,
+    Extension(who): Extension<Principal>,
+    request: Request,
+) -> Result<Response, ApiError> {
     let runner = lc.runner()?;
     let headers = request.headers().clone();
     let body: Value = json_body(request, MAX_BODY_BYTES, FIRST_SHAPE).await?;
     let bad = |e: serde_json::Error| ApiError::BadRequest(format!("expected {FIRST_SHAPE}: {e}"));
     if body.get("continuation_token").is_some() {
         let body = serde_json::from_value::<ContinueBody>(body).map_err(bad)?;
-        continuation(lc, body, &headers).await
+        continuation(lc, body, &who, &headers).await
     } else {
         let body = serde_json::from_value::<FirstBody>(body).map_err(bad)?;
         // A continuation goes on (its run is one shutdown waits for); a new run does not start.
         runner.check_open()?;
-        first(lc, runner, body, &headers).await
+        first(lc, runner, body, who, &headers).await
     }
 }
 
@@ -209,6 +216,7 @@ async fn first(
     lc: Lc,
     runner: Runner,
     body: FirstBody,
+    who: Principal,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
     let lang = check_lang(body.lang.as_deref())?;
@@ -237,7 +245,7 @@ async fn first(
     }
     let timeout = run_timeout(body.timeout, runner.config().timeout);
     let (held, notes, timeout) = lc
-        .hold(body.session_id.as_deref(), &body.files, timeout)
+        .hold(body.session_id.as_deref(), &who, &body.files, timeout)
         .await?;
     let run = lc.0.runs.start(
         &runner,
@@ -251,6 +259,7 @@ async fn first(
             held: Some(held),
             notes,
             traceparent: crate::trace::from_headers(headers),
+            principal: who,
         },
     );
     lc.remember_request(&run, headers);
@@ -372,6 +381,7 @@ fn answer(result: ExecResult, session_id: &str, files: Vec<Value>) -> Response {
 async fn continuation(
     lc: Lc,
     body: ContinueBody,
+    who: &Principal,
     headers: &HeaderMap,
 ) -> Result<Response, ApiError> {
     let claims = match lc.0.tokens.verify(&body.continuation_token, now_ms()) {
@@ -392,6 +402,7 @@ async fn continuation(
         ));
     };
     if claims.session != run.session_id
+        || run.owner != who.owner()
         || body
             .session_id
             .as_ref()
@@ -419,11 +430,18 @@ struct CancelBody {
     request_id: String,
 }
 
-async fn cancel(State(lc): State<Lc>, request: Request) -> Result<Response, ApiError> {
+async fn cancel(
+    State(lc): State<Lc>,
+    Extension(who): Extension<Principal>,
+    request: Request,
+) -> Result<Response, ApiError> {
     let body: CancelBody = json_body(request, MAX_CANCEL_BYTES, r#"{"request_id": "..."}"#).await?;
-    let run = lc.0.runs.by_request(&body.request_id).ok_or_else(|| {
-        ApiError::NotFound("no open run has a request with this id (it may be over)".into())
-    })?;
+    let run =
+        lc.0.runs
+            .by_request(&who.owner(), &body.request_id)
+            .ok_or_else(|| {
+                ApiError::NotFound("no open run has a request with this id (it may be over)".into())
+            })?;
     lc.0.runs.finish(&run);
     Ok(Json(json!({"status": "cancelled", "request_id": body.request_id})).into_response())
 }
@@ -441,7 +459,11 @@ struct PlainBody {
 /// `POST /exec`: code that calls no tools. The client wraps Python in `async def
 /// __user_main__(): ... asyncio.run(__user_main__())`, which cannot run inside our event loop
 /// (top-level await is already on), so the wrapper is taken off again.
-async fn plain(State(lc): State<Lc>, request: Request) -> Result<Response, ApiError> {
+async fn plain(
+    State(lc): State<Lc>,
+    Extension(who): Extension<Principal>,
+    request: Request,
+) -> Result<Response, ApiError> {
     let runner = lc.runner()?;
     runner.check_open()?;
     let traceparent = crate::trace::from_headers(request.headers());
@@ -454,7 +476,7 @@ async fn plain(State(lc): State<Lc>, request: Request) -> Result<Response, ApiEr
     let lang = check_lang(body.lang.as_deref())?;
     let timeout = run_timeout(body.timeout, runner.config().timeout);
     let (held, notes, timeout) = lc
-        .hold(body.session_id.as_deref(), &body.files, timeout)
+        .hold(body.session_id.as_deref(), &who, &body.files, timeout)
         .await?;
     let code = match lang {
         Lang::Python => unwrap_plain(&body.code).unwrap_or(body.code),
@@ -468,6 +490,7 @@ async fn plain(State(lc): State<Lc>, request: Request) -> Result<Response, ApiEr
             timeout: Some(timeout),
             snapshot: Some(lc.0.empty.clone()),
             session: Some(held.session.id.clone()),
+            user: who.user().cloned(),
             files: Some(run_files(SessionFiles(held.session.clone()), &runner)),
             traceparent,
             ..ExecRequest::default()

@@ -9,6 +9,7 @@
 
 use crate::api::error::ResultsError;
 use crate::api::workspace::{Held, SessionFiles, run_files};
+use crate::identity::Principal;
 use crate::render::Snapshot;
 use crate::run::new_token;
 use crate::run::{CallError, ExecRequest, ExecResult, Lang, PendingCall, Runner, Workspace};
@@ -58,6 +59,8 @@ struct Table {
 pub struct Run {
     pub id: String,
     pub session_id: String,
+    /// Who started it ([`Principal::owner`]): only they continue or cancel it.
+    pub owner: String,
     deadline: Instant,
     /// The deadline as Unix milliseconds, for tokens.
     pub expires_ms: u64,
@@ -86,6 +89,7 @@ impl Run {
         let run = Run {
             id,
             session_id,
+            owner: String::new(),
             deadline,
             expires_ms,
             stop: CancellationToken::new(),
@@ -121,9 +125,12 @@ impl Runs {
         lock(&self.0.runs).get(id).cloned()
     }
 
-    /// The open run a request id names.
-    pub fn by_request(&self, request_id: &str) -> Option<Arc<Run>> {
-        let run_id = lock(&self.0.requests).get(request_id).cloned();
+    /// The open run of `owner` a request id names (a request id is the client's choice: each
+    /// owner's are their own).
+    pub fn by_request(&self, owner: &str, request_id: &str) -> Option<Arc<Run>> {
+        let run_id = lock(&self.0.requests)
+            .get(&request_key(owner, request_id))
+            .cloned();
         run_id.and_then(|id| self.get(&id))
     }
 
@@ -147,8 +154,9 @@ impl Runs {
 
     /// Lets `/cancel` find `run` by the id of a request that drove it.
     pub fn remember_request(&self, run: &Run, request_id: &str) {
-        lock(&run.request_ids).push(request_id.to_string());
-        lock(&self.0.requests).insert(request_id.to_string(), run.id.clone());
+        let key = request_key(&run.owner, request_id);
+        lock(&run.request_ids).push(key.clone());
+        lock(&self.0.requests).insert(key, run.id.clone());
     }
 
     /// Starts the run in its own task (so it outlives the request that started it) and a
@@ -168,6 +176,7 @@ impl Runs {
             .map(|h| run_files(SessionFiles(h.session.clone()), runner));
         *lock(&run.held) = s.held;
         run.notes = s.notes;
+        run.owner = s.principal.owner();
         let run = Arc::new(run);
         lock(&self.0.runs).insert(run.id.clone(), run.clone());
         let request = ExecRequest {
@@ -181,6 +190,7 @@ impl Runs {
             asker: None,
             output: None,
             session: Some(run.session_id.clone()),
+            user: s.principal.user().cloned(),
             live: false,
             files,
             traceparent: s.traceparent,
@@ -222,6 +232,13 @@ pub struct Start {
     pub notes: Vec<String>,
     /// The request's W3C `traceparent`.
     pub traceparent: Option<String>,
+    /// Who asked for the run.
+    pub principal: Principal,
+}
+
+/// The key a request id is remembered under: the owner's own (an owner string holds no NUL).
+fn request_key(owner: &str, request_id: &str) -> String {
+    format!("{owner}\0{request_id}")
 }
 
 pub enum Outcome {
