@@ -36,8 +36,11 @@
 //!     and limits configured for other tools and a generous limit on the called one, against
 //!     neither, three sidecars in turn; the difference per call (target: at most 20 µs).
 //!
+//! 12. LibreChat's per-request tokens (`librechat_jwt`, `exec/librechat_jwt.rs`): a token's
+//!     verification in process and what it adds to a request over HTTP (target: at most 50 µs).
+//!
 //! Run: `cargo bench --bench exec` (`-- --no-peer` to skip progtc, `-- --quick` for a smoke run,
-//! `-- --only front_door`, `-- --only sandbox_on_off` or `-- --only control_on_off` for that
+//! `-- --only front_door`, `sandbox_on_off`, `control_on_off` or `librechat_jwt` for that
 //! workload alone).
 //! The sidecars inherit this process's environment: `PTC_SANDBOX=off cargo bench --bench exec`
 //! measures workloads 1–5 without the sandbox.
@@ -45,6 +48,8 @@
 // A benchmark stops at the first broken step: unwrap/expect are its assertions.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "exec/librechat_jwt.rs"]
+mod librechat_jwt;
 #[path = "shared/mod.rs"]
 mod shared;
 #[path = "../tests/support/mod.rs"]
@@ -197,8 +202,9 @@ async fn only(name: &str, p: &Params) -> Value {
         "front_door" => front_door(&http, host, p).await,
         "sandbox_on_off" => sandbox_on_off(&http, host, p).await,
         "control_on_off" => control_on_off(&http, host, p).await,
+        "librechat_jwt" => librechat_jwt::librechat_jwt(&http, host).await,
         other => json!({"error": format!(
-            "--only takes front_door, sandbox_on_off or control_on_off, not {other}"
+            "--only takes front_door, sandbox_on_off, control_on_off or librechat_jwt, not {other}"
         )}),
     }
 }

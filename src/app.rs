@@ -188,7 +188,6 @@ impl Sidecar {
             board: Default::default(),
         };
         start_reloader(&state, saved, &snapshots, &shutdown)?;
-        crate::api::log_startup(&state.config);
         started.disarm();
         Ok(Sidecar {
             state,

@@ -5,7 +5,8 @@
 //! provider tool lists) → [`run`] (runs, IPC, dispatch) → the backends ([`mcp`], [`events`]) →
 //! [`sources`] (the configured sources read into a snapshot) → [`reload`] → [`api`] (the
 //! control API). A module imports only from modules before it ([`util`] from none), with one
-//! exception: [`run`] emits its events through [`events`], a leaf that imports only [`util`]
+//! exception: [`run`] emits its events through [`events`], a leaf that imports only [`util`],
+//! [`trace`] and [`identity`] (itself a leaf: who a request speaks for)
 //! (docs/ARCHITECTURE.md). [`app`] wires them together and nothing in the library imports it;
 //! `main` parses the command line.
 

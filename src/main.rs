@@ -423,6 +423,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         ipc = %sidecar.state.runner.as_ref().map(|r| r.ipc_addr().to_string()).unwrap_or_default(),
         "ptc-sidecar serving"
     );
+    ptc_sidecar::api::log_startup(&sidecar.state.config);
     let state = sidecar.state.clone();
     let shutdown = sidecar.shutdown.clone();
     let signal = shutdown.clone();

@@ -68,6 +68,10 @@ fn principal_of(state: &AppState, headers: &HeaderMap) -> Result<Principal, ApiE
     };
     let checked = match bearer(headers) {
         Some(token) => verifier.verify(token),
+        // A wrong key and no token: the key is what was tried.
+        None if config.api_key.is_some() && headers.contains_key("x-api-key") => {
+            return Err(ApiError::Unauthorized);
+        }
         None => Err(Refusal::Missing),
     };
     state

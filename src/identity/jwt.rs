@@ -109,11 +109,11 @@ pub enum Refusal {
     )]
     NotYetValid,
     #[error(
-        "the token's aud is not {0:?} (PTC_LIBRECHAT_JWT_AUDIENCE; LibreChat's CODEAPI_JWT_AUDIENCE)"
+        "the token's aud is not {0:?} (PTC_LIBRECHAT_JWT_AUDIENCE, which must be the audience LibreChat mints for)"
     )]
     WrongAudience(String),
     #[error(
-        "the token's iss is not {0:?} (PTC_LIBRECHAT_JWT_ISSUER; LibreChat's CODEAPI_JWT_ISSUER)"
+        "the token's iss is not {0:?} (PTC_LIBRECHAT_JWT_ISSUER, which must be the issuer LibreChat mints as)"
     )]
     WrongIssuer(String),
     #[error("the token has no {0:?} claim")]
@@ -123,7 +123,7 @@ pub enum Refusal {
 }
 
 impl Refusal {
-    /// The check that failed, as one word: the `reason` label of `ptc_auth_refused_total`.
+    /// The check that failed, as one word: the `outcome` label of `ptc_librechat_tokens`.
     pub fn reason(&self) -> &'static str {
         match self {
             Refusal::Missing => "missing",

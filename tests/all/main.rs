@@ -21,6 +21,7 @@ mod files;
 mod front;
 mod host;
 mod librechat;
+mod librechat_users;
 mod limits;
 mod mcp;
 mod metrics;

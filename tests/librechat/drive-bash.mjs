@@ -9,11 +9,11 @@
 
 import assert from 'node:assert/strict';
 import { createBashProgrammaticToolCallingTool } from '@librechat/agents';
-import { apiKey, baseUrl, requests, runAll, scenario, toolDefs, toolMap, weather } from './harness.mjs';
+import { authHeaders, baseUrl, requests, runAll, scenario, toolDefs, toolMap, weather } from './harness.mjs';
 
 const ptc = createBashProgrammaticToolCallingTool({
   baseUrl,
-  authHeaders: apiKey ? { 'X-API-Key': apiKey } : {},
+  authHeaders,
   runTimeoutMs: 60000,
 });
 

@@ -1,6 +1,7 @@
 // Drives ptc-sidecar's continuation protocol with the real LibreChat agents client.
 //
 //   node tests/librechat/drive.mjs http://127.0.0.1:PORT [API_KEY]
+//   (or with PTC_TEST_JWT_PRIVATE_KEY, _KID and _ALG: a fresh LibreChat token per request)
 //
 // Uses the package's own programmatic tool runner (`createProgrammaticToolCallingTool`, the
 // `run_tools_with_code` tool, invoked the way its ToolNode invokes it: a tool call carrying
@@ -10,11 +11,11 @@
 
 import assert from 'node:assert/strict';
 import { createProgrammaticToolCallingTool } from '@librechat/agents';
-import { apiKey, baseUrl, requests, runAll, scenario, sleep, toolDefs, toolMap, weather } from './harness.mjs';
+import { authHeaders, baseUrl, requests, runAll, scenario, sleep, toolDefs, toolMap, weather } from './harness.mjs';
 
 const ptc = createProgrammaticToolCallingTool({
   baseUrl,
-  authHeaders: apiKey ? { 'X-API-Key': apiKey } : {},
+  authHeaders,
   runTimeoutMs: 60000,
 });
 

@@ -2,10 +2,38 @@
 // counting proxy in front of it (so a scenario can assert how many round trips it took), the
 // host tools as LangChain tools with their LCTool definitions, and the scenario runner.
 
+import crypto from 'node:crypto';
 import http from 'node:http';
 import { tool } from '@librechat/agents';
 
 export const [sidecar, apiKey] = process.argv.slice(2);
+
+// ---- auth: the API key, or a token minted per request the way LibreChat's server does -------
+// (packages/api/src/auth/codeapi.ts: {alg, typ: JWT, kid} over iss, aud, sub, iat, nbf, exp,
+// jti, tenant_id, role, ...), signed with the private key the test made.
+const jwtKey = process.env.PTC_TEST_JWT_PRIVATE_KEY;
+let minted = 0;
+const b64url = (v) => Buffer.from(typeof v === 'string' ? v : JSON.stringify(v)).toString('base64url');
+function mint() {
+  const alg = process.env.PTC_TEST_JWT_ALG;
+  const now = Math.floor(Date.now() / 1000);
+  const header = { alg, typ: 'JWT', kid: process.env.PTC_TEST_JWT_KID };
+  const claims = {
+    iss: 'librechat', aud: 'codeapi', sub: 'user-drive', iat: now, nbf: now, exp: now + 300,
+    jti: crypto.randomUUID(), tenant_id: 'legacy', role: 'USER', principal_source: 'session',
+    auth_context_hash: crypto.createHash('sha256').update('drive').digest('hex').slice(0, 16),
+  };
+  const input = `${b64url(header)}.${b64url(claims)}`;
+  const sig = crypto.sign(alg === 'EdDSA' ? null : 'sha256', Buffer.from(input), jwtKey);
+  minted++;
+  return `${input}.${sig.toString('base64url')}`;
+}
+/** What the client's `authHeaders` gets: a function minting per request, or the key. */
+export const authHeaders = jwtKey
+  ? async () => ({ Authorization: `Bearer ${mint()}` })
+  : apiKey ? { 'X-API-Key': apiKey } : {};
+/** Every Authorization header the sidecar was sent. */
+const seenTokens = [];
 if (!sidecar) {
   console.error(`usage: node ${process.argv[1]} http://127.0.0.1:PORT [API_KEY]`);
   process.exit(2);
@@ -16,6 +44,7 @@ const counts = new Map();
 const target = new URL(sidecar);
 const proxy = http.createServer((req, res) => {
   counts.set(req.url, (counts.get(req.url) ?? 0) + 1);
+  seenTokens.push({ url: req.url, token: req.headers.authorization });
   const upstream = http.request(
     { host: target.hostname, port: target.port, path: req.url, method: req.method, headers: req.headers },
     (up) => {
@@ -85,6 +114,18 @@ export async function scenario(name, body) {
 export async function runAll(scenarios) {
   try {
     await scenarios();
+    if (jwtKey) {
+      await scenario('every request carried a fresh token', async () => {
+        if (seenTokens.length === 0 || seenTokens.some((t) => !t.token?.startsWith('Bearer ey'))) {
+          throw new Error(`a request without a token: ${seenTokens.length} requests`);
+        }
+        // The client's /cancel goes with the token of the request it cancels; every other
+        // request resolved authHeaders afresh.
+        const own = seenTokens.filter((t) => !t.url.endsWith('/cancel')).map((t) => t.token);
+        if (new Set(own).size !== own.length) throw new Error('a token was sent twice');
+        if (minted < own.length) throw new Error(`${minted} minted for ${own.length} requests`);
+      });
+    }
   } catch (e) {
     console.error(`not ok - ${e.stack ?? e}`);
     process.exitCode = 1;

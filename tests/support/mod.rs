@@ -7,6 +7,7 @@
 
 #![allow(dead_code)]
 
+pub mod jwt;
 pub mod procs;
 pub mod synthetic;
 
