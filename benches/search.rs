@@ -226,7 +226,7 @@ fn main() {
                         .collect(),
                 ));
             };
-            row(format!("{label}"), &|h, i| {
+            row(label.to_string(), &|h, i| {
                 search::fuse(&bm25[h][i], &cosines(h, i), 0.0, 3)
             });
             for w in [0.05, 0.1, 0.15, 0.2] {
