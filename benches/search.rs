@@ -171,43 +171,73 @@ fn main() {
             .iter()
             .map(|(_, set)| set.iter().map(|q| snap.search.scores(&q.text)).collect())
             .collect();
-        let variants: [(&str, TextOf); 3] = [
-            ("lib", search::embedded_text),
-            ("server+lib", server_and_text),
-            ("server+name+desc500", server_name_description),
-        ];
-        // Each field on its own vector: the name (with its server) and the summary.
-        let field = |f: TextOf| -> Vec<Vec<f32>> {
+        // Each tool's vector for a text of it, the time it took printed.
+        let embed_tools = |label: &str, text_of: TextOf| -> Vec<Vec<f32>> {
             let texts: Vec<String> = names
                 .iter()
-                .map(|n| f(snap.catalog.get(n).unwrap()))
+                .map(|n| text_of(snap.catalog.get(n).unwrap()))
                 .collect();
             let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-            model.embed(&refs).unwrap()
+            let t = Instant::now();
+            let vecs = model.embed(&refs).unwrap();
+            println!(
+                "{label}: {} tools embedded in {:.0} ms",
+                texts.len(),
+                t.elapsed().as_secs_f64() * 1e3
+            );
+            vecs
         };
-        let by_name = field(|t| {
+        // One row of the table: a ranking's hit rates on both halves.
+        let half_rates = |rank: &dyn Fn(usize, usize) -> Vec<Hit>| -> Vec<(f64, f64)> {
+            halves
+                .iter()
+                .enumerate()
+                .map(|(h, (_, set))| rates(set, &names, |i| rank(h, i)))
+                .collect()
+        };
+        let by_all = embed_tools("lib", search::embedded_text);
+        if std::env::var_os("SEARCH_MISSES").is_some() {
+            for (i, q) in halves[0].1.iter().enumerate() {
+                let cosines: Vec<f32> = by_all.iter().map(|t| dot(&halves_vecs[0][i], t)).collect();
+                let hits = search::fuse(&bm25[0][i], &cosines, 0.2, 3);
+                if !hits.iter().any(|h| q.tools.contains(&names[h.tool])) {
+                    let got: Vec<&str> = hits.iter().map(|h| names[h.tool].as_str()).collect();
+                    println!("miss: {:?} want {:?} got {:?}", q.text, q.tools, got);
+                }
+            }
+        }
+        let variants = [
+            ("lib", by_all.clone()),
+            ("server+lib", embed_tools("server+lib", server_and_text)),
+            (
+                "server+name+desc500",
+                embed_tools("server+name+desc500", server_name_description),
+            ),
+        ];
+        // Each field on its own vector: the name (with its server) and the summary.
+        let by_name = embed_tools("name", |t| {
             format!(
                 "{} {}",
                 t.server().unwrap_or(""),
                 t.python_name.replace(['_', '-'], " ")
             )
         });
-        let by_summary = field(|t| ptc_sidecar::render::signature::summary(&t.description, 240));
-        let by_all = field(search::embedded_text);
-        for (label, combine) in [
-            (
-                "fields: max",
-                (|n: f32, s: f32, a: f32| n.max(s).max(a)) as fn(f32, f32, f32) -> f32,
-            ),
+        let by_summary = embed_tools("summary", |t| {
+            ptc_sidecar::render::signature::summary(&t.description, 240)
+        });
+        type Combine = fn(f32, f32, f32) -> f32;
+        let combinations: [(&str, Combine); 3] = [
+            ("fields: max", |n, s, a| n.max(s).max(a)),
             ("fields: mean", |n, s, a| (n + s + a) / 3.0),
             ("fields: all+max(name,summary)", |n, s, a| {
                 0.5 * a + 0.5 * n.max(s)
             }),
-        ] {
+        ];
+        for (label, combine) in combinations {
             let cosines = |h: usize, i: usize| -> Vec<f32> {
+                let q = &halves_vecs[h][i];
                 (0..names.len())
                     .map(|t| {
-                        let q = &halves_vecs[h][i];
                         combine(
                             dot(q, &by_name[t]),
                             dot(q, &by_summary[t]),
@@ -216,66 +246,39 @@ fn main() {
                     })
                     .collect()
             };
-            let mut row = |name: String, rank: &dyn Fn(usize, usize) -> Vec<Hit>| {
-                table.push((
-                    name,
-                    halves
-                        .iter()
-                        .enumerate()
-                        .map(|(h, (_, set))| rates(set, &names, |i| rank(h, i)))
-                        .collect(),
-                ));
-            };
-            row(label.to_string(), &|h, i| {
-                search::fuse(&bm25[h][i], &cosines(h, i), 0.0, 3)
-            });
+            table.push((
+                label.to_string(),
+                half_rates(&|h, i| search::fuse(&bm25[h][i], &cosines(h, i), 0.0, 3)),
+            ));
             for w in [0.05, 0.1, 0.15, 0.2] {
-                row(format!("{label}: linear {w}"), &|h, i| {
-                    linear(&bm25[h][i], &cosines(h, i), w, 3)
-                });
+                table.push((
+                    format!("{label}: linear {w}"),
+                    half_rates(&|h, i| linear(&bm25[h][i], &cosines(h, i), w, 3)),
+                ));
             }
         }
-        for (label, text_of) in &variants {
-            let texts: Vec<String> = names
-                .iter()
-                .map(|n| text_of(snap.catalog.get(n).unwrap()))
-                .collect();
-            let t = Instant::now();
-            let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-            let tool_vecs = model.embed(&refs).unwrap();
-            println!(
-                "{label}: {} tools embedded in {:.0} ms",
-                texts.len(),
-                t.elapsed().as_secs_f64() * 1e3
-            );
+        for (label, tool_vecs) in &variants {
             let cosines = |h: usize, i: usize| -> Vec<f32> {
                 tool_vecs
                     .iter()
                     .map(|t| dot(&halves_vecs[h][i], t))
                     .collect()
             };
-            let mut row = |name: String, rank: &dyn Fn(usize, usize) -> Vec<Hit>| {
-                table.push((
-                    name,
-                    halves
-                        .iter()
-                        .enumerate()
-                        .map(|(h, (_, set))| rates(set, &names, |i| rank(h, i)))
-                        .collect(),
-                ));
-            };
-            row(format!("{label}: embedding"), &|h, i| {
-                search::fuse(&bm25[h][i], &cosines(h, i), 0.0, 3)
-            });
+            table.push((
+                format!("{label}: embedding"),
+                half_rates(&|h, i| search::fuse(&bm25[h][i], &cosines(h, i), 0.0, 3)),
+            ));
             for w in [0.2, 0.35, 0.5] {
-                row(format!("{label}: RRF {w}"), &|h, i| {
-                    search::fuse(&bm25[h][i], &cosines(h, i), w, 3)
-                });
+                table.push((
+                    format!("{label}: RRF {w}"),
+                    half_rates(&|h, i| search::fuse(&bm25[h][i], &cosines(h, i), w, 3)),
+                ));
             }
             for w in [0.1, 0.2, 0.3, 0.45] {
-                row(format!("{label}: linear {w}"), &|h, i| {
-                    linear(&bm25[h][i], &cosines(h, i), w, 3)
-                });
+                table.push((
+                    format!("{label}: linear {w}"),
+                    half_rates(&|h, i| linear(&bm25[h][i], &cosines(h, i), w, 3)),
+                ));
             }
         }
     } else {

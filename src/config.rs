@@ -95,6 +95,16 @@ pub enum Listen {
     Unix(PathBuf),
 }
 
+impl Listen {
+    /// Whether only this host can reach it: a loopback address or a unix socket.
+    pub fn is_local(&self) -> bool {
+        match self {
+            Listen::Tcp(addr) => addr.ip().is_loopback(),
+            Listen::Unix(_) => true,
+        }
+    }
+}
+
 /// How the log is written (`PTC_LOG_FORMAT`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LogFormat {

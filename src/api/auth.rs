@@ -9,7 +9,7 @@
 
 use super::error::ApiError;
 use super::state::AppState;
-use crate::config::{Config, Listen};
+use crate::config::Config;
 use crate::identity::Principal;
 use crate::identity::jwt::Refusal;
 use axum::extract::{Request, State};
@@ -28,7 +28,7 @@ pub async fn require_key(
     let Some(key) = state.config.api_key.as_deref() else {
         // No key: open on loopback (the config refuses a wider listener without one) unless
         // LibreChat's key let the listener out, which opens LibreChat's routes alone.
-        if state.config.librechat_jwt.is_some() && !on_loopback(&state.config.listen) {
+        if state.config.librechat_jwt.is_some() && !state.config.listen.is_local() {
             return Err(ApiError::NoKeySet);
         }
         return Ok(next.run(request).await);
@@ -66,7 +66,7 @@ fn principal_of(state: &AppState, headers: &HeaderMap) -> Result<Principal, ApiE
             None => Ok(Principal::Operator),
         };
     };
-    let checked = match bearer(headers) {
+    let checked = match bearer(headers).map(str::trim) {
         Some(token) => verifier.verify(token),
         // A wrong key and no token: the key is what was tried.
         None if config.api_key.is_some() && headers.contains_key("x-api-key") => {
@@ -120,20 +120,12 @@ pub fn log_startup(config: &Config) {
     }
 }
 
-/// Whether the control API listens only where other hosts cannot reach it.
-pub fn on_loopback(listen: &Listen) -> bool {
-    match listen {
-        Listen::Tcp(addr) => addr.ip().is_loopback(),
-        Listen::Unix(_) => true,
-    }
-}
-
+/// The credential of `Authorization: Bearer <credential>`, as sent.
 fn bearer(headers: &HeaderMap) -> Option<&str> {
     headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
 }
 
 /// Whether a request presents `key` (compared in constant time).
@@ -145,10 +137,7 @@ pub fn presented_key(headers: &HeaderMap) -> Option<&str> {
     if let Some(key) = headers.get("x-api-key").and_then(|v| v.to_str().ok()) {
         return Some(key);
     }
-    headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
+    bearer(headers)
 }
 
 /// Compares without leaking where the first difference is.

@@ -129,7 +129,7 @@ impl RawConfig {
             ),
         };
         if let Listen::Tcp(addr) = &listen
-            && !addr.ip().is_loopback()
+            && !listen.is_local()
             && api_key.is_none()
             && jwt.is_none()
         {

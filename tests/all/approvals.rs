@@ -187,15 +187,7 @@ print(deleted["done"], deleted["input"], listed)
             (&json!(true), &json!("http"), &json!("ana"), &json!("ok"))
         );
         assert!(decided["waited_ms"].as_f64().unwrap() > 0.0);
-        let metrics = s
-            .http
-            .get(s.url("/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let metrics = s.metrics(None).await;
         assert!(
             metrics.contains("ptc_approvals_total{outcome=\"approved\"} 1"),
             "{metrics}"

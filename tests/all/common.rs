@@ -139,6 +139,15 @@ impl TestSidecar {
             .unwrap()
     }
 
+    /// `GET /metrics`'s text, with `key` as `X-API-Key` when given.
+    pub async fn metrics(&self, key: Option<&str>) -> String {
+        let mut request = self.http.get(self.url("/metrics"));
+        if let Some(key) = key {
+            request = request.header("x-api-key", key);
+        }
+        request.send().await.unwrap().text().await.unwrap()
+    }
+
     /// `GET /healthz`.
     pub async fn health(&self) -> Value {
         self.get_json("/healthz").await

@@ -35,21 +35,11 @@ fn emit_numbered(events: &Events, from: usize, to: usize) {
 /// The `call_id`s in the agent's stream, in stream order.
 async fn stream_calls(redis: &TestRedis, agent: &str) -> Vec<String> {
     let mut conn = redis.connection().await;
-    let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
-        .arg(format!("ptc:stream:{agent}"))
-        .arg("-")
-        .arg("+")
-        .query_async(&mut conn)
+    redis
+        .stream_events(&mut conn, agent)
         .await
-        .unwrap();
-    reply
-        .ids
         .iter()
-        .map(|entry| {
-            let json: String = entry.get("event").unwrap();
-            let v: Value = serde_json::from_str(&json).unwrap();
-            v["call_id"].as_str().unwrap_or_default().to_string()
-        })
+        .map(|v| v["call_id"].as_str().unwrap_or_default().to_string())
         .collect()
 }
 
@@ -226,8 +216,7 @@ async fn a_run_reports_itself_to_redis_sse_and_the_events_command() {
         let mut conn = redis.connection().await;
         let mut from_stream: Vec<Value> = Vec::new();
         wait_for(async || {
-            let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE").arg(format!("ptc:stream:{agent}")).arg("-").arg("+").query_async(&mut conn).await.unwrap();
-            from_stream = reply.ids.iter().map(|e| serde_json::from_str(&e.get::<String>("event").unwrap()).unwrap()).collect();
+            from_stream = redis.stream_events(&mut conn, &agent).await;
             from_stream.len() >= want_types.len()
         }, "the run's events in Redis").await;
         let types: Vec<&str> = from_stream.iter().map(|e| e["type"].as_str().unwrap()).collect();

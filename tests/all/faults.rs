@@ -807,18 +807,7 @@ async fn redis_killed_under_load_fails_no_run_and_loses_no_event() {
 
         // The stream: every event once at least, first copies in emission order, each run whole.
         let mut conn = redis.connection().await;
-        let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
-            .arg(format!("ptc:stream:{agent}"))
-            .arg("-")
-            .arg("+")
-            .query_async(&mut conn)
-            .await
-            .unwrap();
-        let entries: Vec<Value> = reply
-            .ids
-            .iter()
-            .map(|e| serde_json::from_str(&e.get::<String>("event").unwrap()).unwrap())
-            .collect();
+        let entries = redis.stream_events(&mut conn, &agent).await;
         let mut seen = std::collections::BTreeSet::new();
         let mut first_copies = Vec::new();
         for e in &entries {

@@ -405,11 +405,10 @@ async fn api_key_is_required_when_set() {
     .unwrap();
 }
 
-/// The real LibreChat client (`tests/librechat/drive.mjs` and `drive-bash.mjs`, its own
-/// programmatic tool runners for Python and bash) against this sidecar. Skipped, with the reason printed, where node or the npm install
-/// (`npm install --prefix tests/librechat`, done by scripts/test) is missing.
-#[tokio::test]
-async fn the_real_librechat_client() {
+/// Where the real LibreChat client is installed (`tests/librechat`), or `None`, with the reason
+/// printed, where node or the npm install (`npm install --prefix tests/librechat`, done by
+/// scripts/test) is missing.
+pub fn real_client() -> Option<std::path::PathBuf> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/librechat");
     if !dir
         .join("node_modules/@librechat/agents/package.json")
@@ -418,7 +417,7 @@ async fn the_real_librechat_client() {
         println!(
             "skipped: @librechat/agents is not installed (npm install --prefix tests/librechat)"
         );
-        return;
+        return None;
     }
     let node_ok = std::process::Command::new("node")
         .arg("--version")
@@ -426,31 +425,55 @@ async fn the_real_librechat_client() {
         .is_ok_and(|o| o.status.success());
     if !node_ok {
         println!("skipped: node is not on PATH");
-        return;
+        return None;
     }
+    Some(dir)
+}
+
+/// Runs the client's `script` of `dir` against `s` with `args` after the address and `env`;
+/// asserts it exited 0 with `scenarios` scenarios passed, and gives its stdout.
+pub async fn drive_client(
+    dir: &std::path::Path,
+    script: &str,
+    s: &TestSidecar,
+    args: &[&str],
+    env: &[(&str, String)],
+    scenarios: usize,
+) -> String {
+    let output = tokio::process::Command::new("node")
+        .arg(dir.join(script))
+        .arg(format!("http://{}", s.addr))
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .current_dir(dir)
+        .kill_on_drop(true)
+        .output()
+        .await
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr),
+    );
+    println!("{script}:\n{stdout}");
+    assert!(
+        output.status.success(),
+        "{script} failed:\n{stdout}\n{stderr}"
+    );
+    assert_eq!(stdout.matches("ok - ").count(), scenarios, "{stdout}");
+    stdout.into_owned()
+}
+
+/// The real LibreChat client (`tests/librechat/drive.mjs` and `drive-bash.mjs`, its own
+/// programmatic tool runners for Python and bash) against this sidecar. Skipped where
+/// [`real_client`] is missing.
+#[tokio::test]
+async fn the_real_librechat_client() {
+    let Some(dir) = real_client() else { return };
     tokio::time::timeout(TEST_TIMEOUT, async {
         let s = sidecar(&[("PTC_API_KEY", "drive-key")]).await;
         // The Python runner, then the bash runner, each with its own scenarios.
         for (script, scenarios) in [("drive.mjs", 9), ("drive-bash.mjs", 8)] {
-            let output = tokio::process::Command::new("node")
-                .arg(dir.join(script))
-                .arg(format!("http://{}", s.addr))
-                .arg("drive-key")
-                .current_dir(&dir)
-                .kill_on_drop(true)
-                .output()
-                .await
-                .unwrap();
-            let (stdout, stderr) = (
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr),
-            );
-            println!("{script}:\n{stdout}");
-            assert!(
-                output.status.success(),
-                "{script} failed:\n{stdout}\n{stderr}"
-            );
-            assert_eq!(stdout.matches("ok - ").count(), scenarios, "{stdout}");
+            drive_client(&dir, script, &s, &["drive-key"], &[], scenarios).await;
         }
         // The aborted run (it would sleep 30 s) was stopped by the client's /cancel; the bash
         // run that never ended, at its timeout.

@@ -6,7 +6,7 @@ use crate::common::support::jwt::{
     self, LIBRECHAT_KID, SigningKey, claims, hs256, swap_payload, unsigned, with,
 };
 use crate::common::{TEST_TIMEOUT, TempDir, TestRedis, TestSidecar, unique};
-use crate::librechat::{PROGRAMMATIC, answer_all, cont, sidecar, tools};
+use crate::librechat::{PROGRAMMATIC, answer_all, cont, drive_client, real_client, sidecar, tools};
 use pretty_assertions::assert_eq;
 use serde_json::{Value, json};
 use std::sync::OnceLock;
@@ -131,19 +131,6 @@ async fn upload(
     .await
 }
 
-/// The metrics text.
-async fn metrics(s: &TestSidecar) -> String {
-    s.http
-        .get(s.url("/metrics"))
-        .header("x-api-key", KEY)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
-}
-
 /// Every refusal the issue lists, on `/exec` with code that would leave a mark: each is a 401
 /// whose message names the failed check and never the token, no run starts (no `ptc_runs`),
 /// and each is counted by its reason. Tokens within the leeway, of either key, and the
@@ -241,7 +228,7 @@ async fn each_bad_token_is_refused_with_what_failed() {
             }
         }
         assert!(!marker.exists(), "a refused request ran code");
-        let text = metrics(&s).await;
+        let text = s.metrics(Some(KEY)).await;
         assert!(
             !text.contains("ptc_runs_total{"),
             "a refused request started a run:\n{text}"
@@ -398,19 +385,9 @@ async fn users_and_tenants_are_kept_apart() {
         let mut conn = redis.connection().await;
         let deadline = Instant::now() + Duration::from_secs(20);
         let finished = loop {
-            let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
-                .arg(format!("ptc:stream:{agent}"))
-                .arg("-")
-                .arg("+")
-                .query_async(&mut conn)
+            let hers: Vec<Value> = redis
+                .stream_events(&mut conn, &agent)
                 .await
-                .unwrap();
-            let events: Vec<Value> = reply
-                .ids
-                .iter()
-                .map(|e| serde_json::from_str(&e.get::<String>("event").unwrap()).unwrap())
-                .collect();
-            let hers: Vec<Value> = events
                 .into_iter()
                 .filter(|e| e["session_id"] == session.as_str() && e["type"] == "exec.finished")
                 .collect();
@@ -432,7 +409,7 @@ async fn users_and_tenants_are_kept_apart() {
             !finished.to_string().contains("eyJ"),
             "an event carries a token: {finished}"
         );
-        let text = metrics(&s).await;
+        let text = s.metrics(Some(KEY)).await;
         assert!(
             text.contains("ptc_tenant_runs_total{tenant=\"acme\"}"),
             "{text}"
@@ -572,56 +549,24 @@ fn bad_keys_stop_startup_and_a_jwt_key_alone_opens_only_librechat() {
 /// reason printed, where node or the npm install is missing.
 #[tokio::test]
 async fn the_real_librechat_client_with_per_request_tokens() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/librechat");
-    if !dir
-        .join("node_modules/@librechat/agents/package.json")
-        .exists()
-    {
-        println!(
-            "skipped: @librechat/agents is not installed (npm install --prefix tests/librechat)"
-        );
-        return;
-    }
-    if !std::process::Command::new("node")
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        println!("skipped: node is not on PATH");
-        return;
-    }
+    let Some(dir) = real_client() else { return };
     tokio::time::timeout(TEST_TIMEOUT, async {
         // No PTC_API_KEY: LibreChat's tokens are the only way in.
         let keys = jwks();
         let s = sidecar(&[("PTC_LIBRECHAT_JWT_PUBLIC_KEY", &keys)]).await;
         for (script, scenarios, key) in [("drive.mjs", 10, ed()), ("drive-bash.mjs", 9, rsa())] {
-            let output = tokio::process::Command::new("node")
-                .arg(dir.join(script))
-                .arg(format!("http://{}", s.addr))
-                .env("PTC_TEST_JWT_PRIVATE_KEY", &key.private_pem)
-                .env("PTC_TEST_JWT_KID", &key.kid)
-                .env("PTC_TEST_JWT_ALG", format!("{:?}", key.alg))
-                .current_dir(&dir)
-                .kill_on_drop(true)
-                .output()
-                .await
-                .unwrap();
-            let (stdout, stderr) = (
-                String::from_utf8_lossy(&output.stdout),
-                String::from_utf8_lossy(&output.stderr),
-            );
-            println!("{script}:\n{stdout}");
-            assert!(
-                output.status.success(),
-                "{script} failed:\n{stdout}\n{stderr}"
-            );
-            assert_eq!(stdout.matches("ok - ").count(), scenarios, "{stdout}");
+            let env = [
+                ("PTC_TEST_JWT_PRIVATE_KEY", key.private_pem.clone()),
+                ("PTC_TEST_JWT_KID", key.kid.clone()),
+                ("PTC_TEST_JWT_ALG", format!("{:?}", key.alg)),
+            ];
+            let stdout = drive_client(&dir, script, &s, &[], &env, scenarios).await;
             assert!(
                 stdout.contains("ok - every request carried a fresh token"),
                 "{stdout}"
             );
         }
-        let text = metrics_open(&s).await;
+        let text = s.metrics(None).await;
         assert!(
             !text.contains("outcome=\"signature\"")
                 && text.contains("ptc_librechat_tokens_total{outcome=\"ok\"}"),
@@ -631,16 +576,4 @@ async fn the_real_librechat_client_with_per_request_tokens() {
     })
     .await
     .unwrap();
-}
-
-/// The metrics of a sidecar without `PTC_API_KEY` (open on loopback).
-async fn metrics_open(s: &TestSidecar) -> String {
-    s.http
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap()
 }

@@ -108,15 +108,7 @@ async fn six_gathered_calls_at_max_concurrent_two_take_three_waves() {
             }
         }
         assert_eq!(queued, 4, "four calls waited for a turn");
-        let metrics =
-            l.s.http
-                .get(l.s.url("/metrics"))
-                .send()
-                .await
-                .unwrap()
-                .text()
-                .await
-                .unwrap();
+        let metrics = l.s.metrics(None).await;
         assert!(
             metrics.contains("ptc_tool_call_queued_seconds_count "),
             "{metrics}"

@@ -190,6 +190,29 @@ impl TestRedis {
             .await
             .expect("Redis accepts a connection")
     }
+
+    /// Every event in `agent`'s stream (`ptc:stream:<agent>`), oldest first, as JSON.
+    pub async fn stream_events(
+        &self,
+        conn: &mut redis::aio::MultiplexedConnection,
+        agent: &str,
+    ) -> Vec<serde_json::Value> {
+        let reply: redis::streams::StreamRangeReply = redis::cmd("XRANGE")
+            .arg(format!("ptc:stream:{agent}"))
+            .arg("-")
+            .arg("+")
+            .query_async(conn)
+            .await
+            .expect("XRANGE of the agent's stream");
+        reply
+            .ids
+            .iter()
+            .map(|e| {
+                let json: String = e.get("event").expect("an entry has its event");
+                serde_json::from_str(&json).expect("an event is JSON")
+            })
+            .collect()
+    }
 }
 
 /// The `process_id` of the Redis answering on `port`, or `None` when nothing answers (yet).
