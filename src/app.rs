@@ -12,6 +12,7 @@ use crate::catalog::source::SourceError;
 use crate::config::{
     Config, LimitRules, LimitsError, LimitsSource, Listen, SandboxMode, SandboxUser,
 };
+use crate::embed::{Embeddings, ModelError};
 use crate::events::{DEFAULT_HOLD, Events, EventsConfig, EventsError, Observer};
 use crate::mcp::{Hub, McpConfigError};
 use crate::metrics::Metrics;
@@ -74,6 +75,8 @@ pub enum StartError {
     Sessions(#[source] std::io::Error),
     #[error(transparent)]
     Reload(#[from] WatchError),
+    #[error(transparent)]
+    SearchModel(#[from] ModelError),
     #[error("PTC_TOOL_LIMITS: {0}")]
     Limits(#[from] LimitsError),
     #[error(transparent)]
@@ -268,6 +271,12 @@ async fn start_runner(
         Some(LimitsSource::Inline(rules)) => rules.clone(),
         Some(LimitsSource::File(path)) => LimitRules::read(path)?,
     }));
+    if let Some(model) = &config.search_model {
+        let embeddings =
+            Embeddings::load(model, config.state_dir.as_deref(), shutdown.child_token()).await?;
+        embeddings.follow(snapshot.clone());
+        backends.embeddings = Some(embeddings);
+    }
     let rc = runner_config(config, python, dir.clone());
     let runner = Runner::start(rc, snapshot.clone(), backends, shutdown.child_token())
         .await

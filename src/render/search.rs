@@ -102,6 +102,18 @@ impl Index {
         best(hits, limit)
     }
 
+    /// The best `limit` tools for `query`: with the search model's `cosines` (one per tool,
+    /// in index order), BM25F and the cosines [`blend`]ed by [`BM25_WEIGHT`]; without them
+    /// (no model, or the catalog's vectors not ready yet), BM25F alone.
+    pub fn rank(&self, query: &str, cosines: Option<&[f32]>, limit: usize) -> Vec<Hit> {
+        match cosines {
+            Some(cosines) if cosines.len() == self.lengths.len() => {
+                blend(&self.scores(query), cosines, BM25_WEIGHT, limit)
+            }
+            _ => self.search(query, limit),
+        }
+    }
+
     /// Every tool's BM25F score for `query`, in index order (0 for a tool that shares no word
     /// with it).
     pub fn scores(&self, query: &str) -> Vec<f64> {
@@ -138,9 +150,13 @@ fn best(mut hits: Vec<Hit>, limit: usize) -> Vec<Hit> {
     hits
 }
 
-/// What of a tool an embedding model reads: its name as words (`browser_fill_form` → `browser
-/// fill form`), its title, the first sentence of its description and its parameter names. The
-/// whole description would drown a short tool's purpose in its usage notes.
+/// What of a tool an embedding model reads: its server (`github: `), its name as words
+/// (`browser_fill_form` → `browser fill form`), its title, the first sentence of its
+/// description and its parameter names. The whole description would drown a short tool's
+/// purpose in its usage notes. Chosen on the tuning half (`cargo bench --bench search`): the
+/// server before the rest ranked best there (top-3 69.4% blended, against 67.3% without it,
+/// 63.3% for the name with 500 characters of description, and 63-68% for each field on a
+/// vector of its own, combined by max or mean).
 pub fn embedded_text(tool: &crate::catalog::Tool) -> String {
     let name = tool
         .python_name
@@ -154,17 +170,42 @@ pub fn embedded_text(tool: &crate::catalog::Tool) -> String {
         true => String::new(),
         false => format!("Parameters: {}", params.join(", ")),
     };
-    [
-        name.as_str(),
-        tool.title.as_deref().unwrap_or(""),
-        &summary,
-        &params,
-    ]
-    .iter()
-    .map(|part| part.trim().trim_end_matches('.'))
-    .filter(|part| !part.is_empty())
-    .collect::<Vec<_>>()
-    .join(". ")
+    let server = tool.server().map_or_else(String::new, |s| format!("{s}: "));
+    server
+        + &[
+            name.as_str(),
+            tool.title.as_deref().unwrap_or(""),
+            &summary,
+            &params,
+        ]
+        .iter()
+        .map(|part| part.trim().trim_end_matches('.'))
+        .filter(|part| !part.is_empty())
+        .collect::<Vec<_>>()
+        .join(". ")
+}
+
+/// BM25F's share of a tool's score beside the model's cosine ([`blend`]). Chosen on the
+/// tuning half of `benches/search-queries-users.json` (`cargo bench --bench search`): 0.1
+/// ranked best there (top-1 48.0%, top-3 69.4%) among linear blends of 0.05-0.45, blends of
+/// z-scores and reciprocal-rank fusion ([`fuse`], 0.2: 62-63%); the words still break the
+/// model's near ties (`gitlab` in a query), the meaning ranks the rest.
+pub const BM25_WEIGHT: f64 = 0.1;
+
+/// The best `limit` tools by a linear blend: `bm25_weight` × BM25F over the best BM25F score
+/// of the query, plus the rest × the cosine (both then in 0..1).
+pub fn blend(bm25: &[f64], cosine: &[f32], bm25_weight: f64, limit: usize) -> Vec<Hit> {
+    let top = bm25.iter().copied().fold(0.0f64, f64::max).max(1e-9);
+    let hits = bm25
+        .iter()
+        .zip(cosine)
+        .enumerate()
+        .map(|(tool, (b, c))| Hit {
+            tool,
+            score: bm25_weight * b / top + (1.0 - bm25_weight) * f64::from(*c),
+        })
+        .collect();
+    best(hits, limit)
 }
 
 /// Reciprocal-rank fusion's constant: how much the first places count over the later ones
@@ -499,6 +540,50 @@ mod tests {
     }
 
     #[test]
+    fn the_blend_lets_meaning_lead_and_words_break_ties() {
+        let bm25 = [3.0, 0.0, 1.5, 0.0];
+        let order = |cosine: &[f32], w: f64| -> Vec<usize> {
+            blend(&bm25, cosine, w, 4).iter().map(|h| h.tool).collect()
+        };
+        // The model sees tool 1 as the meaning: a small BM25F share does not overturn it.
+        assert_eq!(order(&[0.30, 0.62, 0.35, 0.10], BM25_WEIGHT), [1, 0, 2, 3]);
+        // Near twins for the model (0 and 2): the words decide.
+        assert_eq!(order(&[0.50, 0.20, 0.51, 0.10], BM25_WEIGHT), [0, 2, 1, 3]);
+        assert_eq!(
+            order(&[0.50, 0.20, 0.51, 0.10], 0.0),
+            [2, 0, 1, 3],
+            "the cosines alone"
+        );
+        assert_eq!(order(&[0.0; 4], 1.0)[..2], [0, 2], "BM25F alone");
+        // A query no word of which is in the catalog: the cosines alone, no division by 0.
+        let none = blend(&[0.0; 3], &[0.1, 0.3, 0.2], BM25_WEIGHT, 2);
+        assert_eq!(none.iter().map(|h| h.tool).collect::<Vec<_>>(), [1, 2]);
+        assert!(none.iter().all(|h| h.score.is_finite()));
+    }
+
+    #[test]
+    fn rank_blends_only_with_a_cosine_for_every_tool() {
+        let c = catalog();
+        let snap = crate::render::Snapshot::new(c);
+        let n = snap.rendered.lines.len();
+        let query = "what is in this folder";
+        let alone = snap.search.search(query, 3);
+        assert_eq!(snap.search.rank(query, None, 3), alone);
+        assert_eq!(
+            snap.search.rank(query, Some(&vec![0.5; n - 1]), 3),
+            alone,
+            "a short list is not used"
+        );
+        // The model's favourite, sharing no word with the query, comes first with cosines.
+        let mut cosines = vec![0.1f32; n];
+        let favourite = n - 1;
+        cosines[favourite] = 0.9;
+        let hits = snap.search.rank(query, Some(&cosines), 3);
+        assert_eq!(hits[0].tool, favourite);
+        assert!(!alone.iter().any(|h| h.tool == favourite));
+    }
+
+    #[test]
     fn the_embedded_text_is_the_name_title_summary_and_parameters() {
         let c = catalog();
         let tool = c
@@ -509,8 +594,8 @@ mod tests {
         let text = embedded_text(tool);
         assert_eq!(
             text,
-            "github list issues. List issues in a GitHub repository with filtering options. \
-             Parameters: owner, repo, state"
+            "github: github list issues. List issues in a GitHub repository with filtering \
+             options. Parameters: owner, repo, state"
         );
     }
 

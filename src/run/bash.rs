@@ -8,7 +8,8 @@
 //! sidecar cannot be reached). The functions live in a file the run's `BASH_ENV` names, so every
 //! bash the code starts (`bash -c`, `xargs bash -c`) has them too. Each call is one HTTP request
 //! from bash itself (`/dev/tcp`, no process started) to the IPC bridge's `POST /bash/{tool}`
-//! with the run's token (docs/protocols.md, "Bash runs").
+//! with the run's token (docs/protocols.md, "Bash runs"). `search_tools "what you need"` prints
+//! the best matches of the catalog, as the SDK's `search_tools` finds them.
 //!
 //! Owns the bash names of tools (as `@librechat/agents` makes them, but never a bash keyword or
 //! builtin: [`bash_name`]) and what a bash run is started with. It must not start processes (the
@@ -35,6 +36,11 @@ pub const RESERVED_SUFFIX: &str = "_tool";
 
 /// The call helper every tool function calls ([`CALL_FUNCTION`]).
 const CALL_HELPER: &str = "__ptc_call";
+
+/// The helpers' own names ([`CALL_FUNCTION`]): the call helper, the request it and
+/// `search_tools` make, and `search_tools` itself. A tool function of one of these names would
+/// replace it.
+const HELPERS: [&str; 3] = [CALL_HELPER, "__ptc_post", "search_tools"];
 
 /// bash's keywords that are names (`compgen -k` of bash 5.2): a function cannot be called by
 /// one of them.
@@ -113,10 +119,10 @@ const BUILTINS: [&str; 58] = [
     "wait",
 ];
 
-/// Whether a bash name is taken: a keyword, a builtin, or the call helper's own name (a tool
-/// function of that name would replace the helper, and every call would recurse).
+/// Whether a bash name is taken: a keyword, a builtin, or a helper's own name ([`HELPERS`]: a
+/// tool function of the call helper's name would replace it, and every call would recurse).
 fn reserved(name: &str) -> bool {
-    KEYWORDS.contains(&name) || BUILTINS.contains(&name) || name == CALL_HELPER
+    KEYWORDS.contains(&name) || BUILTINS.contains(&name) || HELPERS.contains(&name)
 }
 
 /// A tool's name in bash: hyphens, spaces and dots become `_`, anything else outside
@@ -142,8 +148,9 @@ pub fn bash_name(tool: &str) -> String {
     name
 }
 
-/// The call every tool function makes: one HTTP/1.1 request over bash's `/dev/tcp`, no process
-/// started, so no external program is named. Every builtin it uses is called through `builtin`,
+/// The call every tool function makes (`__ptc_call`), and `search_tools "what you need"
+/// [limit]`, which prints the best matches (`POST /search/bash`): each one HTTP/1.1 request
+/// (`__ptc_post`) over bash's `/dev/tcp`, no process started, so no external program is named. Every builtin it uses is called through `builtin`,
 /// which no tool function may be named (nor any other builtin: [`BUILTINS`]), so functions the
 /// code defines (`printf`, `echo`, `read`) do not change a call; the rest is keywords, which
 /// nothing can redefine. Its own `IFS` and locale, so the code's (`IFS=,`) do not split the
@@ -151,13 +158,25 @@ pub fn bash_name(tool: &str) -> String {
 /// `local`'s) are split and globbed. Code that defines a function named `builtin` breaks its
 /// own calls only.
 const CALL_FUNCTION: &str = r#"__ptc_call() {
-  builtin local LC_ALL=C IFS=$' \t\n' __ptc_fd __ptc_status= __ptc_len=0 __ptc_line __ptc_body= __ptc_arg
+  builtin local __ptc_arg
   __ptc_arg=${2:-'{}'}
-  if ! builtin exec {__ptc_fd}<>"/dev/tcp/127.0.0.1/${PTC_IPC_PORT}"; then
-    builtin printf '%s: cannot reach the sidecar (the run may be over)\n' "$1" >&2
+  __ptc_post "bash/$1" "$1" "$__ptc_arg"
+}
+search_tools() {
+  if [[ -z ${1-} || ( -n ${2-} && ! ${2-} =~ ^[1-9][0-9]?$ ) ]]; then
+    builtin printf '%s\n' 'usage: search_tools "what you need" [limit, 1-99]: the tools that best match, best first' >&2
     builtin return 2
   fi
-  builtin printf 'POST /bash/%s HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s' \
+  __ptc_post "search/bash?limit=${2:-5}" search_tools "$1"
+}
+__ptc_post() {
+  builtin local LC_ALL=C IFS=$' \t\n' __ptc_fd __ptc_status= __ptc_len=0 __ptc_line __ptc_body= __ptc_arg
+  __ptc_arg=$3
+  if ! builtin exec {__ptc_fd}<>"/dev/tcp/127.0.0.1/${PTC_IPC_PORT}"; then
+    builtin printf '%s: cannot reach the sidecar (the run may be over)\n' "$2" >&2
+    builtin return 2
+  fi
+  builtin printf 'POST /%s HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s' \
     "$1" "$PTC_TOKEN" "${#__ptc_arg}" "$__ptc_arg" >&"$__ptc_fd"
   builtin read -r __ptc_line __ptc_status __ptc_line <&"$__ptc_fd"
   while builtin read -r __ptc_line <&"$__ptc_fd" && [[ -n ${__ptc_line%$'\r'} ]]; do
@@ -174,7 +193,7 @@ const CALL_FUNCTION: &str = r#"__ptc_call() {
   if [[ -n $__ptc_body ]]; then
     builtin printf '%s' "$__ptc_body" >&2
   else
-    builtin printf '%s: the sidecar answered %s\n' "$1" "${__ptc_status:-nothing}" >&2
+    builtin printf '%s: the sidecar answered %s\n' "$2" "${__ptc_status:-nothing}" >&2
   fi
   builtin return 1
 }

@@ -13,6 +13,7 @@ use super::limits::{Admitted, Limiter, RunCounts};
 use super::prepare::Prepared;
 use super::shapes::{ChosenWords, Shapes};
 use crate::catalog::{Origin, Tool};
+use crate::embed::Embeddings;
 use crate::events::{Event, Events};
 use crate::render::Snapshot;
 use crate::trace::SpanContext;
@@ -153,6 +154,11 @@ impl Calls {
     /// What the calls taught about the results of tools without an output schema.
     pub fn shapes(&self) -> &Shapes {
         &self.inner.shapes
+    }
+
+    /// The search model, when `PTC_SEARCH_MODEL` names one.
+    pub fn embeddings(&self) -> Option<&Embeddings> {
+        self.inner.backends.embeddings.as_ref()
     }
 
     /// The calls waiting for a person, and the rules that make them wait.

@@ -11,6 +11,7 @@ use super::limits::{Limiter, Refused};
 use crate::catalog::source::Callback;
 use crate::catalog::{Catalog, Class, Origin, Tool};
 use crate::config::Control;
+use crate::embed::Embeddings;
 use crate::events::Events;
 use crate::util::{cut, json_excerpt, lock, redact_urls};
 use serde_json::{Value, json};
@@ -282,6 +283,8 @@ pub struct Backends {
     pub approvals: Approvals,
     /// The limits per tool (`PTC_TOOL_LIMITS`).
     pub limiter: Arc<Limiter>,
+    /// The search model `search_tools` ranks with beside BM25F (`PTC_SEARCH_MODEL`).
+    pub embeddings: Option<Embeddings>,
 }
 
 impl Backends {
@@ -295,6 +298,7 @@ impl Backends {
             approvals: Approvals::new(&Control::default(), events.clone()),
             events,
             limiter: Arc::default(),
+            embeddings: None,
         }
     }
 }

@@ -19,12 +19,11 @@
 //! run's token.
 
 mod file;
+mod lookup;
 
 use super::bash;
 use super::calls::{Calls, RunCtx};
 use super::dispatch::CallError;
-use crate::render::search::{HIT_SUMMARY_CHARS, MAX_QUERY_CHARS};
-use crate::render::signature::summary;
 use axum::Router;
 use axum::body::{Bytes, to_bytes};
 use axum::extract::{Path, Request, State};
@@ -244,14 +243,15 @@ fn router(calls: Calls) -> Router {
         )
         .route("/bash/{tool}", post(bash))
         .route("/file", post(file::save_file))
-        .route("/search", post(search))
-        .route("/describe", post(describe))
+        .route("/search", post(lookup::search))
+        .route("/search/bash", post(lookup::bash_search))
+        .route("/describe", post(lookup::describe))
         .fallback(|| async {
             refuse(
                 StatusCode::NOT_FOUND,
                 "not_found",
                 "the IPC bridge answers POST /call, POST /tool_call, POST /bash/{tool}, \
-                 POST /file, POST /search and POST /describe only",
+                 POST /file, POST /search, POST /search/bash and POST /describe only",
             )
         })
         .with_state(calls)
@@ -404,103 +404,6 @@ impl Refusal {
     fn json(self) -> Response {
         refuse(self.status, self.kind, &self.message)
     }
-}
-
-#[derive(Deserialize)]
-struct SearchBody {
-    query: String,
-    #[serde(default = "default_limit")]
-    limit: usize,
-}
-
-fn default_limit() -> usize {
-    5
-}
-
-/// `POST /search {query, limit}` (the SDK's `search_tools`): `{ok, results}`, the best matches
-/// in the run's catalog, each `{name, tool, signature, summary}` and, when calls taught it,
-/// `returns` (the learned result shape).
-async fn search(State(calls): State<Calls>, request: Request) -> Response {
-    let (run, body) = match authorized_within(&calls, request, MAX_LOOKUP_BYTES).await {
-        Ok(authorized) => authorized,
-        Err(refused) => return refused.json(),
-    };
-    let query = match serde_json::from_slice::<SearchBody>(&body) {
-        Ok(query) if query.query.chars().count() <= MAX_QUERY_CHARS => query,
-        Ok(_) => {
-            let message = format!(
-                "the query is over {MAX_QUERY_CHARS} characters: say in a few words what the \
-                 tool should do"
-            );
-            return refuse(StatusCode::BAD_REQUEST, "input", &message);
-        }
-        Err(e) => {
-            let message = format!(r#"expected {{"query": str, "limit": int}}: {e}"#);
-            return refuse(StatusCode::BAD_REQUEST, "input", &message);
-        }
-    };
-    let snapshot = &run.snapshot;
-    let results: Vec<Value> = snapshot
-        .search
-        .search(&query.query, query.limit)
-        .into_iter()
-        .filter_map(|hit| {
-            let (name, line) = snapshot.rendered.lines.get(hit.tool)?;
-            let tool = snapshot.catalog.get(name)?;
-            let mut result = json!({
-                "name": tool.python_name,
-                "tool": tool.name,
-                "signature": line,
-                "summary": summary(&tool.description, HIT_SUMMARY_CHARS),
-            });
-            if tool.output_schema.is_none()
-                && let Some(learned) = calls.shapes().get(&tool.name)
-            {
-                result["returns"] = json!(learned.shape.show());
-            }
-            Some(result)
-        })
-        .collect();
-    reply(StatusCode::OK, json!({"ok": true, "results": results}))
-}
-
-#[derive(Deserialize)]
-struct DescribeBody {
-    tool: String,
-}
-
-/// `POST /describe {tool}`: `{ok, returns, calls}`, the result shape learned from `calls`
-/// calls of a tool without an output schema (`returns: null` when there is none).
-async fn describe(State(calls): State<Calls>, request: Request) -> Response {
-    let (run, body) = match authorized_within(&calls, request, MAX_LOOKUP_BYTES).await {
-        Ok(authorized) => authorized,
-        Err(refused) => return refused.json(),
-    };
-    let name = match serde_json::from_slice::<DescribeBody>(&body) {
-        Ok(body) => body.tool,
-        Err(e) => {
-            let message = format!(r#"expected {{"tool": name}}: {e}"#);
-            return refuse(StatusCode::BAD_REQUEST, "input", &message);
-        }
-    };
-    let catalog = &run.snapshot.catalog;
-    let Some(tool) = catalog.get(&name).or_else(|| catalog.by_python_name(&name)) else {
-        let message = format!("no tool named {name:?} in this run's catalog");
-        return refuse(StatusCode::NOT_FOUND, "unknown_tool", &message);
-    };
-    let learned = tool
-        .output_schema
-        .is_none()
-        .then(|| calls.shapes().get(&tool.name))
-        .flatten();
-    reply(
-        StatusCode::OK,
-        json!({
-            "ok": true,
-            "returns": learned.as_ref().map(|l| l.shape.show()),
-            "calls": learned.map_or(0, |l| l.calls),
-        }),
-    )
 }
 
 /// The run a request's bearer token belongs to, and its body within [`MAX_CALL_BYTES`].

@@ -219,6 +219,14 @@ impl Runner {
         self.inner.calls.approvals().close(SHUTTING_DOWN_APPROVAL);
     }
 
+    /// How `search_tools` ranks, for `/healthz`: BM25F alone, or with the search model.
+    pub fn search_health(&self) -> serde_json::Value {
+        match self.inner.calls.embeddings() {
+            Some(embeddings) => embeddings.health(),
+            None => serde_json::json!({"ranking": "bm25f"}),
+        }
+    }
+
     /// The calls that wait for a person, for the doors that answer them.
     pub fn approvals(&self) -> &super::Approvals {
         self.inner.calls.approvals()

