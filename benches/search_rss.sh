@@ -19,7 +19,7 @@ for with_model in no yes; do
   for _ in $(seq 100); do [ -S "$dir/sock" ] && break; sleep 0.1; done
   sleep 2 # the demo server's tools listed, the catalog embedded
   curl -sf --unix-socket "$dir/sock" http://x/v1/exec_code -H 'content-type: application/json' \
-    -d '{"code": "print(search_tools(\"wait a while\")[0][\"tool\"])"}' | grep -q '"status":"ok"'
+    -d '{"code": "print(search_tools(\"do nothing at all\"))"}' | grep -q '"status":"ok"'
   grep -E 'VmRSS|VmHWM' "/proc/$pid/status" | tr -s ' \t' ' ' | paste -sd ' ' |
     sed "s/^/search model $with_model: /"
   kill "$pid"; wait "$pid" 2>/dev/null || true; pid=

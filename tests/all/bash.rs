@@ -196,6 +196,8 @@ async fn tools_named_like_builtins_are_suffixed_and_calls_survive_shadowing() {
             "wait",
             "read",
             "__ptc_call",
+            "__ptc_post",
+            "search_tools",
         ];
         let tools: Vec<Value> = names
             .iter()
@@ -211,8 +213,9 @@ async fn tools_named_like_builtins_are_suffixed_and_calls_survive_shadowing() {
                     IFS=0\n\
                     r3=$(printf_tool '{\"n\": 3}'); r4=$(echo_tool '{\"n\": 4}')\n\
                     r5=$(wait_tool '{\"n\": 5}'); r6=$(read_tool '{\"n\": 6}')\n\
-                    r7=$(__ptc_call_tool '{\"n\": 7}')\n\
-                    builtin printf '%s\\n' \"$r1\" \"$r2\" \"$r3\" \"$r4\" \"$r5\" \"$r6\" \"$r7\"\n\
+                    r7=$(__ptc_call_tool '{\"n\": 7}'); r8=$(__ptc_post_tool '{\"n\": 8}')\n\
+                    r9=$(search_tools_tool '{\"n\": 9}')\n\
+                    builtin printf '%s\\n' \"$r1\" \"$r2\" \"$r3\" \"$r4\" \"$r5\" \"$r6\" \"$r7\" \"$r8\" \"$r9\"\n\
                     printf x";
         let body = json!({"lang": "bash", "code": code, "tools": tools, "timeout": 20000});
         let (status, mut r) = post(&s, PROGRAMMATIC, &body).await;
