@@ -11,8 +11,8 @@
 //! Besides BM25F, `search_tools`' own ranking with the model (`Index::rank`) and the model
 //! alone, it compares what is embedded (`embedded_text`, the same without the server's name,
 //! the name with 500 characters of description, each field on its own vector combined by max or
-//! mean) and two fusions (reciprocal-rank `search::fuse` and a linear
-//! one of BM25F over its best and the cosine) at several weights: the exploration of issue 25,
+//! mean) and two fusions (reciprocal-rank `search::fuse` and `search::blend`, linear, of BM25F
+//! over its best and the cosine) at several weights: the exploration of issue 25,
 //! kept so the next step is measured against it. `SEARCH_MISSES=1` prints the tuning half's
 //! misses of the RRF fusion; `SEARCH_DUMP=FILE` writes every query's scores and cosines.
 //!
@@ -91,23 +91,6 @@ fn server_name_description(t: &Tool) -> String {
         t.server().unwrap_or(""),
         t.python_name.replace(['_', '-'], " ")
     )
-}
-
-/// Linear fusion: `w` × BM25F over its best + (1 − `w`) × cosine.
-fn linear(bm25: &[f64], cosine: &[f32], w: f64, limit: usize) -> Vec<Hit> {
-    let top = bm25.iter().copied().fold(0.0f64, f64::max).max(1e-9);
-    let mut hits: Vec<Hit> = bm25
-        .iter()
-        .zip(cosine)
-        .enumerate()
-        .map(|(tool, (b, c))| Hit {
-            tool,
-            score: w * b / top + (1.0 - w) * f64::from(*c),
-        })
-        .collect();
-    hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.tool.cmp(&b.tool)));
-    hits.truncate(limit);
-    hits
 }
 
 /// `SEARCH_DUMP=FILE`: every query's BM25F scores and cosines to each tool under each text
@@ -317,7 +300,7 @@ fn main() {
             for w in [0.05, 0.1, 0.15, 0.2] {
                 table.push((
                     format!("{label}: linear {w}"),
-                    half_rates(&|h, i| linear(&bm25[h][i], &cosines(h, i), w, 3)),
+                    half_rates(&|h, i| search::blend(&bm25[h][i], &cosines(h, i), w, 3)),
                 ));
             }
         }
@@ -341,7 +324,7 @@ fn main() {
             for w in [0.1, 0.2, 0.3, 0.45] {
                 table.push((
                     format!("{label}: linear {w}"),
-                    half_rates(&|h, i| linear(&bm25[h][i], &cosines(h, i), w, 3)),
+                    half_rates(&|h, i| search::blend(&bm25[h][i], &cosines(h, i), w, 3)),
                 ));
             }
         }

@@ -55,6 +55,11 @@ struct Inner {
     stop: CancellationToken,
 }
 
+/// What [`Inner::pending`] knows a catalog by.
+fn address(snapshot: &Arc<Snapshot>) -> usize {
+    Arc::as_ptr(snapshot) as usize
+}
+
 /// One catalog's vectors, a row per tool in the order of `Rendered::lines`.
 pub struct Matrix {
     dims: usize,
@@ -78,6 +83,7 @@ impl Embeddings {
         state_dir: Option<&Path>,
         stop: CancellationToken,
     ) -> Result<Embeddings, ModelError> {
+        let shown = dir.display().to_string();
         let (dir, state_dir) = (dir.to_path_buf(), state_dir.map(Path::to_path_buf));
         let started = Instant::now();
         let loaded = tokio::task::spawn_blocking(move || {
@@ -87,7 +93,7 @@ impl Embeddings {
         })
         .await
         .map_err(|e| ModelError {
-            dir: String::new(),
+            dir: shown,
             what: format!("loading stopped: {e}"),
         })?;
         let (model, store) = loaded?;
@@ -135,6 +141,11 @@ impl Embeddings {
     /// The cosine of `query` to each PTC tool of `snapshot` (in `Rendered::lines` order), or
     /// `None` while the catalog's vectors are not ready (BM25F answers alone meanwhile).
     pub async fn cosines(&self, snapshot: &Arc<Snapshot>, query: &str) -> Option<Vec<f32>> {
+        // Being embedded in the background: nothing to look up until it is done (each search
+        // would otherwise hash every tool's text again to find the catalog still unready).
+        if lock(&self.inner.pending).contains(&address(snapshot)) {
+            return None;
+        }
         let _turn = self.inner.queries.acquire().await.ok()?;
         let (this, snap, query) = (self.clone(), snapshot.clone(), query.to_string());
         let found = tokio::task::spawn_blocking(move || {
@@ -155,7 +166,7 @@ impl Embeddings {
     /// Embeds `snapshot`'s catalog off the async workers (the tools the store lacks), unless
     /// it is ready or under way; returns when done.
     pub async fn prepare(&self, snapshot: Arc<Snapshot>) {
-        let address = Arc::as_ptr(&snapshot) as usize;
+        let address = address(&snapshot);
         if self.ready(&snapshot).is_some() || !lock(&self.inner.pending).insert(address) {
             return;
         }

@@ -156,10 +156,7 @@ impl Store {
             if vector.len() != self.dims || self.vectors.contains_key(&key) {
                 continue;
             }
-            appended.extend_from_slice(&key);
-            for x in &vector {
-                appended.extend_from_slice(&x.to_le_bytes());
-            }
+            encode(&mut appended, &key, &vector);
             self.vectors.insert(key, vector.into());
         }
         if appended.is_empty() {
@@ -205,16 +202,22 @@ impl Store {
         let fresh = path.with_extension(format!("vec.{}", std::process::id()));
         let mut bytes = self.header.clone();
         for (key, vector) in &self.vectors {
-            bytes.extend_from_slice(key);
-            for x in vector.iter() {
-                bytes.extend_from_slice(&x.to_le_bytes());
-            }
+            encode(&mut bytes, key, vector);
         }
         let mut file = open_private(&fresh, true)?;
         file.write_all(&bytes)?;
         std::fs::rename(&fresh, path)?;
         self.file_bytes = bytes.len() as u64;
         Ok(())
+    }
+}
+
+/// Appends one record to `out`: the key, then the vector's values little-endian ([`Store::read`]
+/// reads them back).
+fn encode(out: &mut Vec<u8>, key: &Key, vector: &[f32]) {
+    out.extend_from_slice(key);
+    for x in vector {
+        out.extend_from_slice(&x.to_le_bytes());
     }
 }
 

@@ -353,13 +353,7 @@ async fn handle(route: Route, calls: Calls, request: Request) -> Response {
 /// error as one line of text (`TOOL: message`), which the bash function prints to stderr.
 async fn bash(State(calls): State<Calls>, Path(tool): Path<String>, request: Request) -> Response {
     let text = |status: StatusCode, message: String| {
-        let line = format!("{tool}: {}\n", message.replace('\n', " "));
-        (
-            status,
-            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            line,
-        )
-            .into_response()
+        plain(status, format!("{tool}: {}\n", message.replace('\n', " ")))
     };
     let (run, body) = match authorized(&calls, request).await {
         Ok(authorized) => authorized,
@@ -382,14 +376,15 @@ async fn bash(State(calls): State<Calls>, Path(tool): Path<String>, request: Req
         }
     };
     match calls.call(&run, &tool, args).await {
-        Ok(result) => (
-            StatusCode::OK,
-            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
-            bash::printed(&result),
-        )
-            .into_response(),
+        Ok(result) => plain(StatusCode::OK, bash::printed(&result)),
         Err(e) => text(Route::ToolCall.status_of(&e), e.to_string()),
     }
+}
+
+/// An answer to bash as bash prints it: plain UTF-8 text.
+fn plain(status: StatusCode, body: String) -> Response {
+    let content_type = [(header::CONTENT_TYPE, "text/plain; charset=utf-8")];
+    (status, content_type, body).into_response()
 }
 
 /// Why a request was refused before its body was read whole: each route says it its way.

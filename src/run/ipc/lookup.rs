@@ -3,14 +3,14 @@
 //! search model's cosines when `PTC_SEARCH_MODEL` is set, and the learned shapes. The bridge's
 //! own checks (the token, the body's bounds) are the parent's.
 
-use super::{MAX_LOOKUP_BYTES, authorized_within, refuse, reply};
+use super::{MAX_LOOKUP_BYTES, authorized_within, plain, refuse, reply};
 use crate::render::search::{HIT_SUMMARY_CHARS, MAX_QUERY_CHARS};
 use crate::render::signature::summary;
 use crate::run::bash::bash_name;
 use crate::run::calls::{Calls, RunCtx};
 use axum::extract::{Query, Request, State};
-use axum::http::{StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::StatusCode;
+use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::fmt::Write as _;
@@ -122,14 +122,10 @@ pub(super) async fn bash_search(
     Query(limit): Query<BashLimit>,
     request: Request,
 ) -> Response {
-    let text = |status: StatusCode, body: String| {
-        let content_type = [(header::CONTENT_TYPE, "text/plain; charset=utf-8")];
-        (status, content_type, body).into_response()
-    };
     let (run, body) = match authorized_within(&calls, request, MAX_LOOKUP_BYTES).await {
         Ok(authorized) => authorized,
         Err(refused) => {
-            return text(
+            return plain(
                 refused.status,
                 format!("search_tools: {}\n", refused.message),
             );
@@ -139,17 +135,17 @@ pub(super) async fn bash_search(
         Ok(q) if q.chars().count() <= MAX_QUERY_CHARS && !q.trim().is_empty() => q.trim(),
         Ok(q) if q.trim().is_empty() => {
             let usage = "search_tools: say what you need: search_tools \"what you need\" [limit]\n";
-            return text(StatusCode::BAD_REQUEST, usage.into());
+            return plain(StatusCode::BAD_REQUEST, usage.into());
         }
         Ok(_) => {
-            return text(
+            return plain(
                 StatusCode::BAD_REQUEST,
                 format!("search_tools: {}\n", too_long()),
             );
         }
         Err(_) => {
             let message = "search_tools: the query is not UTF-8 text\n";
-            return text(StatusCode::BAD_REQUEST, message.into());
+            return plain(StatusCode::BAD_REQUEST, message.into());
         }
     };
     let mut out = String::new();
@@ -160,7 +156,7 @@ pub(super) async fn bash_search(
             let _ = writeln!(out, "    returns {returns}");
         }
     }
-    text(StatusCode::OK, out)
+    plain(StatusCode::OK, out)
 }
 
 #[derive(Deserialize)]
