@@ -10,7 +10,7 @@ the child confines itself (ptc_sandbox) before it continues as a cold child woul
 `exec` (an argv), becomes that program (a bash run) under the same layers, where the seccomp
 program against process creation is left out: the run's processes stay in its sandbox, and are
 killed with it. Replies: `forked ID PID` (with the run's end of the IPC bridge attached, a
-socket listening inside its network namespace, when it has one), or `failed ID ERRNO MESSAGE`
+socket listening inside its network namespace, when it has one: see `_NetSlots`), or `failed ID ERRNO MESSAGE`
 when the run could not be made (EAGAIN: its process limit is reached), and `exited PID CODE`
 (CODE negative for a signal) once the run's process is reaped.
 
@@ -85,6 +85,7 @@ def _serve(ctl, wake, runs, prepared, spec, filter_sets, server_pid, resource, l
     forking, and says `forked` when its report comes (`pending`); otherwise a refill would hold
     up the exit report of a run that just ended."""
     isolating = bool(spec.get("ns"))
+    nets = _NetSlots(spec)
     pending = {}  # report socket -> _Handover
     exited = {}  # runs that exited before their handover was done: pid -> code
     wake_r = wake[0]
@@ -98,7 +99,7 @@ def _serve(ctl, wake, runs, prepared, spec, filter_sets, server_pid, resource, l
             continue
         if wake_r in ready:
             os.read(wake_r, 4096)
-            _reap(ctl, runs, isolating, exited)
+            _reap(ctl, runs, isolating, exited, nets)
         now = time.monotonic()
         for report in [r for r in pending if r in ready or pending[r].deadline <= now]:
             _finish_handover(ctl, pending.pop(report), runs, exited)
@@ -116,8 +117,8 @@ def _serve(ctl, wake, runs, prepared, spec, filter_sets, server_pid, resource, l
             for fd in fds:
                 os.close(fd)
             continue
-        handover = _fork_run(ctl, request, fds, (wake, life, pending, runs), prepared, spec,
-                             filter_sets, server_pid, resource)
+        handover = _fork_run(ctl, request, fds, (wake, life, pending, runs, nets), prepared,
+                             spec, filter_sets, server_pid, resource)
         if handover is not None:
             pending[handover.report] = handover
 
@@ -125,13 +126,117 @@ def _serve(ctl, wake, runs, prepared, spec, filter_sets, server_pid, resource, l
 class _Handover:
     """A run's process making its namespaces its own: what reporting it `forked` needs."""
 
-    __slots__ = ("rid", "pid", "report", "deadline")
+    __slots__ = ("rid", "pid", "report", "deadline", "slot")
 
-    def __init__(self, rid, pid, report):
+    def __init__(self, rid, pid, report, slot):
         self.rid = rid
         self.pid = pid
         self.report = report
         self.deadline = time.monotonic() + _HANDOVER_TIMEOUT
+        self.slot = slot  # its network namespace when one of `_NetSlots`, else None
+
+
+class _NetSlots:
+    """Network namespaces for runs, each with its loopback up and a socket listening on
+    `127.0.0.1:<IPC port>` in it (the run's end of the IPC bridge), made by this server and
+    reused, one run at a time: a run's process is cloned into a free one (the server enters it
+    for the clone) instead of making its own, which costs a new namespace, bringing up its
+    loopback and tearing both down at its exit (about 1 ms of CPU of a run's 3 to 5 on this
+    machine). A namespace is free again once its run's process is reaped: that process is PID 1
+    of its PID namespace, so every process of the run is gone with it, and every socket it had.
+    What a run could leave in one is nothing another run can use: the run has no capability
+    in it (it is owned by this server's user namespace, the run's by its own), cannot bind
+    (Landlock), and the listener answers only the token of the run bound to it
+    (`src/run/ipc.rs`). Needs CAP_SYS_ADMIN here (a sidecar running as root): without it
+    each run makes its own namespace as before (`enabled` false after the first refusal)."""
+
+    # Free namespaces kept beyond this many are closed (a burst of sessions made them).
+    KEEP_FREE = 8
+
+    def __init__(self, spec):
+        self.enabled = bool((spec.get("ns") or {}).get("net")) and spec.get("ipc_port")
+        self.port = int(spec.get("ipc_port") or 0)
+        self.free = []  # [(namespace fd, listening socket)]
+        self.busy = {}  # pid -> (namespace fd, listening socket)
+        self.home = None
+
+    def take(self):
+        """A free namespace, or a new one; None where this server cannot make them."""
+        if not self.enabled:
+            return None
+        if self.free:
+            return self.free.pop()
+        import ptc_sandbox
+
+        try:
+            return self._make()
+        except (OSError, ptc_sandbox.SandboxError):
+            self.enabled = False  # no CAP_SYS_ADMIN here: runs make their own
+            return None
+
+    def _make(self):
+        import ptc_sandbox
+
+        if self.home is None:
+            self.home = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        ctypes, _, _ = ptc_sandbox._syscalls()
+        libc = ptc_sandbox._libc_handle()
+        if libc.unshare(ptc_sandbox.CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+        try:
+            ptc_sandbox._loopback_up()
+            listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            listener.bind(("127.0.0.1", self.port))
+            listener.listen(128)
+            fd = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        finally:
+            self.leave()
+        return fd, listener
+
+    def enter(self, slot):
+        """This server into `slot`'s namespace, for one clone."""
+        self._setns(slot[0])
+
+    def leave(self):
+        """This server back in its own namespace; a server that cannot go back leaves."""
+        try:
+            self._setns(self.home)
+        except OSError:
+            _leave()
+
+    def _setns(self, fd):
+        import ptc_sandbox
+
+        ctypes, _, _ = ptc_sandbox._syscalls()
+        if ptc_sandbox._libc_handle().setns(fd, ptc_sandbox.CLONE_NEWNET) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err))
+
+    def hold(self, pid, slot):
+        self.busy[pid] = slot
+
+    def give_back(self, slot):
+        """`slot` free again (its run never started, or is reaped)."""
+        if len(self.free) < self.KEEP_FREE:
+            self.free.append(slot)
+        else:
+            os.close(slot[0])
+            slot[1].close()
+
+    def reaped(self, pid):
+        slot = self.busy.pop(pid, None)
+        if slot is not None:
+            self.give_back(slot)
+
+    def close_in_child(self):
+        """In a run's process: none of the namespaces or listeners is the run's to hold."""
+        for fd, listener in self.free + list(self.busy.values()):
+            os.close(fd)
+            listener.close()
+        if self.home is not None:
+            os.close(self.home)
 
 
 def _fork_run(ctl, request, fds, kept, prepared, spec, filter_sets, server_pid, resource):
@@ -141,16 +246,25 @@ def _fork_run(ctl, request, fds, kept, prepared, spec, filter_sets, server_pid, 
     import ptc_bootstrap
     import ptc_sandbox
 
-    wake, life, pending, runs = kept
+    wake, life, pending, runs, nets = kept
     isolating = bool(spec.get("ns"))
     rid = request.get("id", "?")
-    report = theirs = go = None
+    report = theirs = go = slot = None
     if isolating:
         report, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         go = os.pipe()
+        slot = nets.take()
+        if slot is not None:
+            # Cloned into a namespace of the server's (`_NetSlots`): the run makes the others.
+            spec = dict(spec, ns=dict(spec["ns"], net=False))
     try:
+        if slot is not None:
+            nets.enter(slot)
         pid = ptc_sandbox.clone_isolated(spec) if isolating else os.fork()
     except OSError as e:
+        if slot is not None:
+            nets.leave()
+            nets.give_back(slot)
         # EAGAIN: the server's process limit is reached. That run cannot start; the server
         # goes on serving the others.
         for sock in (report, theirs):
@@ -162,6 +276,7 @@ def _fork_run(ctl, request, fds, kept, prepared, spec, filter_sets, server_pid, 
         return None
     if pid == 0:
         try:
+            nets.close_in_child()
             os.close(life[1])
             for other in pending.values():  # other runs' handovers are not ours
                 other.report.close()
@@ -188,6 +303,9 @@ def _fork_run(ctl, request, fds, kept, prepared, spec, filter_sets, server_pid, 
             ptc_bootstrap.serve(prepared)  # never returns
         finally:
             os._exit(2)
+    if slot is not None:
+        nets.leave()
+        nets.hold(pid, slot)
     for fd in fds:
         os.close(fd)
     if isolating:
@@ -205,7 +323,7 @@ def _fork_run(ctl, request, fds, kept, prepared, spec, filter_sets, server_pid, 
             _send(ctl, "failed %s 0 the run's ids could not be mapped: %s\n" % (rid, e))
             return None
         os.close(go[1])
-        return _Handover(rid, pid, report)
+        return _Handover(rid, pid, report, slot)
     _started(ctl, rid, pid, (), runs)
     return None
 
@@ -219,7 +337,12 @@ def _finish_handover(ctl, h, runs, exited):
         _send(ctl, "failed %s %s\n" % (h.rid, failure))
         return
     pid = h.pid
-    _started(ctl, h.rid, pid, handed, runs)
+    if h.slot is None:
+        _started(ctl, h.rid, pid, handed, runs)
+    else:
+        # The namespace's listener, sent and kept (the run listens on nothing of its own);
+        # not for a process already reaped, whose namespace may be another run's by now.
+        _started(ctl, h.rid, pid, [] if pid in exited else [h.slot[1].fileno()], runs)
     for fd in handed:
         os.close(fd)
     if pid in exited:  # it died before it was handed over: its exit was held for now
@@ -317,7 +440,7 @@ def _leave():
 _HELD_EXITS = 64
 
 
-def _reap(ctl, runs, isolating, exited):
+def _reap(ctl, runs, isolating, exited, nets):
     """Reaps exited children. A run's exit is reported, without namespaces once the strays it
     left are dead (in its own PID namespace, nothing of it is left to kill). Any other child's
     exit is kept a while in `exited`, for a run process that died before its handover."""
@@ -331,6 +454,7 @@ def _reap(ctl, runs, isolating, exited):
         if pid == 0:
             return
         code = os.waitstatus_to_exitcode(status)
+        nets.reaped(pid)  # its network namespace is free: nothing of the run is left in it
         if pid in runs:
             runs.discard(pid)
             if not isolating:

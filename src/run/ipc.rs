@@ -32,8 +32,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde::Deserialize;
 use serde_json::{Value, json};
+use std::collections::HashMap;
 use std::os::fd::OwnedFd;
-use std::sync::Arc;
+use std::os::unix::fs::MetadataExt;
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 use tokio::sync::{Semaphore, watch};
 use tokio_util::sync::CancellationToken;
@@ -66,7 +68,14 @@ pub struct Bridges {
     router: Router,
     connections: Arc<Semaphore>,
     shutdown: CancellationToken,
+    /// The listeners accepted on now, by the socket's identity: a fork server's network
+    /// namespace serves its runs in turn (`ptc_zygote._NetSlots`), each handed the same
+    /// listening socket, and one socket has one acceptor.
+    listening: Arc<std::sync::Mutex<Acceptors>>,
 }
+
+/// The sockets accepted on, by (device, inode): duplicates of one socket share its acceptor.
+type Acceptors = HashMap<(u64, u64), Weak<Listening>>;
 
 impl Bridges {
     pub fn new(calls: Calls, shutdown: CancellationToken) -> Bridges {
@@ -74,6 +83,7 @@ impl Bridges {
             router: router(calls),
             connections: Arc::new(Semaphore::new(connection_cap())),
             shutdown,
+            listening: Arc::default(),
         }
     }
 
@@ -100,16 +110,42 @@ fn connection_cap() -> usize {
 }
 
 /// One run's own end of the bridge: a socket listening inside the run's network namespace
-/// (the child made it, `ptc_sandbox.enter`), accepted on here until this is dropped. It
-/// answers only the token it is bound to: a run's, while that run goes on (a session's
-/// interpreter is bound to each of its runs in turn, and to none between them).
+/// (the child made it, `ptc_sandbox.enter`, or the fork server did, for a namespace its runs
+/// use in turn), accepted on here while a handle on it lives. It answers only the token it is
+/// bound to: a run's, while that run goes on (a session's interpreter is bound to each of its
+/// runs in turn, and to none between them).
 pub struct Bridge {
+    listening: Arc<Listening>,
+    /// The token this handle bound last: the one its `unbind` (and drop) may take back, and
+    /// no other (the namespace may serve the next run by then).
+    bound: std::sync::Mutex<Option<Arc<str>>>,
+}
+
+/// One listening socket accepted on, until the last [`Bridge`] on it is dropped.
+struct Listening {
     token: watch::Sender<Option<Arc<str>>>,
     stop: CancellationToken,
     /// Ends the connections of the run bound now: a session's interpreter keeps its bridge for
-    /// its life, but each run's connections end with the run (the SDK's idle ones of an
-    /// earlier run would otherwise hold the run's connection count).
+    /// its life, and a fork server's namespace serves run after run, but each run's
+    /// connections end with the run (the SDK's idle ones of an earlier run would otherwise
+    /// hold the run's connection count).
     epoch: Epoch,
+}
+
+impl Listening {
+    /// Ends the connections of the run bound until now.
+    fn next_epoch(&self) {
+        let mut epoch = crate::util::lock(&self.epoch);
+        epoch.cancel();
+        *epoch = self.stop.child_token();
+    }
+}
+
+impl Drop for Listening {
+    /// Stops accepting, and ends every connection.
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
 }
 
 /// The token the connections of the bridge's current run end with; a new one per run.
@@ -120,9 +156,19 @@ type Epoch = Arc<std::sync::Mutex<CancellationToken>>;
 struct Binding(watch::Receiver<Option<Arc<str>>>);
 
 impl Bridge {
-    /// Accepts on `listener` (a listening TCP socket from the run's child).
+    /// Accepts on `listener` (a listening TCP socket in the run's network namespace), or joins
+    /// the acceptor already on that socket (a duplicate of it: the namespace's earlier run may
+    /// not have let go of its handle yet).
     pub fn start(bridges: &Bridges, listener: OwnedFd) -> std::io::Result<Bridge> {
-        let listener = std::net::TcpListener::from(listener);
+        let file = std::fs::File::from(listener);
+        let meta = file.metadata()?;
+        let identity = (meta.dev(), meta.ino());
+        let mut listening = crate::util::lock(&bridges.listening);
+        listening.retain(|_, l| l.strong_count() > 0);
+        if let Some(on) = listening.get(&identity).and_then(Weak::upgrade) {
+            return Ok(Bridge::on(on));
+        }
+        let listener = std::net::TcpListener::from(OwnedFd::from(file));
         listener.set_nonblocking(true)?;
         let listener = tokio::net::TcpListener::from_std(listener)?;
         let (token, bound) = watch::channel(None);
@@ -136,28 +182,59 @@ impl Bridge {
             Some((run_connections, epoch.clone())),
             stop.clone(),
         ));
-        Ok(Bridge { token, stop, epoch })
+        let on = Arc::new(Listening { token, stop, epoch });
+        listening.insert(identity, Arc::downgrade(&on));
+        Ok(Bridge::on(on))
     }
 
-    /// Answers `token` from now on (a run's, for as long as it goes on).
+    fn on(listening: Arc<Listening>) -> Bridge {
+        Bridge {
+            listening,
+            bound: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Answers `token` from now on (a run's, for as long as it goes on). Another run's token
+    /// bound until now is answered no more, and its connections end.
     pub fn bind(&self, token: &str) {
-        self.token.send_replace(Some(token.into()));
+        let token: Arc<str> = token.into();
+        let listening = &self.listening;
+        let other = listening
+            .token
+            .borrow()
+            .as_ref()
+            .is_some_and(|t| *t != token);
+        if other {
+            listening.next_epoch();
+        }
+        listening.token.send_replace(Some(token.clone()));
+        *crate::util::lock(&self.bound) = Some(token);
     }
 
     /// Answers no token until the next [`bind`](Self::bind), and ends the connections of the
-    /// run that was bound.
+    /// run that was bound: when that is still the token this handle bound.
     pub fn unbind(&self) {
-        self.token.send_replace(None);
-        let mut epoch = crate::util::lock(&self.epoch);
-        epoch.cancel();
-        *epoch = self.stop.child_token();
+        let Some(mine) = crate::util::lock(&self.bound).take() else {
+            return;
+        };
+        let released = self.listening.token.send_if_modified(|now| {
+            let ours = now.as_ref().is_some_and(|t| *t == mine);
+            if ours {
+                *now = None;
+            }
+            ours
+        });
+        if released {
+            self.listening.next_epoch();
+        }
     }
 }
 
 impl Drop for Bridge {
-    /// Stops accepting, and ends every connection of the run.
+    /// Answers this handle's token no more, and ends its run's connections; the last handle
+    /// on a socket stops accepting on it.
     fn drop(&mut self) {
-        self.stop.cancel();
+        self.unbind();
     }
 }
 
@@ -480,4 +557,96 @@ fn reply(status: StatusCode, body: Value) -> Response {
         body.to_string(),
     )
         .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::run::dispatch::Backends;
+    use crate::run::shapes::{Shapes, ShapesConfig};
+    use std::io::{Read, Write};
+
+    fn bridges() -> Bridges {
+        let shapes = Shapes::load(ShapesConfig {
+            learn: false,
+            agent: "ipc-test".into(),
+            state_dir: None,
+        });
+        let calls = Calls::new(Backends::new(Duration::from_secs(5)), shapes);
+        Bridges::new(calls, CancellationToken::new())
+    }
+
+    fn bound(bridge: &Bridge) -> Option<String> {
+        bridge
+            .listening
+            .token
+            .borrow()
+            .as_deref()
+            .map(str::to_string)
+    }
+
+    /// The status line of a `/call` with `token` to `addr`.
+    async fn call_status(addr: std::net::SocketAddr, token: &str) -> String {
+        let token = token.to_string();
+        tokio::task::spawn_blocking(move || {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+            let body = r#"{"tool":"nothing_here","args":{}}"#;
+            write!(
+                s,
+                "POST /call HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .unwrap();
+            let mut out = String::new();
+            let _ = s.read_to_string(&mut out);
+            out.lines().next().unwrap_or_default().to_string()
+        })
+        .await
+        .unwrap()
+    }
+
+    /// A fork server's network namespace serves run after run, each handed a duplicate of its
+    /// listening socket: one acceptor, and the later run's token kept when the run before lets
+    /// go of its handle late.
+    #[tokio::test]
+    async fn duplicates_of_a_socket_share_one_acceptor_and_the_later_run_keeps_its_token() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let socket = OwnedFd::from(listener);
+        let duplicate = socket.try_clone().unwrap();
+        let bridges = bridges();
+        let before = Bridge::start(&bridges, socket).unwrap();
+        before.bind("token-before");
+        let after = Bridge::start(&bridges, duplicate).unwrap();
+        assert!(Arc::ptr_eq(&before.listening, &after.listening));
+        assert_eq!(crate::util::lock(&bridges.listening).len(), 1);
+        after.bind("token-after");
+        // One acceptor answers (no run is registered here, so any token is refused; the
+        // escape suite's `what_a_run_leaves_in_its_network_namespace_is_refused` has the
+        // later run's calls go through, with real runs).
+        let status = call_status(addr, "token-before").await;
+        assert!(status.starts_with("HTTP/1.1 401"), "{status}");
+        // The run before lets go after the next run was bound: the next keeps its token.
+        before.unbind();
+        drop(before);
+        assert_eq!(bound(&after).as_deref(), Some("token-after"));
+        after.unbind();
+        assert_eq!(bound(&after), None);
+    }
+
+    /// The last handle on a socket stops its acceptor: a later duplicate gets a new one.
+    #[tokio::test]
+    async fn the_last_handle_stops_accepting() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let socket = OwnedFd::from(listener);
+        let duplicate = socket.try_clone().unwrap();
+        let bridges = bridges();
+        let first = Bridge::start(&bridges, socket).unwrap();
+        let stop = first.listening.stop.clone();
+        drop(first);
+        assert!(stop.is_cancelled());
+        let second = Bridge::start(&bridges, duplicate).unwrap();
+        assert!(!second.listening.stop.is_cancelled());
+    }
 }

@@ -154,9 +154,20 @@ pub fn outer_pid(dir: &str, inner: i32) -> Option<i32> {
 /// The inode of process `pid`'s PID namespace (`/proc/<pid>/ns/pid`): every process of a run in
 /// a PID namespace of its own has it, and no other process while the run lives.
 pub fn pid_ns(pid: i32) -> Option<u64> {
-    let link = std::fs::read_link(format!("/proc/{pid}/ns/pid")).ok()?;
+    namespace(pid, "pid")
+}
+
+/// The inode of process `pid`'s network namespace (`/proc/<pid>/ns/net`).
+pub fn net_ns(pid: i32) -> Option<u64> {
+    namespace(pid, "net")
+}
+
+/// The inode of process `pid`'s namespace of `kind` (`/proc/<pid>/ns/<kind>`).
+fn namespace(pid: i32, kind: &str) -> Option<u64> {
+    let link = std::fs::read_link(format!("/proc/{pid}/ns/{kind}")).ok()?;
     link.to_str()?
-        .strip_prefix("pid:[")?
+        .strip_prefix(kind)?
+        .strip_prefix(":[")?
         .strip_suffix(']')?
         .parse()
         .ok()

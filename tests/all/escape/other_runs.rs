@@ -253,3 +253,45 @@ async fn changing_other_processes_limits_and_scheduling_is_refused() {
     })
     .await;
 }
+
+/// A network namespace serves run after run where the fork server can make them
+/// (`ptc_zygote._NetSlots`, a root sidecar): a run leaves what it can in it (connections to
+/// the bridge held open, more than a run may have; requests half sent; one sent whole with its
+/// token), and the runs after it, one of them in the same namespace (checked from outside),
+/// must find none of it usable: the run before's token refused, their own calls all through.
+/// An unprivileged sidecar's runs each make their own namespace; the same holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_run_leaves_in_its_network_namespace_is_refused() {
+    against_both("other_runs_reused_netns", Opts::default(), |s| async move {
+        let before = s
+            .attack("reuse_leave.py", json!({"connections": 100}))
+            .await?;
+        let (Some(token), Some(net)) = (before.said("TOKEN"), before.seen.net) else {
+            return Err(broken(format!(
+                "the run before printed no token or was not seen: {}\n{}",
+                before.stdout, before.stderr
+            )));
+        };
+        let mut shared = 0;
+        for _ in 0..4 {
+            let after = s.attack("reuse_after.py", json!({"token": token})).await?;
+            if after.said("BRIDGE") != Some("70 calls of mine") {
+                return Err(attack(format!(
+                    "a run after it lost calls: {}\n{}",
+                    after.stdout, after.stderr
+                )));
+            }
+            after.all_refused(1)?;
+            shared += usize::from(after.seen.net == Some(net));
+        }
+        // Root's fork server reuses namespaces: a run after this one must have had its
+        // namespace, or this test tried nothing.
+        if matches!(s.who, super::Who::Root) && shared == 0 {
+            return Err(broken(format!(
+                "no run after it was given its network namespace {net}"
+            )));
+        }
+        Ok(())
+    })
+    .await;
+}

@@ -4,7 +4,7 @@
 //! namespace: `procs::of_run`). Owns the judgement "nothing of the run outlives it": every
 //! process seen is gone, and so is the run's PID namespace.
 
-use crate::procs::{cmdline, in_pid_ns, inner_pid, is_alive, of_run, pid_ns, start_time};
+use crate::procs::{cmdline, in_pid_ns, inner_pid, is_alive, net_ns, of_run, pid_ns, start_time};
 use std::collections::BTreeMap;
 
 /// What the harness saw of one run.
@@ -19,6 +19,8 @@ pub struct Seen {
     ns: Option<(u64, i32, u64)>,
     /// Every process of the run the harness saw: pid → (start time, command line).
     pub procs: BTreeMap<i32, (u64, String)>,
+    /// The network namespace of the run's first process, when the harness saw it.
+    pub net: Option<u64>,
 }
 
 impl Seen {
@@ -33,6 +35,9 @@ impl Seen {
                 continue;
             };
             now.insert(inner, pid);
+            if inner == 1 && self.net.is_none() {
+                self.net = net_ns(pid);
+            }
             if inner == 1
                 && let Some(ns) = pid_ns(pid)
                 && Some(ns) != ours
