@@ -14,6 +14,8 @@ use super::prepare::{CatalogKey, Preparations, Prepared};
 use super::zygote::{Program, Zygote};
 use crate::render::Snapshot;
 use crate::util::lock;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -333,14 +335,17 @@ pub async fn refill(
                 }
                 // All at once: a worker takes milliseconds to make its namespaces its own,
                 // which the fork server does not wait out, so two cores make two at a time.
-                let made = futures_util::future::join_all((0..missing).map(|_| {
-                    let id = format!("w{}", strong.workers.fetch_add(1, Ordering::Relaxed));
-                    let (strong, prepared) = (&strong, &prepared);
-                    async move { strong.fresh(prepared, &id, None).await }
-                }))
-                .await;
+                // Each joins the pool as soon as it is ready: a run waiting for one should not
+                // wait for the slowest.
+                let mut made: FuturesUnordered<_> = (0..missing)
+                    .map(|_| {
+                        let id = format!("w{}", strong.workers.fetch_add(1, Ordering::Relaxed));
+                        let (strong, prepared) = (&strong, &prepared);
+                        async move { strong.fresh(prepared, &id, None).await }
+                    })
+                    .collect();
                 let mut failed = false;
-                for c in made {
+                while let Some(c) = made.next().await {
                     match c {
                         Ok(c) => lock(&strong.warm).push_back((prepared.key, c)),
                         Err(e) => {
