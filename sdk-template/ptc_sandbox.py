@@ -5,7 +5,7 @@ confined).
 Owns applying the layers the sidecar built (src/sandbox, docs/SECURITY.md), in this order:
 1. prctl: no new privileges, not dumpable, and (forked children) SIGKILL when the parent dies;
 2. Landlock: `landlock_restrict_self` on the ruleset fd the sidecar made for this run;
-3. seccomp: each BPF program of the sidecar's filter file (raw `struct sock_filter` arrays);
+3. seccomp: the BPF program of the sidecar's filter file for this kind of run (raw `struct sock_filter`);
 4. every fd but 0, 1 and 2 closed.
 
 It fails closed: a layer that was asked for and cannot be applied raises `SandboxError`
@@ -105,21 +105,25 @@ def _libc_handle():
     return _libc_all
 
 
-# The program that refuses process creation: a run that may start processes (a bash run, or
-# PTC_ALLOW_SUBPROCESS=true, whose filter file has no such program) goes without it.
-PROCESS_PROGRAM = "process"
+# The filter file's programs (src/sandbox/seccomp.rs): a Python run's, which refuses process
+# creation unless PTC_ALLOW_SUBPROCESS=true, and the one of a run that becomes a program (a
+# bash run: it may start processes, all of them inside its sandbox and killed with it).
+RUN_PROGRAM = "run"
+EXEC_PROGRAM = "exec"
 
 
-def load_filters(path, skip=()):
-    """The seccomp programs of the sidecar's filter file but those named in `skip`, ready to
-    install (`compile_filters`)."""
+def load_filters(path, name=RUN_PROGRAM):
+    """The seccomp program `name` of the sidecar's filter file, ready to install
+    (`compile_filters`): a list of one."""
     import json
 
     try:
         with open(path, "rb") as f:
             doc = json.loads(f.read())
         arch = doc["arch"]
-        programs = [bytes.fromhex(p["bpf"]) for p in doc["filters"] if p["name"] not in skip]
+        programs = [bytes.fromhex(p["bpf"]) for p in doc["filters"] if p["name"] == name]
+        if len(programs) != 1:
+            raise ValueError("%d programs named %r" % (len(programs), name))
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise SandboxError("cannot read the seccomp filter file %s: %s" % (path, e))
     machine = os.uname().machine

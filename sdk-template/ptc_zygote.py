@@ -47,7 +47,7 @@ def main():
     filters = exec_filters = None
     if spec.get("seccomp") and spec.get("filters"):
         filters = ptc_sandbox.load_filters(spec["filters"])
-        exec_filters = ptc_sandbox.load_filters(spec["filters"], skip={ptc_sandbox.PROCESS_PROGRAM})
+        exec_filters = ptc_sandbox.load_filters(spec["filters"], ptc_sandbox.EXEC_PROGRAM)
     server_pid = os.getpid()
     ptc_sandbox.become_subreaper()
     # The server's life, for runs in namespaces of their own (which cannot see their parent):
@@ -230,9 +230,10 @@ class _NetSlots:
         if slot is not None:
             self.give_back(slot)
 
-    def close_in_child(self):
-        """In a run's process: none of the namespaces or listeners is the run's to hold."""
-        for fd, listener in self.free + list(self.busy.values()):
+    def close_in_child(self, mine):
+        """In a run's process: none of the namespaces or listeners is the run's to hold, not
+        even its own namespace's (`mine`, it is in it already)."""
+        for fd, listener in self.free + list(self.busy.values()) + ([mine] if mine else []):
             os.close(fd)
             listener.close()
         if self.home is not None:
@@ -276,7 +277,7 @@ def _fork_run(ctl, request, fds, kept, prepared, spec, filter_sets, server_pid, 
         return None
     if pid == 0:
         try:
-            nets.close_in_child()
+            nets.close_in_child(slot)
             os.close(life[1])
             for other in pending.values():  # other runs' handovers are not ours
                 other.report.close()
