@@ -154,7 +154,7 @@ class _NetSlots:
     KEEP_FREE = 8
 
     def __init__(self, spec):
-        self.enabled = bool((spec.get("ns") or {}).get("net")) and spec.get("ipc_port")
+        self.enabled = bool((spec.get("ns") or {}).get("net") and spec.get("ipc_port"))
         self.port = int(spec.get("ipc_port") or 0)
         self.free = []  # [(namespace fd, listening socket)]
         self.busy = {}  # pid -> (namespace fd, listening socket)
@@ -179,11 +179,7 @@ class _NetSlots:
 
         if self.home is None:
             self.home = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
-        ctypes, _, _ = ptc_sandbox._syscalls()
-        libc = ptc_sandbox._libc_handle()
-        if libc.unshare(ptc_sandbox.CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err))
+        _libc_ok(ptc_sandbox._libc_handle().unshare(ptc_sandbox.CLONE_NEWNET))
         try:
             ptc_sandbox._loopback_up()
             listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -209,10 +205,7 @@ class _NetSlots:
     def _setns(self, fd):
         import ptc_sandbox
 
-        ctypes, _, _ = ptc_sandbox._syscalls()
-        if ptc_sandbox._libc_handle().setns(fd, ptc_sandbox.CLONE_NEWNET) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err))
+        _libc_ok(ptc_sandbox._libc_handle().setns(fd, ptc_sandbox.CLONE_NEWNET))
 
     def hold(self, pid, slot):
         self.busy[pid] = slot
@@ -238,6 +231,15 @@ class _NetSlots:
             listener.close()
         if self.home is not None:
             os.close(self.home)
+
+
+def _libc_ok(result):
+    """A libc call's `result`, raised as OSError (with its errno) when it failed."""
+    if result != 0:
+        import ptc_sandbox
+
+        err = ptc_sandbox._syscalls()[0].get_errno()
+        raise OSError(err, os.strerror(err))
 
 
 def _fork_run(ctl, request, fds, kept, prepared, spec, filter_sets, server_pid, resource):

