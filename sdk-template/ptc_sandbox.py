@@ -105,25 +105,31 @@ def _libc_handle():
     return _libc_all
 
 
-# The filter file's programs (src/sandbox/seccomp.rs): a Python run's, which refuses process
-# creation unless PTC_ALLOW_SUBPROCESS=true, and the one of a run that becomes a program (a
-# bash run: it may start processes, all of them inside its sandbox and killed with it).
+# The filter file's programs (src/sandbox/seccomp.rs): every run has `base` (the fork server
+# installs it on itself once, and its children inherit it; a cold child installs it) and the
+# one of its kind: a Python run's, which refuses process creation unless
+# PTC_ALLOW_SUBPROCESS=true, or the one of a run that becomes a program (a bash run: it may
+# start processes, all of them inside its sandbox and killed with it).
+BASE_PROGRAM = "base"
 RUN_PROGRAM = "run"
 EXEC_PROGRAM = "exec"
 
 
-def load_filters(path, name=RUN_PROGRAM):
-    """The seccomp program `name` of the sidecar's filter file, ready to install
-    (`compile_filters`): a list of one."""
+def load_filters(path, names=(BASE_PROGRAM, RUN_PROGRAM)):
+    """The seccomp programs `names` of the sidecar's filter file, in that order, ready to
+    install (`compile_filters`)."""
     import json
 
     try:
         with open(path, "rb") as f:
             doc = json.loads(f.read())
         arch = doc["arch"]
-        programs = [bytes.fromhex(p["bpf"]) for p in doc["filters"] if p["name"] == name]
-        if len(programs) != 1:
-            raise ValueError("%d programs named %r" % (len(programs), name))
+        programs = []
+        for name in names:
+            found = [bytes.fromhex(p["bpf"]) for p in doc["filters"] if p["name"] == name]
+            if len(found) != 1:
+                raise ValueError("%d programs named %r" % (len(found), name))
+            programs += found
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise SandboxError("cannot read the seccomp filter file %s: %s" % (path, e))
     machine = os.uname().machine
@@ -196,21 +202,17 @@ def confine(ruleset_fd, filters, landlock=True, seccomp=True, parent_pid=None):
         raise SandboxError("seccomp was asked for but no filter was passed")
     ctypes, prctl, syscall = _syscalls()
 
-    def fail(what):
-        err = ctypes.get_errno()
-        raise SandboxError("%s: %s" % (what, os.strerror(err) if err else "failed"))
-
     if prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
-        fail("prctl(PR_SET_NO_NEW_PRIVS)")
+        _fail("prctl(PR_SET_NO_NEW_PRIVS)")
     if prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
-        fail("prctl(PR_SET_DUMPABLE)")
+        _fail("prctl(PR_SET_DUMPABLE)")
     # What the run's processes leave behind when they exit stays in the run's tree while the
     # run lives, instead of climbing to the fork server (which kills whatever reaches it).
     if prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        fail("prctl(PR_SET_CHILD_SUBREAPER)")
+        _fail("prctl(PR_SET_CHILD_SUBREAPER)")
     if parent_pid is not None:
         if prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0) != 0:
-            fail("prctl(PR_SET_PDEATHSIG)")
+            _fail("prctl(PR_SET_PDEATHSIG)")
         if os.getppid() != parent_pid:
             # The parent died before the death signal was armed: nobody would kill us.
             raise SandboxError("the parent process is gone")
@@ -221,20 +223,42 @@ def confine(ruleset_fd, filters, landlock=True, seccomp=True, parent_pid=None):
             raise SandboxError("Landlock needs a single-threaded process")
         if syscall(ctypes.c_long(_SYS_LANDLOCK_RESTRICT_SELF), ctypes.c_int(ruleset_fd),
                    ctypes.c_uint(0)) != 0:
-            fail("landlock_restrict_self")
+            _fail("landlock_restrict_self")
 
     if filters:
-        number = _SYS_SECCOMP.get(os.uname().machine)
-        if number is None:
-            raise SandboxError("no seccomp syscall number for %s" % (os.uname().machine,))
-
-        for _buf, prog in filters:
-            if syscall(ctypes.c_long(number), ctypes.c_uint(_SECCOMP_SET_MODE_FILTER),
-                       ctypes.c_uint(_SECCOMP_FILTER_FLAG_TSYNC), ctypes.byref(prog)) != 0:
-                fail("seccomp(SECCOMP_SET_MODE_FILTER)")
+        _install(filters, _fail)
 
     # Whatever the parent left open (the ruleset, the fork server's sockets) is not the run's.
     os.closerange(3, 1 << 20)
+
+
+def confine_server(filters):
+    """The fork server's own seccomp program (`base`, from `load_filters`), installed once on
+    itself: every process it forks has it, and installs only the program of its run's kind.
+    Raises SandboxError when it cannot be installed."""
+    prctl = _syscalls()[1]
+    # Without CAP_SYS_ADMIN seccomp needs it; its children set it anyway.
+    if prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        _fail("prctl(PR_SET_NO_NEW_PRIVS)")
+    _install(filters, _fail)
+
+
+def _fail(what):
+    """Raises SandboxError for `what`, with the reason errno gives."""
+    err = _syscalls()[0].get_errno()
+    raise SandboxError("%s: %s" % (what, os.strerror(err) if err else "failed"))
+
+
+def _install(filters, fail):
+    """Installs each of `filters` on this process and all its threads."""
+    ctypes, _, syscall = _syscalls()
+    number = _SYS_SECCOMP.get(os.uname().machine)
+    if number is None:
+        raise SandboxError("no seccomp syscall number for %s" % (os.uname().machine,))
+    for _buf, prog in filters:
+        if syscall(ctypes.c_long(number), ctypes.c_uint(_SECCOMP_SET_MODE_FILTER),
+                   ctypes.c_uint(_SECCOMP_FILTER_FLAG_TSYNC), ctypes.byref(prog)) != 0:
+            fail("seccomp(SECCOMP_SET_MODE_FILTER)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -366,8 +390,9 @@ def enter(spec, dirs, report, nproc=None):
     """In the child `clone_isolated` made, PID 1 of its namespaces, once it has `arrive`d and
     is in its working directory, before `confine`: makes the namespaces a run's.
 
-    Remounts each of `dirs` (the scratch and data
-    directories) noexec, nosuid and nodev, hides the machine's /proc and /sys, brings up its
+    Makes its mount namespace a run's (`make_run_mounts` with `dirs`, the scratch and data
+    directories; where the namespace is a copy of the fork server's for runs,
+    `spec["premounted"]`, only a directory not noexec yet is remounted), brings up its
     loopback and listens on `127.0.0.1:spec["ipc_port"]` there: the IPC bridge's end inside,
     sent to the server on `report` (`ok`, with the socket), which hands it to the sidecar.
     Then becomes the run user, sets its `RLIMIT_NPROC` to `nproc` (in a user namespace of its
@@ -381,27 +406,22 @@ def enter(spec, dirs, report, nproc=None):
     import socket
     import struct  # noqa: F401
 
-    ctypes, prctl, syscall = _syscalls()
+    ctypes = _syscalls()[0]
     libc = _libc_handle()
-
-    def fail(what):
-        err = ctypes.get_errno()
-        raise SandboxError("%s: %s" % (what, os.strerror(err) if err else "failed"))
 
     names = spec.get("ns") or {}
     if names.get("mount"):
-        if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
-            fail("mount(/, MS_PRIVATE)")
-        for d in dirs:
-            _remount_noexec(libc, ctypes, os.fsencode(d), fail)
-        # The working directory was entered before its new mount: enter it again, through it.
-        os.chdir(os.getcwd())
-        # The machine's /proc and /sys under an empty read-only tmpfs: Landlock keeps a run
-        # out of their files, but not from listing every pid on the machine with stat().
-        for hidden in (b"/proc", b"/sys"):
-            if libc.mount(b"tmpfs", hidden, b"tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV
-                          | _MS_NOEXEC, b"size=4k,nr_inodes=1,mode=555") != 0:
-                fail("hiding %s" % os.fsdecode(hidden))
+        if spec.get("premounted"):
+            # Copied from the fork server's mount namespace for runs, which has all of it:
+            # only a directory that is not noexec yet (a session's) is remounted.
+            dirs = [d for d in dirs if not _noexec(d)]
+            for d in dirs:
+                _remount_noexec(libc, ctypes, os.fsencode(d), _fail)
+        else:
+            make_run_mounts(dirs, _fail)
+        if dirs:
+            # The working directory was entered before its new mount: enter it again, through it.
+            os.chdir(os.getcwd())
     listener = None
     if names.get("net"):
         _loopback_up()
@@ -422,7 +442,36 @@ def enter(spec, dirs, report, nproc=None):
     if listener is not None:
         listener.close()
     if names.get("user"):
-        _drop_capabilities(ctypes, libc, fail)
+        _drop_capabilities(ctypes, libc, _fail)
+
+
+def make_run_mounts(dirs, fail):
+    """In a new mount namespace: makes it a run's. Every mount private (nothing propagates in
+    or out), each of `dirs` noexec, nosuid and nodev, and the machine's /proc and /sys under
+    an empty read-only tmpfs: Landlock keeps a run out of their files, but not from listing
+    every pid on the machine with stat(). `fail(what)` raises with errno's reason."""
+    ctypes = _syscalls()[0]
+    libc = _libc_handle()
+    if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
+        fail("mount(/, MS_PRIVATE)")
+    for d in dirs:
+        _remount_noexec(libc, ctypes, os.fsencode(d), fail)
+    for hidden in (b"/proc", b"/sys"):
+        if libc.mount(b"tmpfs", hidden, b"tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV
+                      | _MS_NOEXEC, b"size=4k,nr_inodes=1,mode=555") != 0:
+            fail("hiding %s" % os.fsdecode(hidden))
+
+
+# statvfs's f_flag bits of a directory whose files cannot run: noexec, nosuid, nodev.
+_ST_NOEXEC_ALL = 0x8 | 0x2 | 0x4
+
+
+def _noexec(path):
+    """Whether `path` is on a mount with noexec, nosuid and nodev."""
+    try:
+        return os.statvfs(path).f_flag & _ST_NOEXEC_ALL == _ST_NOEXEC_ALL
+    except OSError:
+        return False
 
 
 def become_run_user(spec):

@@ -78,10 +78,12 @@ impl SpawnSpec {
 
     /// What a child is told to apply, as the `PTC_SANDBOX` variable's value; `ruleset_fd` is
     /// where a cold child finds its Landlock ruleset (forked children get theirs with the fork).
+    /// The fork server also learns the scratch root, which every run's scratch directory is in
+    /// (`scratch_root`: its mount namespace for runs has it noexec).
     pub fn sandbox_spec(&self, ruleset_fd: Option<i32>) -> String {
-        self.sandbox
-            .spec(self.filters.as_deref(), ruleset_fd)
-            .to_string()
+        let mut spec = self.sandbox.spec(self.filters.as_deref(), ruleset_fd);
+        spec["scratch_root"] = self.scratch_root.to_string_lossy().into();
+        spec.to_string()
     }
 
     /// Makes a run's scratch directory: private to the user code runs as.

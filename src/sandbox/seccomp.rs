@@ -1,27 +1,35 @@
 //! The seccomp-bpf programs every run's child installs on itself after `PR_SET_NO_NEW_PRIVS`
 //! (`ptc_sandbox.confine`), compiled here with `seccompiler` for the architecture we run on.
 //!
-//! One program per kind of run, installed alone (each program a child installs is JIT-compiled
-//! and has its action cache computed: four of them cost a run 0.31 ms, one 0.26): `run` for a
-//! Python run, `exec` for a run that becomes a program (a bash run). Each holds, in order:
+//! Every run has two programs: `base`, then the one of its kind, `run` for a Python run or
+//! `exec` for a run that becomes a program (a bash run). `base` holds what neither a run nor
+//! the fork server that makes runs needs: the fork server installs it on itself once, and every
+//! process it forks inherits it (a cold child installs both). The kernel JIT-compiles each
+//! program a process installs and computes its action cache by running the program for every
+//! syscall number: `base` is most of the rules, and a run installing it cost 0.3 ms of CPU;
+//! the program of its kind, a few rules, costs it a tenth of that. Each program holds, in order:
 //! - (x86_64 only) the x32 ABI numbers, which would bypass rules written for x86_64: EPERM;
 //! - `clone3`: ENOSYS, so glibc falls back to `clone`, whose flags a filter can read (clone3
 //!   passes them behind a pointer);
-//! - what no run needs and an attacker wants, EPERM: tracing and reading other
-//!   processes, namespaces (`unshare`, `setns`, and `clone` with any `CLONE_NEW*` flag),
-//!   mounts, keyrings, BPF, io_uring (which would bypass this filter), modules; sockets other
-//!   than TCP streams; `socketpair` other than an AF_UNIX stream pair; TCP Fast Open sends
-//!   (they connect without `connect`, past Landlock's port rule); undoing our prctls;
-//!   terminal injection; resource limits, priorities, CPU affinity, scheduling and I/O
-//!   priority of any process but the caller (`prlimit64`, `setpriority`, `sched_set*`,
-//!   `ioprio_set` only with pid/who 0: they need only the same uid, and would let one run
-//!   starve or kill another); `memfd_create` and `execveat` (running what a run wrote
-//!   without a file on a noexec mount).
+//! - `base`: what no run needs and an attacker wants, EPERM: tracing and reading other
+//!   processes, mounts other than `mount(2)`, keyrings, BPF, io_uring (which would bypass
+//!   seccomp), modules; TCP Fast Open sends (they connect without `connect`, past Landlock's
+//!   port rule); terminal injection; resource limits, priorities, CPU affinity, scheduling
+//!   and I/O priority of any process but the caller (`prlimit64`, `setpriority`,
+//!   `sched_set*`, `ioprio_set` only with pid/who 0: they need only the same uid, and would
+//!   let one run starve or kill another); `memfd_create` and `execveat` (running what a run
+//!   wrote without a file on a noexec mount);
+//! - `run` and `exec`: what the fork server does to make a run and the run must not, EPERM:
+//!   namespaces (`unshare`, `setns`, and `clone` with any `CLONE_NEW*` flag), `mount`,
+//!   sockets other than TCP streams, `socketpair` other than an AF_UNIX stream pair, undoing
+//!   our prctls;
 //! - `run` only, unless `PTC_ALLOW_SUBPROCESS`: process creation, EPERM for fork, vfork,
-//!   clone without CLONE_THREAD, execve, execveat. Threads still start.
+//!   clone without CLONE_THREAD, execve. Threads still start.
 //!
-//! The first two are hand-written instructions put in front of what `seccompiler` compiled
-//! from the rules (it matches exact numbers, with one action per program).
+//! A syscall is allowed only when every program a process has allows it (the kernel takes the
+//! strictest answer). The guards are hand-written instructions put in front of what
+//! `seccompiler` compiled from the rules (it matches exact numbers, with one action per
+//! program), in every program.
 //!
 //! Owns the syscall lists; must not install anything in the sidecar itself.
 
@@ -77,16 +85,19 @@ pub fn available() -> Result<(), Unavailable> {
     }))
 }
 
+/// The program under every run, installed once by the fork server on itself.
+pub const BASE_PROGRAM: &str = "base";
 /// The program of a Python run (process creation refused unless `allow_subprocess`).
 pub const RUN_PROGRAM: &str = "run";
 /// The program of a run that becomes a program (a bash run): it may start processes, all of
 /// them inside its sandbox and killed with it.
 pub const EXEC_PROGRAM: &str = "exec";
 
-/// The two programs, `run` and `exec`, for this architecture: a child installs one.
+/// The three programs, `base`, `run` and `exec`, for this architecture: a run has `base` and
+/// one of the other two.
 pub fn programs(allow_subprocess: bool) -> Result<Vec<Program>, SandboxError> {
     let (arch, _) = native_arch()?;
-    let exec = always_rules()?;
+    let exec = run_rules()?;
     let mut run = exec.clone();
     if !allow_subprocess {
         for (nr, rules) in process_rules()? {
@@ -104,6 +115,7 @@ pub fn programs(allow_subprocess: bool) -> Result<Vec<Program>, SandboxError> {
         }
     }
     Ok(vec![
+        compile(BASE_PROGRAM, base_rules()?, arch)?,
         compile(RUN_PROGRAM, run, arch)?,
         compile(EXEC_PROGRAM, exec, arch)?,
     ])
@@ -219,10 +231,8 @@ fn always_denied() -> Vec<i64> {
         libc::SYS_kcmp,
         libc::SYS_migrate_pages,
         libc::SYS_move_pages,
-        // Namespaces and mounts: the way out of every other layer.
-        libc::SYS_unshare,
-        libc::SYS_setns,
-        libc::SYS_mount,
+        // Mounts: the way out of every other layer (unshare, setns and mount, which the fork
+        // server uses to make a run, are refused by `run_rules`).
         libc::SYS_umount2,
         libc::SYS_pivot_root,
         libc::SYS_chroot,
@@ -288,10 +298,22 @@ fn always_denied() -> Vec<i64> {
     list
 }
 
-fn always_rules() -> Result<Rules, SandboxError> {
+/// `base`: what neither a run nor the fork server needs.
+fn base_rules() -> Result<Rules, SandboxError> {
     let mut rules: Rules = always_denied().into_iter().map(|nr| (nr, vec![])).collect();
-    socket_rules(&mut rules)?;
     other_process_rules(&mut rules)?;
+    io_rules(&mut rules)?;
+    Ok(rules)
+}
+
+/// What the fork server does to make a run, and the run must not: namespaces, `mount`, other
+/// sockets, our prctls (the rules of `exec`, and of `run` with the process rules).
+fn run_rules() -> Result<Rules, SandboxError> {
+    let mut rules: Rules = [libc::SYS_unshare, libc::SYS_setns, libc::SYS_mount]
+        .into_iter()
+        .map(|nr| (nr, vec![]))
+        .collect();
+    socket_rules(&mut rules)?;
     self_rules(&mut rules)?;
     Ok(rules)
 }
@@ -385,8 +407,7 @@ fn other_process_rules(rules: &mut Rules) -> Result<(), SandboxError> {
     Ok(())
 }
 
-/// What a run could do to its own confinement: namespaces by clone, our prctls, terminal
-/// injection.
+/// What a run could do to its own confinement: namespaces by clone, our prctls.
 fn self_rules(rules: &mut Rules) -> Result<(), SandboxError> {
     // clone with a CLONE_NEW* flag makes namespaces as unshare does (the flags are clone's
     // first argument on both architectures we build for; clone3 is ENOSYS).
@@ -404,6 +425,22 @@ fn self_rules(rules: &mut Rules) -> Result<(), SandboxError> {
         new_namespace.push(rule(vec![cond(0, Len::Qword, Op::MaskedEq(flag), flag)?])?);
     }
     rules.insert(libc::SYS_clone, new_namespace);
+    // prctl: keep what confine() set (not dumpable, die with the fork server) and let no
+    // process declare itself a tracer.
+    let mut prctl = Vec::new();
+    for option in [
+        libc::PR_SET_DUMPABLE as u64,
+        libc::PR_SET_PDEATHSIG as u64,
+        libc::PR_SET_PTRACER as u64,
+    ] {
+        prctl.push(rule(vec![cond(0, Len::Dword, Op::Eq, option)?])?);
+    }
+    rules.insert(libc::SYS_prctl, prctl);
+    Ok(())
+}
+
+/// Connections without `connect` and terminal injection.
+fn io_rules(rules: &mut Rules) -> Result<(), SandboxError> {
     // TCP Fast Open: sendto/sendmsg with MSG_FASTOPEN connects without connect(2).
     let fastopen = libc::MSG_FASTOPEN as u64;
     for (nr, flags_arg) in [
@@ -421,17 +458,6 @@ fn self_rules(rules: &mut Rules) -> Result<(), SandboxError> {
             )?])?],
         );
     }
-    // prctl: keep what confine() set (not dumpable, die with the fork server) and let no
-    // process declare itself a tracer.
-    let mut prctl = Vec::new();
-    for option in [
-        libc::PR_SET_DUMPABLE as u64,
-        libc::PR_SET_PDEATHSIG as u64,
-        libc::PR_SET_PTRACER as u64,
-    ] {
-        prctl.push(rule(vec![cond(0, Len::Dword, Op::Eq, option)?])?);
-    }
-    rules.insert(libc::SYS_prctl, prctl);
     // ioctl: no typing into a terminal we might share (TIOCSTI) or console tricks (TIOCLINUX).
     rules.insert(
         libc::SYS_ioctl,
@@ -526,6 +552,20 @@ mod tests {
         all.into_iter().find(|p| p.name == name).unwrap().bpf
     }
 
+    /// What a process with `installed` (oldest first) is answered, as the kernel decides: the
+    /// strictest action, the newest program's among equals.
+    fn answer(installed: &[&[u8]], nr: u32, args: [u64; 6]) -> u32 {
+        let action = |ret: u32| (ret & libc::SECCOMP_RET_ACTION_FULL) as i32;
+        let mut out = ALLOW;
+        for bpf in installed.iter().rev() {
+            let ret = verdict(bpf, nr, args);
+            if action(ret) < action(out) {
+                out = ret;
+            }
+        }
+        out
+    }
+
     const ALLOW: u32 = libc::SECCOMP_RET_ALLOW;
 
     #[test]
@@ -533,7 +573,7 @@ mod tests {
         for allow in [false, true] {
             let all = programs(allow).unwrap();
             let names: Vec<_> = all.iter().map(|p| p.name).collect();
-            assert_eq!(names, [RUN_PROGRAM, EXEC_PROGRAM]);
+            assert_eq!(names, [BASE_PROGRAM, RUN_PROGRAM, EXEC_PROGRAM]);
             for p in &all {
                 assert!(p.bpf.len() % 8 == 0 && !p.bpf.is_empty(), "{}", p.name);
                 assert!(p.bpf.len() / 8 <= 4096, "{}", p.name);
@@ -541,24 +581,50 @@ mod tests {
         }
     }
 
-    /// The guards put in front of seccompiler's rules and the rules themselves answer as the
-    /// four programs of before did together.
+    /// A run's two programs together (`base` and the one of its kind) answer as the rules say,
+    /// guards included.
     #[test]
-    fn each_program_answers_as_the_rules_say() {
-        let run = program(false, RUN_PROGRAM);
-        let exec = program(false, EXEC_PROGRAM);
-        let run_allowing = program(true, RUN_PROGRAM);
+    fn each_kind_of_run_is_answered_as_the_rules_say() {
+        let base = program(false, BASE_PROGRAM);
+        let run: &[&[u8]] = &[&base, &program(false, RUN_PROGRAM)];
+        let exec: &[&[u8]] = &[&base, &program(false, EXEC_PROGRAM)];
+        let run_allowing: &[&[u8]] = &[&program(true, BASE_PROGRAM), &program(true, RUN_PROGRAM)];
         let none = [0; 6];
         let eperm = errno(libc::EPERM);
-        for bpf in [&run, &exec, &run_allowing] {
+        let verdict = answer;
+        for bpf in [run, exec, run_allowing] {
             assert_eq!(verdict(bpf, libc::SYS_getpid as u32, none), ALLOW);
             assert_eq!(verdict(bpf, libc::SYS_read as u32, none), ALLOW);
             assert_eq!(
                 verdict(bpf, libc::SYS_clone3 as u32, none),
                 errno(libc::ENOSYS)
             );
-            assert_eq!(verdict(bpf, libc::SYS_unshare as u32, none), eperm);
-            assert_eq!(verdict(bpf, libc::SYS_bpf as u32, none), eperm);
+            for nr in [
+                libc::SYS_unshare,
+                libc::SYS_setns,
+                libc::SYS_mount,
+                libc::SYS_bpf,
+                libc::SYS_ptrace,
+                libc::SYS_io_uring_setup,
+                libc::SYS_memfd_create,
+            ] {
+                assert_eq!(verdict(bpf, nr as u32, none), eperm, "{nr}");
+            }
+            let other = [1, libc::RLIMIT_NPROC as u64, 0, 0, 0, 0];
+            assert_eq!(verdict(bpf, libc::SYS_prlimit64 as u32, other), eperm);
+            let own = [0, libc::RLIMIT_NPROC as u64, 0, 0, 0, 0];
+            assert_eq!(verdict(bpf, libc::SYS_prlimit64 as u32, own), ALLOW);
+            let pdeathsig = [libc::PR_SET_PDEATHSIG as u64, 0, 0, 0, 0, 0];
+            assert_eq!(verdict(bpf, libc::SYS_prctl as u32, pdeathsig), eperm);
+            let seqpacket = [
+                libc::AF_UNIX as u64,
+                libc::SOCK_SEQPACKET as u64,
+                0,
+                0,
+                0,
+                0,
+            ];
+            assert_eq!(verdict(bpf, libc::SYS_socketpair as u32, seqpacket), eperm);
             let netns = [
                 libc::CLONE_NEWNET as u64 | libc::SIGCHLD as u64,
                 0,
@@ -589,15 +655,59 @@ mod tests {
         }
         // Process creation: refused to a Python run only, unless allowed.
         let fork = [libc::SIGCHLD as u64, 0, 0, 0, 0, 0];
-        assert_eq!(verdict(&run, libc::SYS_clone as u32, fork), eperm);
-        assert_eq!(verdict(&run, libc::SYS_execve as u32, none), eperm);
-        assert_eq!(verdict(&exec, libc::SYS_clone as u32, fork), ALLOW);
-        assert_eq!(verdict(&exec, libc::SYS_execve as u32, none), ALLOW);
-        assert_eq!(verdict(&run_allowing, libc::SYS_clone as u32, fork), ALLOW);
-        assert_eq!(verdict(&run_allowing, libc::SYS_execve as u32, none), ALLOW);
-        // Refused to both whatever the arguments, as before the merge.
-        assert_eq!(verdict(&exec, libc::SYS_execveat as u32, none), eperm);
-        assert_eq!(verdict(&run, libc::SYS_execveat as u32, none), eperm);
+        assert_eq!(verdict(run, libc::SYS_clone as u32, fork), eperm);
+        assert_eq!(verdict(run, libc::SYS_execve as u32, none), eperm);
+        assert_eq!(verdict(exec, libc::SYS_clone as u32, fork), ALLOW);
+        assert_eq!(verdict(exec, libc::SYS_execve as u32, none), ALLOW);
+        assert_eq!(verdict(run_allowing, libc::SYS_clone as u32, fork), ALLOW);
+        assert_eq!(verdict(run_allowing, libc::SYS_execve as u32, none), ALLOW);
+        // Refused to both whatever the arguments.
+        assert_eq!(verdict(exec, libc::SYS_execveat as u32, none), eperm);
+        assert_eq!(verdict(run, libc::SYS_execveat as u32, none), eperm);
+    }
+
+    /// `base` alone, the fork server's, lets it make runs (clone into namespaces, setns,
+    /// mount, its sockets, the death signal) and refuses it the rest as it refuses runs.
+    #[test]
+    fn the_fork_servers_program_lets_it_make_runs() {
+        let base = program(false, BASE_PROGRAM);
+        let none = [0; 6];
+        let eperm = errno(libc::EPERM);
+        let isolated = libc::CLONE_NEWUSER | libc::CLONE_NEWPID | libc::CLONE_NEWNS;
+        let clone = [(isolated | libc::SIGCHLD) as u64, 0, 0, 0, 0, 0];
+        assert_eq!(verdict(&base, libc::SYS_clone as u32, clone), ALLOW);
+        let net = [libc::CLONE_NEWNET as u64, 0, 0, 0, 0, 0];
+        assert_eq!(verdict(&base, libc::SYS_unshare as u32, net), ALLOW);
+        assert_eq!(verdict(&base, libc::SYS_setns as u32, net), ALLOW);
+        assert_eq!(verdict(&base, libc::SYS_mount as u32, none), ALLOW);
+        let seqpacket = [
+            libc::AF_UNIX as u64,
+            libc::SOCK_SEQPACKET as u64,
+            0,
+            0,
+            0,
+            0,
+        ];
+        assert_eq!(
+            verdict(&base, libc::SYS_socketpair as u32, seqpacket),
+            ALLOW
+        );
+        let udp = [libc::AF_INET as u64, libc::SOCK_DGRAM as u64, 0, 0, 0, 0];
+        assert_eq!(verdict(&base, libc::SYS_socket as u32, udp), ALLOW);
+        let pdeathsig = [libc::PR_SET_PDEATHSIG as u64, 9, 0, 0, 0, 0];
+        assert_eq!(verdict(&base, libc::SYS_prctl as u32, pdeathsig), ALLOW);
+        for nr in [
+            libc::SYS_bpf,
+            libc::SYS_ptrace,
+            libc::SYS_umount2,
+            libc::SYS_keyctl,
+        ] {
+            assert_eq!(verdict(&base, nr as u32, none), eperm, "{nr}");
+        }
+        assert_eq!(
+            verdict(&base, libc::SYS_clone3 as u32, none),
+            errno(libc::ENOSYS)
+        );
     }
 
     #[test]

@@ -86,3 +86,41 @@ async fn kernel_interfaces_stay_refused() {
     })
     .await;
 }
+
+/// The seccomp program under every run (`base`) is the fork server's own, installed once, and
+/// each run has it and the program of its kind: read from outside in the processes' status. A
+/// server that lost it would leave every run with the few rules of its kind alone, and the
+/// attacks above would show it too; this says which layer went missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fork_server_and_each_run_carry_their_seccomp_programs() {
+    against_both("held_seccomp_stack", Opts::default(), |s| async move {
+        let filters = |pid: i32| -> Option<u32> {
+            let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+            let line = status.lines().find(|l| l.starts_with("Seccomp_filters:"))?;
+            line.split_whitespace().nth(1)?.parse().ok()
+        };
+        let server = s
+            .fork_server()
+            .ok_or_else(|| broken("no fork server is running"))?;
+        if filters(server) != Some(1) {
+            return Err(attack(format!(
+                "the fork server has {:?} seccomp programs, not its own one",
+                filters(server)
+            )));
+        }
+        let workers = s.warm_workers();
+        if workers.is_empty() {
+            return Err(broken("no warm worker is waiting"));
+        }
+        for pid in workers {
+            if filters(pid) != Some(2) {
+                return Err(attack(format!(
+                    "warm worker {pid} has {:?} seccomp programs, not base and its own",
+                    filters(pid)
+                )));
+            }
+        }
+        Ok(())
+    })
+    .await;
+}
