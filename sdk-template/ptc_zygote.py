@@ -254,14 +254,16 @@ class _MountsForRuns:
             return
         import ptc_sandbox
 
-        home = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
-        proc = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        home = proc = None
         try:
+            home = os.open("/proc/self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
+            proc = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             _libc_ok(ptc_sandbox._libc_handle().unshare(ptc_sandbox.CLONE_NEWNS))
         except OSError:
-            os.close(home)
-            os.close(proc)
-            return  # no CAP_SYS_ADMIN here: each run mounts its own
+            for fd in (home, proc):
+                if fd is not None:
+                    os.close(fd)
+            return  # no CAP_SYS_ADMIN here (or no /proc): each run mounts its own
         try:
             ptc_sandbox.make_run_mounts([root], _raise_errno)
             self.fd = os.open("self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc)
