@@ -418,7 +418,7 @@ def enter(spec, dirs, report, nproc=None):
             for d in dirs:
                 _remount_noexec(libc, ctypes, os.fsencode(d), _fail)
         else:
-            make_run_mounts(dirs, _fail)
+            make_run_mounts(dirs)
         if dirs:
             # The working directory was entered before its new mount: enter it again, through it.
             os.chdir(os.getcwd())
@@ -445,21 +445,21 @@ def enter(spec, dirs, report, nproc=None):
         _drop_capabilities(ctypes, libc, _fail)
 
 
-def make_run_mounts(dirs, fail):
+def make_run_mounts(dirs):
     """In a new mount namespace: makes it a run's. Every mount private (nothing propagates in
     or out), each of `dirs` noexec, nosuid and nodev, and the machine's /proc and /sys under
     an empty read-only tmpfs: Landlock keeps a run out of their files, but not from listing
-    every pid on the machine with stat(). `fail(what)` raises with errno's reason."""
+    every pid on the machine with stat(). Raises SandboxError when a mount fails."""
     ctypes = _syscalls()[0]
     libc = _libc_handle()
     if libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
-        fail("mount(/, MS_PRIVATE)")
+        _fail("mount(/, MS_PRIVATE)")
     for d in dirs:
-        _remount_noexec(libc, ctypes, os.fsencode(d), fail)
+        _remount_noexec(libc, ctypes, os.fsencode(d), _fail)
     for hidden in (b"/proc", b"/sys"):
         if libc.mount(b"tmpfs", hidden, b"tmpfs", _MS_RDONLY | _MS_NOSUID | _MS_NODEV
                       | _MS_NOEXEC, b"size=4k,nr_inodes=1,mode=555") != 0:
-            fail("hiding %s" % os.fsdecode(hidden))
+            _fail("hiding %s" % os.fsdecode(hidden))
 
 
 # statvfs's f_flag bits of a directory whose files cannot run: noexec, nosuid, nodev.

@@ -48,11 +48,11 @@ def main():
     spec = ptc_sandbox.settle(ptc_sandbox.spec_from_env() or dict(ptc_bootstrap._EVERY_LAYER))
     filters = exec_filters = None
     if spec.get("seccomp") and spec.get("filters"):
-        path = spec["filters"]
+        names = [ptc_sandbox.BASE_PROGRAM, ptc_sandbox.RUN_PROGRAM, ptc_sandbox.EXEC_PROGRAM]
         try:
-            filters = ptc_sandbox.load_filters(path, [ptc_sandbox.RUN_PROGRAM])
-            exec_filters = ptc_sandbox.load_filters(path, [ptc_sandbox.EXEC_PROGRAM])
-            ptc_sandbox.confine_server(ptc_sandbox.load_filters(path, [ptc_sandbox.BASE_PROGRAM]))
+            base, run, run_exec = ptc_sandbox.load_filters(spec["filters"], names)
+            filters, exec_filters = [run], [run_exec]
+            ptc_sandbox.confine_server([base])
         except ptc_sandbox.SandboxError as e:
             sys.stderr.write("ptc: the fork server cannot install its seccomp program: %s\n" % e)
             sys.exit(2)
@@ -204,10 +204,14 @@ class _NetSlots:
 
     def enter(self, slot):
         """This server into `slot`'s namespace, for one clone."""
-        _setns(slot[0], _CLONE_NEWNET)
+        import ptc_sandbox
+
+        _setns(slot[0], ptc_sandbox.CLONE_NEWNET)
 
     def leave(self):
-        _go_home(self.home, _CLONE_NEWNET)
+        import ptc_sandbox
+
+        _go_home(self.home, ptc_sandbox.CLONE_NEWNET)
 
     def hold(self, pid, slot):
         self.busy[pid] = slot
@@ -265,35 +269,36 @@ class _MountsForRuns:
                     os.close(fd)
             return  # no CAP_SYS_ADMIN here (or no /proc): each run mounts its own
         try:
-            ptc_sandbox.make_run_mounts([root], _raise_errno)
+            ptc_sandbox.make_run_mounts([root])
             self.fd = os.open("self/ns/mnt", os.O_RDONLY | os.O_CLOEXEC, dir_fd=proc)
         except (OSError, ptc_sandbox.SandboxError):
-            self.fd = None
+            pass  # each run mounts its own
         finally:
             os.close(proc)
-            self.home = home
-            self.leave()
+            _go_home(home, ptc_sandbox.CLONE_NEWNS)
         if self.fd is None:
             os.close(home)
-            self.home = None
+        else:
+            self.home = home
 
     def enter(self):
-        """This server into the runs' mount namespace, for one clone."""
+        """This server into the runs' mount namespace, for one clone (where there is one)."""
         if self.fd is not None:
-            _setns(self.fd, _CLONE_NEWNS)
+            import ptc_sandbox
+
+            _setns(self.fd, ptc_sandbox.CLONE_NEWNS)
 
     def leave(self):
-        _go_home(self.home, _CLONE_NEWNS)
+        """This server back in its own mount namespace after `enter`."""
+        if self.fd is not None:
+            import ptc_sandbox
+
+            _go_home(self.home, ptc_sandbox.CLONE_NEWNS)
 
     def close_in_child(self):
         for fd in (self.fd, self.home):
             if fd is not None:
                 os.close(fd)
-
-
-# setns(2)'s namespace kinds (ptc_sandbox's, without importing it before main).
-_CLONE_NEWNS = 0x00020000
-_CLONE_NEWNET = 0x40000000
 
 
 def _setns(fd, kind):
@@ -308,13 +313,6 @@ def _go_home(home, kind):
         _setns(home, kind)
     except OSError:
         _leave()
-
-
-def _raise_errno(what):
-    import ptc_sandbox
-
-    err = ptc_sandbox._syscalls()[0].get_errno()
-    raise OSError(err, "%s: %s" % (what, os.strerror(err)))
 
 
 def _libc_ok(result):
@@ -347,12 +345,10 @@ def _fork_run(ctl, request, fds, kept, prepared, spec, filter_sets, server_pid, 
     try:
         if slot is not None:
             nets.enter(slot)
-        if isolating:
-            mounts.enter()
+        mounts.enter()  # where it has a mount namespace for runs (then it is isolating)
         pid = ptc_sandbox.clone_isolated(spec) if isolating else os.fork()
     except OSError as e:
-        if isolating and mounts.fd is not None:
-            mounts.leave()
+        mounts.leave()
         if slot is not None:
             nets.leave()
             nets.give_back(slot)
@@ -395,8 +391,7 @@ def _fork_run(ctl, request, fds, kept, prepared, spec, filter_sets, server_pid, 
             ptc_bootstrap.serve(prepared)  # never returns
         finally:
             os._exit(2)
-    if isolating and mounts.fd is not None:
-        mounts.leave()
+    mounts.leave()
     if slot is not None:
         nets.leave()
         nets.hold(pid, slot)
