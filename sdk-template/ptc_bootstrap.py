@@ -49,9 +49,11 @@ def prepare():
         sys.path.insert(0, sdk_dir)
     import ptc_sdk
     import ptc_guard  # noqa: F401  (installed per job in serve(); imported here, before the job)
+    import ptc_files
     import ptc_sandbox
 
     ptc_sandbox.prepare()
+    ptc_files.install()
 
     try:
         tools = ptc_sdk.load_catalog(os.path.join(sdk_dir, "catalog.json"))

@@ -13,6 +13,7 @@ It fails closed: a layer that was asked for and cannot be applied raises `Sandbo
 anything heavy or start threads, and it never decides policy: the sidecar does.
 """
 
+import errno
 import os
 
 EXIT_SANDBOX = 2
@@ -27,6 +28,7 @@ _PR_GET_DUMPABLE = 3
 _PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_GET_NO_NEW_PRIVS = 39
+_PR_CAPBSET_DROP = 24
 _SYS_LANDLOCK_RESTRICT_SELF = 446  # the same number on every architecture
 _SYS_SECCOMP = {"x86_64": 317, "aarch64": 277}
 _SECCOMP_SET_MODE_FILTER = 1
@@ -428,6 +430,7 @@ def enter(spec, dirs, report, nproc=None):
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.bind(("127.0.0.1", int(spec["ipc_port"])))
         listener.listen(128)
+    _drop_bounding_set(ctypes)
     if _switches(spec):
         _become(spec["user"])
     if nproc is not None:
@@ -557,6 +560,18 @@ def _closed(fd):
     poller = select.poll()
     poller.register(fd, select.POLLIN | select.POLLHUP)
     return any(ev & (select.POLLHUP | select.POLLERR) for _, ev in poller.poll(0))
+
+
+def _drop_bounding_set(ctypes):
+    """Empties the capability bounding set, while this process still holds CAP_SETPCAP (in its
+    user namespace, or as root): nothing it or a program it runs does can gain a capability
+    again, whatever a user namespace or a file would grant."""
+    prctl = _syscalls()[1]
+    for cap in range(64):
+        if prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) != 0:
+            if ctypes.get_errno() == errno.EINVAL:
+                return  # past the kernel's last capability
+            _fail("prctl(PR_CAPBSET_DROP, %d)" % cap)
 
 
 def _drop_capabilities(ctypes, libc, fail):

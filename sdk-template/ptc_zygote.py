@@ -4,7 +4,8 @@ Owns making children fast: it loads the SDK and builds the stubs once (ptc_boots
 then forks one child per request. A child starts from exactly the state a cold bootstrap reaches
 before it reads its job, so its run is the same as a cold one's (docs/runner-protocol.md).
 
-Requests: one JSON message per fork, `{"id", "scratch", "env", "limits", "cwd"?, "exec"?}`, with the child's
+Requests: one JSON message per fork, `{"id", "scratch", "env", "limits", "cwd"?, "exec"?,
+"user"?}` (`user`: `{"uid", "gid"}`, the run's own ids where it has them), with the child's
 stdin, stdout and stderr, and its Landlock ruleset when there is one, attached as SCM_RIGHTS;
 the child confines itself (ptc_sandbox) before it continues as a cold child would, or, with
 `exec` (an argv), becomes that program (a bash run) under the same layers, where the seccomp
@@ -334,6 +335,9 @@ def _fork_run(ctl, request, fds, kept, prepared, spec, filter_sets, server_pid, 
     wake, life, pending, runs, nets, mounts = kept
     isolating = bool(spec.get("ns"))
     rid = request.get("id", "?")
+    if spec.get("switch_user") and request.get("user"):
+        # The run's own uid (PTC_SANDBOX_UIDS): mapped below, and what the child becomes.
+        spec = dict(spec, user=request["user"])
     report = theirs = go = slot = None
     if isolating:
         report, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)

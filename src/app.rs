@@ -121,6 +121,8 @@ pub fn runner_config(config: &Config, python: PathBuf, runtime_dir: PathBuf) -> 
             user_is_default: config.sandbox_user == SandboxUser::Default,
             fallback_python: config.python_fallback.clone(),
             read_paths: config.sandbox_read_paths.clone(),
+            uids: config.sandbox_uids,
+            uids_is_default: config.sandbox_uids_is_default,
         },
         scratch_quota: ScratchQuota {
             max_bytes: config.scratch_max_mb << 20,

@@ -54,6 +54,7 @@ pub struct RawConfig {
     ptc_sandbox: Option<String>,
     ptc_sandbox_user: Option<String>,
     ptc_sandbox_read_paths: Option<String>,
+    ptc_sandbox_uids: Option<String>,
     ptc_scratch_max_mb: Option<String>,
     ptc_scratch_max_files: Option<String>,
     ptc_session_dir: Option<String>,
@@ -209,6 +210,12 @@ pub struct Config {
     pub sandbox_user: SandboxUser,
     /// Absolute paths a run may read besides the interpreter and its SDK.
     pub sandbox_read_paths: Vec<PathBuf>,
+    /// `PTC_SANDBOX_UIDS`: the host uids runs and sessions each get one of (`None`: `off`,
+    /// every run as the run user).
+    pub sandbox_uids: Option<crate::sandbox::UidRange>,
+    /// `PTC_SANDBOX_UIDS` is unset: its default range, which a machine that cannot give it
+    /// leaves out (said in `/healthz`) instead of refusing to start.
+    pub sandbox_uids_is_default: bool,
     /// Bytes a run may write to its scratch directory, in MiB.
     pub scratch_max_mb: u64,
     /// Files (and directories) a run may create in its scratch directory.

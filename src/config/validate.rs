@@ -78,6 +78,8 @@ impl RawConfig {
             sandbox: sandbox.mode,
             sandbox_user: sandbox.user,
             sandbox_read_paths: sandbox.read_paths,
+            sandbox_uids: sandbox.uids,
+            sandbox_uids_is_default: sandbox.uids_is_default,
             scratch_max_mb: sandbox.scratch_max_mb,
             scratch_max_files: sandbox.scratch_max_files,
             session_dir: sessions.dir,
@@ -264,6 +266,8 @@ impl RawConfig {
             mode: parse_sandbox(self.ptc_sandbox.take())?,
             user: parse_sandbox_user(self.ptc_sandbox_user.take())?,
             read_paths: parse_read_paths(self.ptc_sandbox_read_paths.take())?,
+            uids_is_default: non_empty(self.ptc_sandbox_uids.clone()).is_none(),
+            uids: parse_sandbox_uids(self.ptc_sandbox_uids.take())?,
             scratch_max_mb: parse_range(
                 "PTC_SCRATCH_MAX_MB",
                 self.ptc_scratch_max_mb.take(),
@@ -406,8 +410,32 @@ struct Sandbox {
     mode: SandboxMode,
     user: SandboxUser,
     read_paths: Vec<PathBuf>,
+    uids: Option<crate::sandbox::UidRange>,
+    uids_is_default: bool,
     scratch_max_mb: u64,
     scratch_max_files: u64,
+}
+
+/// `PTC_SANDBOX_UIDS`: `FIRST:COUNT` or `FIRST-LAST`, `off`, or unset for the default range.
+fn parse_sandbox_uids(
+    value: Option<String>,
+) -> Result<Option<crate::sandbox::UidRange>, ConfigError> {
+    use crate::sandbox::uids::DEFAULT_RANGE;
+    let Some(value) = non_empty(value) else {
+        return Ok(Some(DEFAULT_RANGE));
+    };
+    if matches!(value.trim(), "off" | "none") {
+        return Ok(None);
+    }
+    value.parse().map(Some).map_err(|e| ConfigError {
+        variable: "PTC_SANDBOX_UIDS",
+        value: value.clone(),
+        expected: format!(
+            "FIRST:COUNT or FIRST-LAST, a range of host uids no user has (default \
+             {}:{}), or off ({e})",
+            DEFAULT_RANGE.first, DEFAULT_RANGE.count
+        ),
+    })
 }
 
 /// What [`RawConfig::sessions`] validates.

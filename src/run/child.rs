@@ -4,7 +4,7 @@
 //!
 //! Must not leave a process behind: [`Child`] kills its process group on drop.
 
-use crate::sandbox::{self, Sandbox};
+use crate::sandbox::{self, RunAs, Sandbox};
 use crate::util::GroupKill;
 use std::any::Any;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -57,6 +57,8 @@ pub struct SpawnSpec {
     pub sandbox: Arc<Sandbox>,
     /// The seccomp filter file every child loads (`None` when seccomp is off or unavailable).
     pub filters: Option<PathBuf>,
+    /// The sidecar's files every run needs, checked (and repaired) before each run.
+    pub own_tree: Arc<super::confine::OwnTree>,
 }
 
 impl SpawnSpec {
@@ -86,15 +88,60 @@ impl SpawnSpec {
         spec.to_string()
     }
 
-    /// Makes a run's scratch directory: private to the user code runs as.
-    pub fn make_scratch(&self, id: &str) -> std::io::Result<PathBuf> {
-        let scratch = self.scratch_root.join(id);
-        std::fs::create_dir_all(&scratch)?;
-        if let Err(e) = self.sandbox.prepare_scratch(&scratch) {
-            let _ = std::fs::remove_dir_all(&scratch);
+    /// The scratch directory of run `id`: named by the id and a keyed hash of it whose key is
+    /// random per sidecar process, so no run can guess another's folder (they were numbered:
+    /// `runs/w2`, the next warm worker's) whatever it may do by path.
+    pub fn scratch_of(&self, id: &str) -> PathBuf {
+        use std::hash::BuildHasher;
+        static KEY: std::sync::OnceLock<std::hash::RandomState> = std::sync::OnceLock::new();
+        let hash = KEY.get_or_init(std::hash::RandomState::new).hash_one(id);
+        self.scratch_root.join(format!("{id}-{hash:016x}"))
+    }
+
+    /// Makes a run's scratch directory ([`scratch_of`](Self::scratch_of)), private to the
+    /// uid the run gets: with `PTC_SANDBOX_UIDS`, its session's (the owner of `workspace`, its
+    /// session's folder) or one leased for the run alone, else the run user's.
+    pub fn make_scratch(&self, id: &str, workspace: Option<&Path>) -> std::io::Result<Scratch> {
+        self.own_tree.repair()?;
+        let (ids, lease) = self.run_ids(workspace)?;
+        let path = self.scratch_of(id);
+        std::fs::create_dir_all(&path)?;
+        if let Err(e) = self.sandbox.prepare_scratch(&path, ids) {
+            let _ = std::fs::remove_dir_all(&path);
             return Err(e);
         }
-        Ok(scratch)
+        Ok(Scratch { path, ids, lease })
+    }
+
+    /// The uid and gid a run gets where it has one of its own (see
+    /// [`make_scratch`](Self::make_scratch)), and the lease that holds it.
+    fn run_ids(
+        &self,
+        workspace: Option<&Path>,
+    ) -> std::io::Result<(Option<Ids>, Option<sandbox::Lease>)> {
+        let Some(uids) = self.sandbox.uids() else {
+            return Ok((None, None));
+        };
+        if let Some(dir) = workspace {
+            use std::os::unix::fs::MetadataExt;
+            // The folder's owner is the session's uid: the store gave it, and no run can
+            // change it (chown is refused, and needs a capability no run has). A session the
+            // store gave the run user (made before PTC_SANDBOX_UIDS) keeps its runs as it.
+            let st = std::fs::symlink_metadata(dir)?;
+            let run_user = self.sandbox.run_as().map(|u| (u.uid, u.gid));
+            if !uids.range().contains(st.uid()) && Some((st.uid(), st.gid())) != run_user {
+                return Err(std::io::Error::other(format!(
+                    "the session folder {} is owned by uid {}, neither a uid of \
+                     PTC_SANDBOX_UIDS ({}) nor the run user's; delete the session",
+                    dir.display(),
+                    st.uid(),
+                    uids.range()
+                )));
+            }
+            return Ok((Some((st.uid(), st.gid())), None));
+        }
+        let lease = uids.lease().map_err(std::io::Error::other)?;
+        Ok((Some((lease.uid(), lease.uid())), Some(lease)))
     }
 
     /// The whole environment of a run's child: nothing of the sidecar's but `PATH`; with a
@@ -114,6 +161,27 @@ impl SpawnSpec {
     }
 }
 
+/// A uid and a gid.
+pub type Ids = (u32, u32);
+
+/// A run's scratch directory, and the uid it was made for.
+#[derive(Debug)]
+pub struct Scratch {
+    pub path: PathBuf,
+    /// The uid and gid of the run, where it has one of its own (`PTC_SANDBOX_UIDS`).
+    pub ids: Option<Ids>,
+    /// A uid leased for this run alone: given back once the folder is removed.
+    pub lease: Option<sandbox::Lease>,
+}
+
+impl Scratch {
+    /// Removes the folder, then gives the run's uid back (blocking).
+    pub fn remove(self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+        drop(self.lease);
+    }
+}
+
 /// A started child. Dropping it kills its whole process group and removes its scratch dir.
 pub struct Child {
     exit: Exit,
@@ -121,7 +189,7 @@ pub struct Child {
     pub stdin: Option<Stdin>,
     pub stdout: Option<Output>,
     pub stderr: Option<Output>,
-    scratch: PathBuf,
+    scratch: Option<Scratch>,
     /// Its end of the IPC bridge when it has a network namespace of its own: a socket
     /// listening inside it, which the runner accepts on (`ipc::Bridge`).
     listener: Option<OwnedFd>,
@@ -150,30 +218,38 @@ pub async fn spawn(
     id: &str,
     workspace: Option<&Path>,
 ) -> std::io::Result<Child> {
-    let scratch = spec.make_scratch(id)?;
-    let writable: Vec<&Path> = std::iter::once(scratch.as_path())
+    let scratch = spec.make_scratch(id, workspace)?;
+    let writable: Vec<&Path> = std::iter::once(scratch.path.as_path())
         .chain(workspace)
         .collect();
     let ruleset = match spec.sandbox.ruleset(sdk_dir, &writable) {
         Ok(r) => r,
         Err(e) => {
-            let _ = std::fs::remove_dir_all(&scratch);
+            scratch.remove();
             return Err(e);
         }
     };
     let mut cmd = spec.command(&sdk_dir.join("ptc_bootstrap.py"));
-    cmd.envs(spec.run_env(&scratch, workspace))
+    cmd.envs(spec.run_env(&scratch.path, workspace))
         .env(
             sandbox::SPEC_VARIABLE,
             spec.sandbox_spec(ruleset.as_ref().map(|_| sandbox::COLD_RULESET_FD)),
         )
-        .current_dir(workspace.unwrap_or(&scratch))
+        .current_dir(workspace.unwrap_or(&scratch.path))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let limits = spec.limits;
     let ruleset_fd = ruleset.as_ref().map(AsRawFd::as_raw_fd);
-    let run_as = spec.sandbox.run_as().cloned();
+    // As the run user, or as the run's own uid where it has one.
+    let run_as = spec
+        .sandbox
+        .run_as()
+        .cloned()
+        .map(|user| match scratch.ids {
+            Some((uid, gid)) => RunAs { uid, gid, ..user },
+            None => user,
+        });
     // SAFETY: the closure runs between fork and exec and calls only setrlimit, dup2/fcntl and
     // the set*id calls of `RunAs::switch`, all async-signal-safe; it allocates nothing and
     // takes no lock (`run_as` was cloned before the fork).
@@ -196,7 +272,7 @@ pub async fn spawn(
     let mut process = match spawned {
         Ok(p) => p,
         Err(e) => {
-            let _ = std::fs::remove_dir_all(&scratch);
+            scratch.remove();
             return Err(start_failed(e, limits.processes));
         }
     };
@@ -207,7 +283,7 @@ pub async fn spawn(
         stderr: process.stderr.take().map(|p| Box::new(p) as Output),
         exit: Exit::Process(process),
         group,
-        scratch,
+        scratch: Some(scratch),
         listener: None,
     })
 }
@@ -285,7 +361,9 @@ pub fn killed_by(exit_code: i32) -> Option<String> {
 impl Child {
     /// The run's scratch directory (its cwd, HOME and TMPDIR).
     pub fn scratch(&self) -> &Path {
-        &self.scratch
+        self.scratch
+            .as_ref()
+            .map_or(Path::new(""), |s| s.path.as_path())
     }
 
     /// Its end of the IPC bridge, once (see [`Child`]'s `listener`).
@@ -304,7 +382,7 @@ impl Child {
         stdin: impl AsyncWrite + Send + Unpin + 'static,
         stdout: impl AsyncRead + Send + Unpin + 'static,
         stderr: impl AsyncRead + Send + Unpin + 'static,
-        scratch: PathBuf,
+        scratch: Scratch,
     ) -> std::io::Result<Child> {
         Ok(Child {
             exit: Exit::Forked {
@@ -316,7 +394,7 @@ impl Child {
             stdin: Some(Box::new(stdin)),
             stdout: Some(Box::new(stdout)),
             stderr: Some(Box::new(stderr)),
-            scratch,
+            scratch: Some(scratch),
             listener,
         })
     }
@@ -444,20 +522,17 @@ impl Child {
 impl Drop for Child {
     fn drop(&mut self) {
         self.kill_group();
-        let scratch = std::mem::take(&mut self.scratch);
-        if scratch.as_os_str().is_empty() {
+        let Some(scratch) = self.scratch.take() else {
             return;
-        }
-        // Removing a tree can take a while; keep it off the async worker when we can.
+        };
+        // Removing a tree can take a while; keep it off the async worker when we can. The
+        // run's uid goes back to its range after (and, leased round-robin, is handed out again
+        // only after every other uid of the range).
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
-                handle.spawn_blocking(move || {
-                    let _ = std::fs::remove_dir_all(scratch);
-                });
+                handle.spawn_blocking(move || scratch.remove());
             }
-            Err(_) => {
-                let _ = std::fs::remove_dir_all(scratch);
-            }
+            Err(_) => scratch.remove(),
         }
     }
 }

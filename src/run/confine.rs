@@ -32,6 +32,10 @@ pub struct SandboxSettings {
     pub user_is_default: bool,
     /// Operator paths code may read.
     pub read_paths: Vec<PathBuf>,
+    /// `PTC_SANDBOX_UIDS` (see [`sandbox::Policy::uids`]).
+    pub uids: Option<sandbox::UidRange>,
+    /// `uids` is the default, not a setting (see [`sandbox::Policy::uids_is_default`]).
+    pub uids_is_default: bool,
     /// The interpreter to use when the run user cannot start the configured one (the system's,
     /// when `PTC_PYTHON` is unset).
     pub fallback_python: Option<PathBuf>,
@@ -45,6 +49,8 @@ impl Default for SandboxSettings {
             user: Some(sandbox::DEFAULT_USER.to_string()),
             user_is_default: true,
             read_paths: Vec::new(),
+            uids: Some(sandbox::uids::DEFAULT_RANGE),
+            uids_is_default: true,
             fallback_python: None,
         }
     }
@@ -57,6 +63,45 @@ pub struct Confinement {
     pub sandbox: Sandbox,
     pub filters: Option<PathBuf>,
     pub python: PathBuf,
+    /// The runtime directory, the scratch root and the filter file, with their modes.
+    pub own_tree: OwnTree,
+}
+
+/// The sidecar's own files every run needs, with the modes [`setup`] gave them. Nothing a run
+/// does should change them (seccomp refuses metadata changes, and the run's uid is not the
+/// owner), but the third review did, by `chmod 000` from an unprivileged sidecar's runs: every
+/// later run failed, and a restart could not write the filter file. [`repair`](Self::repair)
+/// checks them before each run and puts back what changed, saying so.
+#[derive(Debug, Clone, Default)]
+pub struct OwnTree(Vec<(PathBuf, u32)>);
+
+impl OwnTree {
+    /// Gives each path its mode back if it changed (one `lstat` each when nothing did); an
+    /// error names the path that can be neither read nor repaired.
+    pub fn repair(&self) -> std::io::Result<()> {
+        for (path, mode) in &self.0 {
+            let found = std::fs::symlink_metadata(path)
+                .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", path.display())))?
+                .permissions()
+                .mode()
+                & 0o7777;
+            if found != *mode {
+                tracing::warn!(
+                    "{} has mode {found:o}, which the sidecar did not give it; restoring {mode:o}",
+                    path.display()
+                );
+                std::fs::set_permissions(path, std::fs::Permissions::from_mode(*mode)).map_err(
+                    |e| {
+                        std::io::Error::new(
+                            e.kind(),
+                            format!("cannot restore mode {mode:o} of {}: {e}", path.display()),
+                        )
+                    },
+                )?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Builds the sandbox of a runner whose IPC server listens on `ipc_port`, and writes what
@@ -75,6 +120,8 @@ pub async fn setup(
     policy.user = settings.user.clone();
     policy.user_is_default = settings.user_is_default;
     policy.read_paths = settings.read_paths.clone();
+    policy.uids = settings.uids;
+    policy.uids_is_default = settings.uids_is_default;
     policy.allow_subprocess = allow_subprocess;
     let mut python = python.to_path_buf();
     if settings.mode != Mode::Off {
@@ -82,11 +129,25 @@ pub async fn setup(
         policy.interpreter_paths = sandbox::interpreter_paths(&python)?;
     }
     let mut sandbox = Sandbox::new(policy)?;
-    if sandbox.run_as().is_some() {
-        // The run user must be able to traverse to its SDK and scratch directories; it still
-        // cannot list the runtime directory, and Landlock keeps it out of everything else.
-        set_mode(runtime_dir, 0o711)?;
-    }
+    // The run user must be able to traverse to its SDK and scratch directories; it still
+    // cannot list them, and Landlock keeps it out of everything else. Set at every start: an
+    // earlier process's runtime directory (PTC_RUNTIME_DIR) may have been changed.
+    let dir_mode = if sandbox.run_as().is_some() {
+        0o711
+    } else {
+        0o700
+    };
+    let scratch_root = runtime_dir.join(super::SCRATCH_DIR);
+    std::fs::create_dir_all(&scratch_root).map_err(|source| SandboxError::Io {
+        context: format!("making {}", scratch_root.display()),
+        source,
+    })?;
+    set_mode(runtime_dir, dir_mode)?;
+    set_mode(&scratch_root, dir_mode)?;
+    let mut own_tree = vec![
+        (runtime_dir.to_path_buf(), dir_mode),
+        (scratch_root, dir_mode),
+    ];
     if sandbox.wants_namespaces() {
         sandbox = with_namespaces(sandbox, &python).await?;
     }
@@ -94,6 +155,7 @@ pub async fn setup(
         Some(json) => {
             let path = runtime_dir.join(FILTER_FILE);
             write_read_only(&path, json.as_bytes())?;
+            own_tree.push((path.clone(), 0o444));
             Some(path)
         }
         None => None,
@@ -102,6 +164,7 @@ pub async fn setup(
         sandbox,
         filters,
         python,
+        own_tree: OwnTree(own_tree),
     })
 }
 

@@ -153,7 +153,7 @@ impl Pool {
 
     /// The scratch directory a run of this id gets.
     pub fn scratch_of(&self, id: &str) -> std::path::PathBuf {
-        self.spec.scratch_root.join(id)
+        self.spec.scratch_of(id)
     }
 
     /// A ready child of this catalog; children of another one, or that died waiting, are

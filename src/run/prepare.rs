@@ -68,7 +68,7 @@ impl Prepared {
             }
         );
         self.tampered.store(true, Ordering::Relaxed);
-        let _ = std::fs::remove_dir_all(&self.sdk_dir);
+        sdk::remove(&self.sdk_dir);
         false
     }
 }

@@ -107,6 +107,7 @@ impl Runner {
             sandbox,
             filters,
             python,
+            own_tree,
         } = confine::setup(
             &cfg.sandbox,
             &cfg.python,
@@ -130,6 +131,7 @@ impl Runner {
             limits: cfg.limits,
             sandbox: Arc::new(sandbox),
             filters,
+            own_tree: Arc::new(own_tree),
         };
         let sandbox = spec.sandbox.clone();
         let pool = Arc::new(Pool::new(spec, cfg.warm_workers));

@@ -27,6 +27,10 @@ const FILES: &[(&str, &str)] = &[
         include_str!("../../sdk-template/ptc_guard.py"),
     ),
     (
+        "ptc_files.py",
+        include_str!("../../sdk-template/ptc_files.py"),
+    ),
+    (
         "ptc_zygote.py",
         include_str!("../../sdk-template/ptc_zygote.py"),
     ),
@@ -61,8 +65,11 @@ pub fn write(root: &Path, snapshot: &Snapshot, python: &Path) -> std::io::Result
         snapshot.catalog.version, snapshot.catalog.fingerprint
     );
     let dir = root.join(&name);
-    if dir.join("catalog.json").exists() {
-        return Ok(dir);
+    match dir.join("catalog.json").try_exists() {
+        Ok(true) => return Ok(dir),
+        Ok(false) => {}
+        // A directory of that name we cannot read (its mode changed): not ours as written.
+        Err(_) => remove(&dir),
     }
     // Unique per call: a writer whose run went away may still be writing when the next one
     // starts, and each must own its temporary directory.
@@ -92,33 +99,58 @@ pub fn write(root: &Path, snapshot: &Snapshot, python: &Path) -> std::io::Result
     }
 }
 
-/// A keyed hash of every file under an SDK directory, names and contents, to notice that the
-/// directory changed after it was written (code that got write access, where the sandbox's
-/// read-only rule is missing). The key is random per sidecar process, so whoever changes the
-/// files cannot make the hash come out the same. Blocking; reads the whole directory.
+/// A keyed hash of every file under an SDK directory, names, modes and contents (and every
+/// folder's mode), to notice that the directory changed after it was written (code that got
+/// write access, where the sandbox's read-only rule is missing, or changed a mode). The key is
+/// random per sidecar process, so whoever changes the files cannot make the hash come out the
+/// same. Blocking; reads the whole directory.
 pub fn digest(dir: &Path) -> std::io::Result<u64> {
     use std::hash::{BuildHasher, Hash, Hasher, RandomState};
+    use std::os::unix::fs::PermissionsExt;
     static KEY: OnceLock<RandomState> = OnceLock::new();
-    let mut files = Vec::new();
+    let mode = |path: &Path| -> std::io::Result<u32> {
+        Ok(std::fs::symlink_metadata(path)?.permissions().mode())
+    };
+    let mut entries = vec![(PathBuf::new(), mode(dir)?)];
     let mut pending = vec![PathBuf::new()];
     while let Some(rel) = pending.pop() {
         for entry in std::fs::read_dir(dir.join(&rel))? {
             let entry = entry?;
             let rel = rel.join(entry.file_name());
+            entries.push((rel.clone(), mode(&dir.join(&rel))?));
             if entry.file_type()?.is_dir() {
                 pending.push(rel);
-            } else {
-                files.push(rel);
             }
         }
     }
-    files.sort();
+    entries.sort();
     let mut hasher = KEY.get_or_init(RandomState::new).build_hasher();
-    for rel in files {
+    for (rel, mode) in entries {
         rel.hash(&mut hasher);
-        std::fs::read(dir.join(&rel))?.hash(&mut hasher);
+        mode.hash(&mut hasher);
+        if mode & libc::S_IFMT != libc::S_IFDIR {
+            std::fs::read(dir.join(&rel))?.hash(&mut hasher);
+        }
     }
     Ok(hasher.finish())
+}
+
+/// Removes an SDK directory whatever its folders' modes became (its owner may always give a
+/// folder back the rights to list and empty it). Best effort, blocking.
+pub fn remove(dir: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        let is_dir = std::fs::symlink_metadata(&d).is_ok_and(|m| m.is_dir());
+        if !is_dir {
+            continue;
+        }
+        let _ = std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o700));
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            pending.push(entry.path());
+        }
+    }
+    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Compiles the SDK's modules to `__pycache__` once, so children (run with `-B`, which still

@@ -19,7 +19,7 @@
 //! of their own, is cloned into them and makes them its own before it is confined
 //! (`ptc_sandbox.clone_isolated`, `enter`).
 
-use super::child::{self, Child, SpawnSpec};
+use super::child::{self, Child, Scratch, SpawnSpec};
 use crate::sandbox;
 use crate::util::{GroupKill, lock};
 use serde_json::json;
@@ -136,21 +136,21 @@ impl Zygote {
         if !self.is_alive() {
             return Err(io::Error::other("the fork server is gone"));
         }
-        let scratch = spec.make_scratch(id)?;
+        let scratch = spec.make_scratch(id, workspace)?;
         if let Some(program) = program
-            && let Err(e) = write_files(&scratch, &program.files)
+            && let Err(e) = write_files(&scratch.path, &program.files)
         {
-            let _ = std::fs::remove_dir_all(&scratch);
+            scratch.remove();
             return Err(e);
         }
         // The run's Landlock ruleset travels with the fork request as a fourth fd.
-        let writable: Vec<&Path> = std::iter::once(scratch.as_path())
+        let writable: Vec<&Path> = std::iter::once(scratch.path.as_path())
             .chain(workspace)
             .collect();
         let ruleset = match spec.sandbox.ruleset(&self.sdk_dir, &writable) {
             Ok(r) => r,
             Err(e) => {
-                let _ = std::fs::remove_dir_all(&scratch);
+                scratch.remove();
                 return Err(e);
             }
         };
@@ -171,13 +171,13 @@ impl Zygote {
         drop((stdin_r, stdout_w, stderr_w, ruleset));
         if let Err(e) = sent {
             lock(&self.waiters).forks.remove(id);
-            let _ = std::fs::remove_dir_all(&scratch);
+            scratch.remove();
             return Err(e);
         }
         let forked = match tokio::time::timeout(FORK_TIMEOUT, rx).await {
             Ok(Ok(Ok(forked))) => forked,
             Ok(Ok(Err((errno, message)))) => {
-                let _ = std::fs::remove_dir_all(&scratch);
+                scratch.remove();
                 let cause = match errno {
                     libc::EAGAIN | 0 if message.is_empty() => io::Error::from_raw_os_error(errno),
                     libc::EAGAIN => io::Error::from_raw_os_error(errno),
@@ -189,7 +189,7 @@ impl Zygote {
             }
             _ => {
                 lock(&self.waiters).forks.remove(id);
-                let _ = std::fs::remove_dir_all(&scratch);
+                scratch.remove();
                 self.alive.store(false, Ordering::Relaxed);
                 return Err(io::Error::other("the fork server did not answer"));
             }
@@ -245,19 +245,19 @@ impl Drop for Zygote {
 fn request(
     spec: &SpawnSpec,
     id: &str,
-    scratch: &Path,
+    scratch: &Scratch,
     program: Option<&Program>,
     workspace: Option<&Path>,
 ) -> String {
     let limits = spec.limits;
     let mut env: serde_json::Map<String, serde_json::Value> = spec
-        .run_env(scratch, workspace)
+        .run_env(&scratch.path, workspace)
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.into()))
         .collect();
     let mut message = json!({
         "id": id,
-        "scratch": scratch.to_string_lossy(),
+        "scratch": scratch.path.to_string_lossy(),
         "limits": {
             "as": limits.address_space,
             "cpu": limits.cpu_secs,
@@ -275,6 +275,10 @@ fn request(
     message["env"] = env.into();
     if let Some(dir) = workspace {
         message["cwd"] = dir.to_string_lossy().into();
+    }
+    // The run's own uid, where it has one: the server maps it and the run becomes it.
+    if let Some((uid, gid)) = scratch.ids {
+        message["user"] = json!({"uid": uid, "gid": gid});
     }
     message.to_string()
 }

@@ -14,14 +14,17 @@
 pub mod landlock;
 pub mod seccomp;
 pub mod secrets;
+pub mod uids;
 pub mod user;
 
 use serde::Serialize;
 use std::fmt;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 pub use self::landlock::ruleset_for;
+pub use self::uids::{Lease, UidRange, Uids};
 pub use self::user::{RunAs, can_switch_users};
 
 /// The Landlock ABI whose access rights cover everything the design asks for: filesystem
@@ -87,6 +90,13 @@ pub struct Policy {
     pub user_is_default: bool,
     /// `RLIMIT_NPROC` for the run user: processes *and threads* of that uid, all runs together.
     pub max_processes: u64,
+    /// `PTC_SANDBOX_UIDS`: the host uids runs and sessions each get one of, where the sidecar
+    /// may switch users; `None` (`off`) runs every run as the run user.
+    pub uids: Option<UidRange>,
+    /// `uids` is the default, not a setting: where this machine cannot give it (a container
+    /// that maps fewer ids, a user in the range), runs share the run user's uid, said in
+    /// `missing`, rather than the sidecar refusing to start.
+    pub uids_is_default: bool,
 }
 
 /// The documented default of `PTC_SANDBOX_USER`.
@@ -113,6 +123,8 @@ impl Policy {
             user: Some(DEFAULT_USER.to_string()),
             user_is_default: true,
             max_processes: DEFAULT_MAX_PROCESSES,
+            uids: Some(uids::DEFAULT_RANGE),
+            uids_is_default: true,
         }
     }
 }
@@ -127,6 +139,8 @@ pub enum SandboxError {
     User { user: String, reason: String },
     #[error("seccomp filter: {0}")]
     Seccomp(String),
+    #[error("{0}")]
+    Uids(String),
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -202,6 +216,9 @@ pub struct Status {
     pub seccomp: bool,
     /// Who code runs as: the run user's name, or the sidecar's own uid when it cannot switch.
     pub uid: String,
+    /// Whose uid a run has: `"per run 2000000000-2000065535"` (a uid of its own from
+    /// `PTC_SANDBOX_UIDS` for each run and each session), or `"shared"` (every run has `uid`).
+    pub uids: String,
     /// The namespaces each run has of its own (`user`, `pid`, `net`, `ipc`, `uts`, `mount`).
     pub namespaces: Vec<&'static str>,
     pub subprocess: bool,
@@ -219,11 +236,13 @@ impl fmt::Display for Status {
         };
         write!(
             f,
-            "sandbox {}: landlock {}, seccomp {}, uid {}, namespaces {namespaces}, subprocess {}",
+            "sandbox {}: landlock {}, seccomp {}, uid {} ({}), namespaces {namespaces}, \
+             subprocess {}",
             self.mode.as_str(),
             self.landlock,
             if self.seccomp { "on" } else { "off" },
             self.uid,
+            self.uids,
             if self.subprocess { "allowed" } else { "denied" },
         )?;
         if self.missing.is_empty() {
@@ -249,6 +268,9 @@ pub struct Sandbox {
     landlock_abi: Option<i32>,
     seccomp: bool,
     run_as: Option<RunAs>,
+    /// A uid of its own for each run and session (`PTC_SANDBOX_UIDS`), where code runs as
+    /// another user than the sidecar.
+    uids: Option<Arc<Uids>>,
     namespaces: Option<Namespaces>,
 }
 
@@ -266,6 +288,7 @@ impl Sandbox {
                     landlock: "off".into(),
                     seccomp: false,
                     uid: my_uid.to_string(),
+                    uids: SHARED.into(),
                     namespaces: Vec::new(),
                     subprocess: true,
                     missing: vec!["every layer: PTC_SANDBOX=off".into()],
@@ -274,6 +297,7 @@ impl Sandbox {
                 landlock_abi: None,
                 seccomp: false,
                 run_as: None,
+                uids: None,
                 namespaces: None,
             });
         }
@@ -295,6 +319,10 @@ impl Sandbox {
             }
         };
         let (run_as, uid) = run_user(&policy, &mut missing)?;
+        let uids = match &run_as {
+            Some(_) => run_uids(&policy, &mut missing)?,
+            None => None,
+        };
         if policy.mode == Mode::Strict {
             let mut refused = Vec::new();
             match landlock_abi {
@@ -318,6 +346,9 @@ impl Sandbox {
                 landlock,
                 seccomp,
                 uid,
+                uids: uids
+                    .as_ref()
+                    .map_or(SHARED.into(), |u| format!("per run {}", u.range())),
                 namespaces: Vec::new(),
                 subprocess: policy.allow_subprocess,
                 missing,
@@ -326,6 +357,7 @@ impl Sandbox {
             landlock_abi,
             seccomp,
             run_as,
+            uids,
             namespaces: None,
         })
     }
@@ -398,6 +430,11 @@ impl Sandbox {
         self.run_as.as_ref()
     }
 
+    /// The uids each run and session gets one of (`None`: runs share the run user's).
+    pub fn uids(&self) -> Option<&Arc<Uids>> {
+        self.uids.as_ref()
+    }
+
     /// Whether code may start processes: `PTC_ALLOW_SUBPROCESS`, or no seccomp filter to
     /// refuse them (the audit hook alone does not hold).
     pub fn runs_may_fork(&self) -> bool {
@@ -420,7 +457,11 @@ impl Sandbox {
         if !self.seccomp {
             return Ok(None);
         }
-        seccomp::filters_json(self.policy.allow_subprocess).map(Some)
+        seccomp::filters_json(seccomp::Options {
+            allow_subprocess: self.policy.allow_subprocess,
+            own_uid: self.run_as.is_some(),
+        })
+        .map(Some)
     }
 
     /// What the child is told to apply (`ptc_sandbox.confine_spec`, and in a fork server's
@@ -449,9 +490,42 @@ impl Sandbox {
         })
     }
 
-    /// Makes a run's scratch directory private to the run user (owner, mode 0700).
-    pub fn prepare_scratch(&self, scratch: &Path) -> std::io::Result<()> {
-        user::prepare_scratch(scratch, self.run_as.as_ref())
+    /// Makes a run's scratch directory private to the run (mode 0700), owned by `ids` (a uid
+    /// of its own), else by the run user.
+    pub fn prepare_scratch(&self, scratch: &Path, ids: Option<(u32, u32)>) -> std::io::Result<()> {
+        let ids = ids.or(self.run_as.as_ref().map(|u| (u.uid, u.gid)));
+        user::prepare_scratch(scratch, ids)
+    }
+}
+
+/// How `/healthz` says that runs share the run user's uid.
+const SHARED: &str = "shared";
+
+/// The uids of `policy.uids`, where nobody else has one of them and this process can give
+/// them; else `None` with the reason in `missing` (the default range), or an error (a range
+/// the operator chose must hold).
+fn run_uids(policy: &Policy, missing: &mut Vec<String>) -> Result<Option<Arc<Uids>>, SandboxError> {
+    let Some(range) = policy.uids else {
+        return Ok(None);
+    };
+    let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
+    let checked = uids::check(
+        range,
+        &read("/etc/passwd"),
+        &read("/etc/group"),
+        &read("/etc/subuid"),
+        &read("/proc/self/uid_map"),
+    );
+    match checked {
+        Ok(()) => Ok(Some(Uids::new(range))),
+        Err(e) if policy.uids_is_default => {
+            missing.push(format!(
+                "a uid per run ({e}; set PTC_SANDBOX_UIDS to a free range): runs share the run \
+                 user's uid"
+            ));
+            Ok(None)
+        }
+        Err(e) => Err(e),
     }
 }
 
@@ -588,20 +662,21 @@ mod tests {
             landlock: "abi 5".into(),
             seccomp: true,
             uid: "ptc-run".into(),
+            uids: "per run 2000000000-2000065535".into(),
             namespaces: Namespaces::ALL.names(),
             subprocess: false,
             missing: vec!["landlock scopes (ABI 6, Linux 6.12)".into()],
         };
         assert_eq!(
             status.to_string(),
-            "sandbox best-effort: landlock abi 5, seccomp on, uid ptc-run, namespaces \
-             user,pid,net,ipc,uts,mount, subprocess denied; MISSING: landlock scopes (ABI 6, \
-             Linux 6.12)"
+            "sandbox best-effort: landlock abi 5, seccomp on, uid ptc-run (per run \
+             2000000000-2000065535), namespaces user,pid,net,ipc,uts,mount, subprocess denied; \
+             MISSING: landlock scopes (ABI 6, Linux 6.12)"
         );
         assert_eq!(
             serde_json::to_value(&status).unwrap(),
             serde_json::json!({"mode": "best-effort", "landlock": "abi 5", "seccomp": true,
-                               "uid": "ptc-run",
+                               "uid": "ptc-run", "uids": "per run 2000000000-2000065535",
                                "namespaces": ["user", "pid", "net", "ipc", "uts", "mount"],
                                "subprocess": false,
                                "missing": ["landlock scopes (ABI 6, Linux 6.12)"]})

@@ -18,11 +18,13 @@
 //!   and I/O priority of any process but the caller (`prlimit64`, `setpriority`,
 //!   `sched_set*`, `ioprio_set` only with pid/who 0: they need only the same uid, and would
 //!   let one run starve or kill another); `memfd_create` and `execveat` (running what a run
-//!   wrote without a file on a noexec mount);
+//!   wrote without a file on a noexec mount); changing a file's mode, owner, times or extended
+//!   attributes by path (Landlock does not cover metadata), and through a descriptor too
+//!   unless the run's uid owns nothing but its own files ([`Options::own_uid`]);
 //! - `run` and `exec`: what the fork server does to make a run and the run must not, EPERM:
 //!   namespaces (`unshare`, `setns`, and `clone` with any `CLONE_NEW*` flag), `mount`,
-//!   sockets other than TCP streams, `socketpair` other than an AF_UNIX stream pair, undoing
-//!   our prctls;
+//!   sockets other than TCP streams, `socketpair` other than an AF_UNIX stream pair, `listen`,
+//!   undoing our prctls;
 //! - `run` only, unless `PTC_ALLOW_SUBPROCESS`: process creation, EPERM for fork, vfork,
 //!   clone without CLONE_THREAD, execve. Threads still start.
 //!
@@ -93,13 +95,26 @@ pub const RUN_PROGRAM: &str = "run";
 /// them inside its sandbox and killed with it.
 pub const EXEC_PROGRAM: &str = "exec";
 
+/// What the programs allow beyond the rules every run has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Options {
+    /// `PTC_ALLOW_SUBPROCESS`: a Python run may start processes.
+    pub allow_subprocess: bool,
+    /// A run's uid owns nothing but the run's own files (it is not the uid of the sidecar,
+    /// which owns the runtime dir, the SDK and the session root), so the kernel's ownership
+    /// rules keep a metadata change through a descriptor on the run's own files: `fchmod`,
+    /// `fchown`, `futimens`, `fsetxattr`, `fremovexattr` are allowed. Without it they are
+    /// refused, as the path forms always are.
+    pub own_uid: bool,
+}
+
 /// The three programs, `base`, `run` and `exec`, for this architecture: a run has `base` and
 /// one of the other two.
-pub fn programs(allow_subprocess: bool) -> Result<Vec<Program>, SandboxError> {
+pub fn programs(options: Options) -> Result<Vec<Program>, SandboxError> {
     let (arch, _) = native_arch()?;
     let exec = run_rules()?;
     let mut run = exec.clone();
-    if !allow_subprocess {
+    if !options.allow_subprocess {
         for (nr, rules) in process_rules()? {
             match run.entry(nr) {
                 Entry::Vacant(v) => {
@@ -115,7 +130,7 @@ pub fn programs(allow_subprocess: bool) -> Result<Vec<Program>, SandboxError> {
         }
     }
     Ok(vec![
-        compile(BASE_PROGRAM, base_rules()?, arch)?,
+        compile(BASE_PROGRAM, base_rules(options)?, arch)?,
         compile(RUN_PROGRAM, run, arch)?,
         compile(EXEC_PROGRAM, exec, arch)?,
     ])
@@ -123,9 +138,9 @@ pub fn programs(allow_subprocess: bool) -> Result<Vec<Program>, SandboxError> {
 
 /// The filter file the children read: `{"arch": "x86_64", "filters": [{"name", "bpf": hex}]}`.
 /// Written once at startup; `ptc_sandbox.load_filters` checks the arch before using it.
-pub fn filters_json(allow_subprocess: bool) -> Result<String, SandboxError> {
+pub fn filters_json(options: Options) -> Result<String, SandboxError> {
     let (_, arch) = native_arch()?;
-    let filters: Vec<_> = programs(allow_subprocess)?
+    let filters: Vec<_> = programs(options)?
         .into_iter()
         .map(|p| serde_json::json!({"name": p.name, "bpf": crate::util::hex(&p.bpf)}))
         .collect();
@@ -299,20 +314,86 @@ fn always_denied() -> Vec<i64> {
 }
 
 /// `base`: what neither a run nor the fork server needs.
-fn base_rules() -> Result<Rules, SandboxError> {
+fn base_rules(options: Options) -> Result<Rules, SandboxError> {
     let mut rules: Rules = always_denied().into_iter().map(|nr| (nr, vec![])).collect();
     other_process_rules(&mut rules)?;
     io_rules(&mut rules)?;
+    metadata_rules(&mut rules, options.own_uid)?;
     Ok(rules)
+}
+
+/// `setxattrat` and `removexattrat` (Linux 6.13), the same number on both architectures we
+/// build for; not in the `libc` crate yet. A kernel without them answers ENOSYS anyway.
+const SYS_SETXATTRAT: i64 = 463;
+const SYS_REMOVEXATTRAT: i64 = 466;
+
+/// Changing a file's mode, owner, times or extended attributes. Landlock does not cover
+/// metadata: by path, a run could `chmod 000` any file it can name and its uid owns (another
+/// run's scratch folder, a session's folder, the SDK of an unprivileged sidecar), or set a
+/// session folder's times. The path forms are refused always. The descriptor forms need a
+/// descriptor, which only an `open` that Landlock allowed gives; they are allowed only when
+/// the run's uid owns nothing but its own files (`own_uid`), so that the kernel's ownership
+/// rules refuse the read-only files it can open (the SDK, the interpreter). Reading metadata
+/// (`stat`, `getxattr`) stays allowed.
+fn metadata_rules(rules: &mut Rules, own_uid: bool) -> Result<(), SandboxError> {
+    let mut by_path = vec![
+        libc::SYS_fchmodat,
+        libc::SYS_fchmodat2,
+        libc::SYS_fchownat,
+        libc::SYS_setxattr,
+        libc::SYS_lsetxattr,
+        libc::SYS_removexattr,
+        libc::SYS_lremovexattr,
+        SYS_SETXATTRAT,
+        SYS_REMOVEXATTRAT,
+    ];
+    #[cfg(target_arch = "x86_64")]
+    by_path.extend([
+        libc::SYS_chmod,
+        libc::SYS_chown,
+        libc::SYS_lchown,
+        libc::SYS_utime,
+        libc::SYS_utimes,
+        libc::SYS_futimesat,
+    ]);
+    for nr in by_path {
+        rules.insert(nr, vec![]);
+    }
+    if own_uid {
+        // utimensat(dirfd, path, times, flags) with a path; a null path is futimens(dirfd).
+        rules.insert(
+            libc::SYS_utimensat,
+            vec![rule(vec![cond(1, Len::Qword, Op::Ne, 0)?])?],
+        );
+    } else {
+        for nr in [
+            libc::SYS_utimensat,
+            libc::SYS_fchmod,
+            libc::SYS_fchown,
+            libc::SYS_fsetxattr,
+            libc::SYS_fremovexattr,
+        ] {
+            rules.insert(nr, vec![]);
+        }
+    }
+    Ok(())
 }
 
 /// What the fork server does to make a run, and the run must not: namespaces, `mount`, other
 /// sockets, our prctls (the rules of `exec`, and of `run` with the process rules).
 fn run_rules() -> Result<Rules, SandboxError> {
-    let mut rules: Rules = [libc::SYS_unshare, libc::SYS_setns, libc::SYS_mount]
-        .into_iter()
-        .map(|nr| (nr, vec![]))
-        .collect();
+    // listen: a run only connects (its end of the bridge is listening before it is confined,
+    // or is the fork server's); a socket listening in a network namespace later runs reuse
+    // would wait for them.
+    let mut rules: Rules = [
+        libc::SYS_unshare,
+        libc::SYS_setns,
+        libc::SYS_mount,
+        libc::SYS_listen,
+    ]
+    .into_iter()
+    .map(|nr| (nr, vec![]))
+    .collect();
     socket_rules(&mut rules)?;
     self_rules(&mut rules)?;
     Ok(rules)
@@ -548,7 +629,11 @@ mod tests {
     }
 
     fn program(allow_subprocess: bool, name: &str) -> Vec<u8> {
-        let all = programs(allow_subprocess).unwrap();
+        let options = Options {
+            allow_subprocess,
+            own_uid: false,
+        };
+        let all = programs(options).unwrap();
         all.into_iter().find(|p| p.name == name).unwrap().bpf
     }
 
@@ -570,8 +655,12 @@ mod tests {
 
     #[test]
     fn one_program_per_kind_of_run_within_the_kernels_bound() {
-        for allow in [false, true] {
-            let all = programs(allow).unwrap();
+        for (allow_subprocess, own_uid) in [(false, false), (true, false), (false, true)] {
+            let all = programs(Options {
+                allow_subprocess,
+                own_uid,
+            })
+            .unwrap();
             let names: Vec<_> = all.iter().map(|p| p.name).collect();
             assert_eq!(names, [BASE_PROGRAM, RUN_PROGRAM, EXEC_PROGRAM]);
             for p in &all {
@@ -710,9 +799,84 @@ mod tests {
         );
     }
 
+    /// Metadata changes: by path always refused (Landlock does not cover them), through a
+    /// descriptor only where the run's uid owns nothing but its own files; reading allowed.
+    #[test]
+    fn metadata_is_changed_only_through_a_descriptor_of_a_runs_own_uid() {
+        let eperm = errno(libc::EPERM);
+        let shared = program(false, BASE_PROGRAM);
+        let own = programs(Options {
+            allow_subprocess: false,
+            own_uid: true,
+        })
+        .unwrap()
+        .into_iter()
+        .find(|p| p.name == BASE_PROGRAM)
+        .unwrap()
+        .bpf;
+        let path = [libc::AT_FDCWD as u64, 0x7fff_0000, 0, 0, 0, 0];
+        let mut by_path = vec![
+            libc::SYS_fchmodat,
+            libc::SYS_fchmodat2,
+            libc::SYS_fchownat,
+            libc::SYS_utimensat,
+            libc::SYS_setxattr,
+            libc::SYS_lsetxattr,
+            libc::SYS_removexattr,
+            libc::SYS_lremovexattr,
+            SYS_SETXATTRAT,
+            SYS_REMOVEXATTRAT,
+        ];
+        #[cfg(target_arch = "x86_64")]
+        by_path.extend([
+            libc::SYS_chmod,
+            libc::SYS_chown,
+            libc::SYS_lchown,
+            libc::SYS_utime,
+            libc::SYS_utimes,
+            libc::SYS_futimesat,
+        ]);
+        for bpf in [&shared, &own] {
+            for &nr in &by_path {
+                assert_eq!(verdict(bpf, nr as u32, path), eperm, "{nr}");
+            }
+            for nr in [libc::SYS_newfstatat, libc::SYS_statx, libc::SYS_getxattr] {
+                assert_eq!(verdict(bpf, nr as u32, path), ALLOW, "{nr}");
+            }
+        }
+        // futimens is utimensat with a null path.
+        let fd = [3, 0, 0, 0, 0, 0];
+        for nr in [
+            libc::SYS_fchmod,
+            libc::SYS_fchown,
+            libc::SYS_utimensat,
+            libc::SYS_fsetxattr,
+            libc::SYS_fremovexattr,
+        ] {
+            assert_eq!(verdict(&shared, nr as u32, fd), eperm, "{nr}");
+            assert_eq!(verdict(&own, nr as u32, fd), ALLOW, "{nr}");
+        }
+    }
+
+    /// A run connects and never listens; the fork server listens for its runs.
+    #[test]
+    fn a_run_may_not_listen() {
+        let base = program(false, BASE_PROGRAM);
+        let none = [3, 128, 0, 0, 0, 0];
+        let eperm = errno(libc::EPERM);
+        for kind in [RUN_PROGRAM, EXEC_PROGRAM] {
+            let installed: &[&[u8]] = &[&base, &program(false, kind)];
+            assert_eq!(answer(installed, libc::SYS_listen as u32, none), eperm);
+            let connect = libc::SYS_connect as u32;
+            assert_eq!(answer(installed, connect, none), ALLOW);
+        }
+        assert_eq!(verdict(&base, libc::SYS_listen as u32, none), ALLOW);
+    }
+
     #[test]
     fn the_filter_file_names_its_arch() {
-        let json: serde_json::Value = serde_json::from_str(&filters_json(false).unwrap()).unwrap();
+        let json: serde_json::Value =
+            serde_json::from_str(&filters_json(Options::default()).unwrap()).unwrap();
         assert_eq!(json["arch"], std::env::consts::ARCH);
         assert!(json["filters"][0]["bpf"].as_str().unwrap().len() >= 16);
     }

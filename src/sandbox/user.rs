@@ -164,12 +164,12 @@ fn check(r: libc::c_int) -> io::Result<()> {
     }
 }
 
-/// Makes a scratch directory private to whoever runs the code: mode 0700, owned by `run_as`
-/// when there is one.
-pub fn prepare_scratch(scratch: &Path, run_as: Option<&RunAs>) -> io::Result<()> {
+/// Makes a scratch directory private to whoever runs the code: mode 0700, owned by `ids`
+/// (uid, gid) when code runs as another user.
+pub fn prepare_scratch(scratch: &Path, ids: Option<(u32, u32)>) -> io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    if let Some(user) = run_as {
-        std::os::unix::fs::chown(scratch, Some(user.uid), Some(user.gid))?;
+    if let Some((uid, gid)) = ids {
+        std::os::unix::fs::chown(scratch, Some(uid), Some(gid))?;
     }
     std::fs::set_permissions(scratch, std::fs::Permissions::from_mode(0o700))
 }

@@ -66,7 +66,8 @@ impl World {
         for dir in [&sdk.0, &scratch.0] {
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
-        sandbox::user::prepare_scratch(&scratch.0, run_as.as_ref()).unwrap();
+        sandbox::user::prepare_scratch(&scratch.0, run_as.as_ref().map(|u| (u.uid, u.gid)))
+            .unwrap();
         let mut victim = std::process::Command::new("sleep");
         victim.arg("60").stdin(Stdio::null());
         if let Some(user) = run_as.clone() {

@@ -8,7 +8,7 @@ import ctypes
 import shutil
 
 unguard()
-shutil.copy("/lib/x86_64-linux-gnu/libm.so.6", "copied.so")
+shutil.copyfile("/lib/x86_64-linux-gnu/libm.so.6", "copied.so")  # (its mode: not needed)
 
 
 def load():

@@ -4,7 +4,8 @@
 # file descriptor can be executed (execveat, tried on a binary the run may read). Each must be
 # refused.
 
-cp /bin/true ./copied && chmod +x ./copied
+# (cp keeps /bin/true's mode: chmod by path is refused in a run.)
+cp /bin/true ./copied
 memfd_exec='
 import ctypes, errno, os, sys
 libc = ctypes.CDLL(None, use_errno=True)

@@ -45,6 +45,7 @@
 
 mod gaps;
 mod lifetime;
+mod metadata;
 mod other_runs;
 mod persist;
 mod reach;
@@ -67,6 +68,8 @@ const PYTHON: &str = "/usr/bin/python3";
 const TEST_USER: &str = "ptc-test";
 /// The user code runs as when the sidecar may switch users (`PTC_SANDBOX_USER`'s default).
 const SANDBOX_USER: &str = "ptc-run";
+/// `PTC_SANDBOX_UIDS`' default: the uids root's runs each get one of.
+const RUN_UIDS: std::ops::Range<u32> = 2_000_000_000..2_000_065_536;
 /// The user of the attack on the process budget, in both roles (scripts/test creates it). Each
 /// run has a budget of its own now (its own user namespace), but should that ever break, a
 /// flood as `ptc-run` or `ptc-test` would keep the other tests' runs, going on at the same
@@ -91,6 +94,8 @@ const NAMESPACES: [&str; 6] = ["user", "pid", "net", "ipc", "uts", "mount"];
 ///   `null` when Landlock is unavailable.
 /// - `seccomp`: whether the seccomp filter is installed in children.
 /// - `uid`: the user code runs as (`"ptc-run"`), its uid when the sidecar cannot switch users.
+/// - `uids`: `"per run FIRST-LAST"`, each run and session a uid of its own from
+///   `PTC_SANDBOX_UIDS`, or `"shared"`.
 /// - `namespaces`: the namespaces each run gets (a user namespace even as root: the run's own
 ///   process budget).
 /// - `missing`: the layers best-effort had to leave out; the user switch for a sidecar that
@@ -103,6 +108,7 @@ fn expected_sandbox(who: &Who) -> Value {
             "landlock": landlock,
             "seccomp": true,
             "uid": uid.to_string(),
+            "uids": "shared",
             "namespaces": NAMESPACES,
             "subprocess": false,
             "missing": [format!(
@@ -117,6 +123,7 @@ fn expected_sandbox(who: &Who) -> Value {
             "landlock": landlock,
             "seccomp": true,
             "uid": SANDBOX_USER,
+            "uids": "per run 2000000000-2000065535",
             "namespaces": NAMESPACES,
             "subprocess": false,
             "missing": [],

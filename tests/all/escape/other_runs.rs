@@ -85,7 +85,7 @@ async fn writing_a_warm_workers_stdin_is_refused() {
 
 /// Starts the live session `id` with `SECRET` (the stage's mark) in its globals and in a file
 /// of its folder; our pid of its interpreter, and its folder.
-async fn start_session(s: &Stage, id: &str) -> Result<(i32, String), super::Failure> {
+pub(super) async fn start_session(s: &Stage, id: &str) -> Result<(i32, String), super::Failure> {
     let setup = format!(
         "import os\nSECRET = {:?}\nopen('secret.txt', 'w').write(SECRET)\n\
          print(os.getpid(), os.getcwd().replace('/', '|'))",
@@ -109,7 +109,7 @@ async fn start_session(s: &Stage, id: &str) -> Result<(i32, String), super::Fail
 }
 
 /// The session `id` still has its globals and its file, unchanged.
-async fn check_session_kept(s: &Stage, id: &str) -> Result<(), super::Failure> {
+pub(super) async fn check_session_kept(s: &Stage, id: &str) -> Result<(), super::Failure> {
     let after = s
         .exec_body(json!({"code": "print(SECRET, open('secret.txt').read())", "session_id": id}))
         .await
