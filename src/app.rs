@@ -408,13 +408,19 @@ fn start_reloader(
 }
 
 impl Sidecar {
-    /// Sends the events still held to Redis (within [`events::FLUSH_AT_EXIT`]) and the spans
+    /// Writes the sessions' last uses to their records (what the sweeper had not written yet),
+    /// sends the events still held to Redis (within [`events::FLUSH_AT_EXIT`]) and the spans
     /// still queued for OTLP (bounded by the exporter's own timeout), off the async workers:
     /// call it once serving has stopped and the shutdown token is cancelled.
     ///
     /// [`events::FLUSH_AT_EXIT`]: crate::events::FLUSH_AT_EXIT
     pub async fn flush(&self) {
         self.shutdown.cancel();
+        for store in [&self.state.sessions, &self.state.artifacts] {
+            if let Some(store) = store.clone() {
+                let _ = tokio::task::spawn_blocking(move || store.record_uses()).await;
+            }
+        }
         self.state.events.written().await;
         if let Some(otel) = self.otel.clone() {
             let _ = tokio::task::spawn_blocking(move || otel.shutdown()).await;

@@ -281,6 +281,12 @@ async fn print_sessions(config: &Config, json: bool) -> anyhow::Result<()> {
         "SESSION", "LIVE", "RUNS", "IDLE", "MEMORY", "FILES", "BYTES"
     );
     for s in body["sessions"].as_array().into_iter().flatten() {
+        if let Some(why) = s["unreadable"].as_str() {
+            // Held out of every route (docs/SECURITY.md): no figures, only why.
+            let id = s["id"].as_str().unwrap_or("?");
+            println!("{id:<24} held out: its record cannot be read ({why})");
+            continue;
+        }
         let mb = |v: &serde_json::Value| {
             v.as_f64()
                 .map_or("-".to_string(), |b| format!("{:.1} MB", b / 1048576.0))

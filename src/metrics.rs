@@ -64,6 +64,8 @@ pub struct Gauges {
     pub reloads_failed: u64,
     pub sessions_live: i64,
     pub sessions_max: i64,
+    /// Sessions held out because their record cannot be read (`Sessions::unreadable`).
+    pub session_records_unreadable: i64,
     /// Calls waiting for a person now.
     pub approvals_waiting: i64,
 }
@@ -138,10 +140,11 @@ struct Control {
     queued: Histogram,
 }
 
-/// The live interpreters of sessions, set at a scrape.
+/// The live interpreters of sessions and the sessions held out, set at a scrape.
 struct SessionGauges {
     live: Gauge,
     max: Gauge,
+    unreadable: Gauge,
 }
 
 fn labels(pairs: &[(&str, &str)]) -> Labels {
@@ -209,6 +212,7 @@ impl Metrics {
         set_total(&m.catalog.reloads, "failed", now.reloads_failed);
         m.sessions.live.set(now.sessions_live);
         m.sessions.max.set(now.sessions_max);
+        m.sessions.unreadable.set(now.session_records_unreadable);
         m.control.waiting.set(now.approvals_waiting);
         let mut out = String::new();
         // Writing into a String cannot fail.
@@ -455,7 +459,18 @@ impl SessionGauges {
             "live interpreters allowed at once (PTC_MAX_SESSIONS)",
             max.clone(),
         );
-        SessionGauges { live, max }
+        let unreadable = Gauge::default();
+        registry.register(
+            "session_records_unreadable",
+            "sessions held out of every route because their record cannot be read \
+             (docs/SECURITY.md)",
+            unreadable.clone(),
+        );
+        SessionGauges {
+            live,
+            max,
+            unreadable,
+        }
     }
 }
 
@@ -599,6 +614,8 @@ mod tests {
                 "# TYPE ptc_sessions_live gauge",
                 "# HELP ptc_sessions_max live interpreters allowed at once (PTC_MAX_SESSIONS).",
                 "# TYPE ptc_sessions_max gauge",
+                "# HELP ptc_session_records_unreadable sessions held out of every route because their record cannot be read (docs/SECURITY.md).",
+                "# TYPE ptc_session_records_unreadable gauge",
                 "# HELP ptc_approvals calls that waited for a person, by outcome (approved, denied, timeout, shutdown, run_ended, no_elicitation).",
                 "# TYPE ptc_approvals counter",
                 "# HELP ptc_approval_wait_seconds how long a call waited for a person's answer.",

@@ -168,6 +168,9 @@ async fn metrics(State(state): State<AppState>) -> Response {
         now.sessions_max = r.sessions().max as i64;
         now.approvals_waiting = r.approvals().waiting() as i64;
     }
+    if let Some(sessions) = &state.sessions {
+        now.session_records_unreadable = sessions.unreadable().len() as i64;
+    }
     if let Some(hub) = &state.mcp {
         now.mcp_servers = hub
             .status()

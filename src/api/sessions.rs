@@ -99,6 +99,10 @@ async fn list(State(api): State<SessionsApi>) -> Result<Response, ApiError> {
         }
         out.push(entry);
     }
+    // Held out of every route, listed for the operator to repair or remove.
+    for (id, why) in api.sessions.unreadable() {
+        out.push(json!({"id": id, "live": false, "unreadable": why}));
+    }
     Ok(Json(json!({
         "sessions": out,
         "live": api.runner.sessions().live(),

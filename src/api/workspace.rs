@@ -12,7 +12,9 @@ use crate::run::{
     Budgeted, ChunkReader, FileError, FileStore, Files, NewFile, RunFile, Runner, ScratchQuota,
     Workspace,
 };
-use crate::session::{FileInfo, Session, SessionError, Sessions, Snapshot, Writer, check_name};
+use crate::session::{
+    FileInfo, RunGuard, Session, SessionError, Sessions, Snapshot, Writer, check_name,
+};
 use crate::util::{lock, mime_of, url_path};
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderValue, StatusCode, header};
@@ -22,7 +24,6 @@ use serde_json::{Value, json};
 use std::io::Read;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::sync::OwnedMutexGuard;
 use tokio_stream::{Stream, StreamExt};
 
 /// How long a change to a session's files from outside a run (an upload, a `PUT`, a `DELETE`)
@@ -31,7 +32,7 @@ use tokio_stream::{Stream, StreamExt};
 pub const FILES_WAIT: Duration = Duration::from_secs(30);
 
 /// `session` locked for a change to its files from outside a run, within [`FILES_WAIT`].
-pub async fn lock_for_files(session: &Arc<Session>) -> Result<OwnedMutexGuard<()>, ApiError> {
+pub async fn lock_for_files(session: &Arc<Session>) -> Result<RunGuard, ApiError> {
     tokio::time::timeout(FILES_WAIT, session.lock())
         .await
         .map_err(|_| {
@@ -49,7 +50,7 @@ pub struct Held {
     before: Snapshot,
     /// The store, when it made this session for this run because no request named one.
     made_for_run: Option<Sessions>,
-    _lock: OwnedMutexGuard<()>,
+    _lock: RunGuard,
 }
 
 /// A session made for one run that leaves it empty goes with the hold, still locked: nothing

@@ -89,26 +89,6 @@ pub fn chmod(fd: BorrowedFd<'_>, mode: u32) -> io::Result<()> {
     retry(|| unsafe { libc::fchmod(fd.as_raw_fd(), mode as libc::mode_t) }).map(drop)
 }
 
-/// Sets the access and modification times of the entry `name` of `dir` to now, a link not
-/// followed.
-pub fn touch_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
-    let now = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: libc::UTIME_NOW,
-    };
-    let times = [now, now];
-    // SAFETY: `name` is a valid C string and `times` two timespecs, as utimensat reads.
-    retry(|| unsafe {
-        libc::utimensat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            times.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    })
-    .map(drop)
-}
-
 /// Why a file could not be opened, when it exists.
 #[derive(Debug)]
 pub enum Refused {

@@ -1,10 +1,11 @@
-//! One held session: its folder, when it was last used, the lock a run holds, and reading
-//! its files — listing them, opening one by name or by id, deleting one, the bytes it holds,
-//! and a snapshot to tell later what a run wrote.
+//! One held session: its folder, when it was last used (and whether its record says so yet),
+//! the lock a run holds, and reading its files — listing them, opening one by name or by id,
+//! deleting one, the bytes it holds, and a snapshot to tell later what a run wrote.
 //!
 //! Every access starts from the root's descriptor (`Shared`) and goes through `fs`, never
 //! through the `dir` path: the run user owns everything below `root/<id>`. It must not make,
-//! adopt or remove a session folder (the store's job), and writing a file under the quota is
+//! adopt or remove a session folder, nor write its record (the store's job: it knows whether
+//! the session is still the one under its id), and writing a file under the quota is
 //! `write`'s.
 
 use std::collections::BTreeMap;
@@ -16,10 +17,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use tokio::sync::OwnedMutexGuard;
+
 use super::fs::{self, Refused, Stat, WalkError};
 use super::names::{
     ID_LEN, MAX_NAME_BYTES, NAME_EXAMPLE, check_name, component_ok, file_id, shown, split_name,
 };
+use super::record::Record;
 use super::{SessionConfig, SessionError, io_error};
 use crate::util::lock;
 use crate::util::tree;
@@ -111,52 +115,130 @@ pub struct Session {
     /// The store itself never uses this path: it opens the folder from the root's descriptor.
     pub dir: PathBuf,
     /// Who the session belongs to, as the caller's opaque owner string (empty: the API key's
-    /// holder); kept beside the folder in `root/<id>.owner` so a restart keeps it.
+    /// holder); kept in the session's record, `root/<id>.owner`, so a restart keeps it.
     pub owner: String,
     pub(super) shared: Arc<Shared>,
-    /// When last used: an instant, plus how long it had been idle by then (an adopted session
-    /// was idle before this process started).
-    used: Mutex<(Instant, Duration)>,
+    /// When last used, and whether the record says so yet.
+    used: Mutex<Use>,
+    /// The uid the session's runs get, when one is kept
+    /// ([`Sessions::keep_uid`](super::Sessions::keep_uid)).
+    uid: Mutex<Option<u32>>,
     /// Held by a run ([`lock`](Session::lock)); the store's sweep leaves a session alone while
     /// it is taken.
     pub(super) run: Arc<tokio::sync::Mutex<()>>,
 }
 
+/// When a session was last used: an instant, plus how long it had been idle by then (an
+/// adopted session was idle before this process started).
+#[derive(Debug, Clone, Copy)]
+struct Use {
+    at: Instant,
+    before: Duration,
+    /// Whether the record on disk has this use; a use is written there later, by
+    /// [`Sessions::record_uses`](super::Sessions::record_uses), not on the request's path.
+    recorded: bool,
+}
+
+/// A session held for one run, or for a change to its files from outside a run: while it
+/// lives no other takes the session, and the sweeper leaves it alone. Dropped, it marks the
+/// session used, so a session's idle time counts from the end of its last run, not its start.
+#[derive(Debug)]
+pub struct RunGuard {
+    session: Arc<Session>,
+    _lock: OwnedMutexGuard<()>,
+}
+
+impl Drop for RunGuard {
+    fn drop(&mut self) {
+        // Before the lock is released (fields drop after this): the sweeper sees either the
+        // lock taken or the session just used.
+        self.session.touch();
+    }
+}
+
 impl Session {
-    pub(super) fn new(shared: &Arc<Shared>, id: &str, owner: &str, idle: Duration) -> Session {
+    /// The session `id` its record describes, idle since the record's last use as `now` sees
+    /// it.
+    pub(super) fn new(shared: &Arc<Shared>, id: &str, record: &Record, now: SystemTime) -> Session {
+        let before = now.duration_since(record.last_used()).unwrap_or_default();
         Session {
             id: id.to_string(),
             dir: shared.cfg.root.join(id),
-            owner: owner.to_string(),
+            owner: record.owner.clone(),
             shared: Arc::clone(shared),
-            used: Mutex::new((Instant::now(), idle)),
+            used: Mutex::new(Use {
+                at: Instant::now(),
+                before,
+                recorded: true,
+            }),
+            uid: Mutex::new(record.uid),
             run: Arc::new(tokio::sync::Mutex::new(())),
         }
     }
 
     /// Waits until no other run uses the session and holds it for this one; while the guard
-    /// lives the sweeper leaves the session alone. Marks it used; the runner should
-    /// [`touch`](Session::touch) it again when the run ends.
-    pub async fn lock(self: &Arc<Self>) -> tokio::sync::OwnedMutexGuard<()> {
+    /// lives the sweeper leaves the session alone. Marks it used now and when the guard drops.
+    pub async fn lock(self: &Arc<Self>) -> RunGuard {
         let guard = Arc::clone(&self.run).lock_owned().await;
         self.touch();
-        guard
+        RunGuard {
+            session: Arc::clone(self),
+            _lock: guard,
+        }
     }
 
-    /// Marks the session used now, also on disk (the folder's mtime), so a restarted sidecar
-    /// adopts it with the right idle time.
+    /// Marks the session used now. In memory only (no system call, so async code may call it):
+    /// the store writes it to the session's record at its next sweep and at shutdown
+    /// ([`Sessions::record_uses`](super::Sessions::record_uses)), so a restarted sidecar adopts
+    /// the session with its idle time.
     pub fn touch(&self) {
-        *lock(&self.used) = (Instant::now(), Duration::ZERO);
-        if let Ok(name) = fs::cstring(&self.id) {
-            // Best effort: only the idle time after a restart depends on it.
-            let _ = fs::touch_at(self.shared.root.as_fd(), &name);
-        }
+        *lock(&self.used) = Use {
+            at: Instant::now(),
+            before: Duration::ZERO,
+            recorded: false,
+        };
     }
 
     /// How long since the session was last used.
     pub fn idle(&self) -> Duration {
-        let (at, before) = *lock(&self.used);
-        at.elapsed() + before
+        let used = *lock(&self.used);
+        used.at.elapsed() + used.before
+    }
+
+    /// The uid the session's runs get, when one is kept
+    /// ([`Sessions::keep_uid`](super::Sessions::keep_uid)).
+    pub fn uid(&self) -> Option<u32> {
+        *lock(&self.uid)
+    }
+
+    pub(super) fn set_uid(&self, uid: u32) {
+        *lock(&self.uid) = Some(uid);
+    }
+
+    /// What the session's record should say as `now` sees it: its owner, uid and last use.
+    pub(super) fn record(&self, now: SystemTime) -> Record {
+        let used = now
+            .checked_sub(self.idle())
+            .unwrap_or(SystemTime::UNIX_EPOCH);
+        Record::new(&self.owner, used, self.uid())
+    }
+
+    /// Whether a use is not in the record yet; it counts as written from now on (a use
+    /// meanwhile makes it unwritten again), and [`unrecorded`](Session::unrecorded) undoes
+    /// this when the write fails.
+    pub(super) fn take_unrecorded(&self) -> bool {
+        let mut used = lock(&self.used);
+        !std::mem::replace(&mut used.recorded, true)
+    }
+
+    /// Whether a use is not in the record yet.
+    pub(super) fn is_unrecorded(&self) -> bool {
+        !lock(&self.used).recorded
+    }
+
+    /// Counts the last use as not in the record (a write of it failed).
+    pub(super) fn unrecorded(&self) {
+        lock(&self.used).recorded = false;
     }
 
     /// The session folder, opened from the root without following a link.

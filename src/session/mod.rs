@@ -2,16 +2,18 @@
 //! (LibreChat's code API "session", later the sidecar's own). Runs write files into a session;
 //! the control API lists, uploads and downloads them.
 //!
-//! Owns the session root ([`SessionConfig::root`](crate::session::SessionConfig::root)) and one
-//! folder per session in it, when each session was last used, the one-run-at-a-time lock, and
-//! the sweeper that removes idle sessions. It must not know runs or HTTP, and imports only
-//! [`crate::util`].
+//! Owns the session root ([`SessionConfig::root`](crate::session::SessionConfig::root)), one
+//! folder per session in it and one record beside each (whose the session is and when it was
+//! last used), the one-run-at-a-time lock, and the sweeper that removes idle sessions. It must
+//! not know runs or HTTP, and imports only [`crate::util`].
 //!
 //! The run user writes into its session folder while a run lives, and that code is hostile:
 //! every access inside a session goes through `fs`, which walks from directory descriptors and
 //! never follows a link (its module doc says how). The root is the sidecar's, mode 0711: the
-//! run user can pass through it to its session but cannot list it or replace `root/<id>`, so
-//! that entry is ours; everything below it is not.
+//! run user can pass through it to its session but cannot list it or replace `root/<id>` or
+//! `root/<id>.owner`, so those entries are ours; everything below `root/<id>` is not, and
+//! nothing the store decides (an owner, an idle time) is read from there, not even the
+//! folder's mtime.
 //!
 //! Every method but [`Session::lock`](crate::session::Session::lock) makes blocking file system
 //! calls: async code calls them through `spawn_blocking`.
@@ -19,6 +21,8 @@
 //! The files, each importing only from those before it and from this one:
 //! - `fs`: the descriptor walker every access goes through;
 //! - `names`: what a session id, a file name and a file id may be (pure);
+//! - `record`: a session's record in the root — its owner, last use and uid — read without
+//!   trusting it and replaced whole;
 //! - `held`: one [`Session`] — its folder, lock, idle time, and reading its files;
 //! - `write`: creating and writing a file in a session within its quota;
 //! - `store`: [`Sessions`] — making, holding, adopting and sweeping sessions.
@@ -28,6 +32,7 @@
 mod fs;
 mod held;
 mod names;
+mod record;
 mod store;
 #[cfg(test)]
 mod testing;
@@ -37,7 +42,7 @@ use std::io;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use held::{FileInfo, Session, Snapshot};
+pub use held::{FileInfo, RunGuard, Session, Snapshot};
 pub use names::{
     ID_LEN, MAX_COMPONENT_BYTES, MAX_COMPONENTS, MAX_ID_LEN, MAX_NAME_BYTES, MOUNT_PREFIX,
     check_name, file_id,

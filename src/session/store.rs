@@ -1,12 +1,13 @@
-//! The store: the session root and the sessions in it by id. Making a session's folder,
-//! holding each [`Session`] while it exists, adopting the folders a previous sidecar left at
-//! start, removing a session (renamed to trash first, so its id is free at once), and the
-//! sweeper that removes idle ones.
+//! The store: the session root and the sessions in it by id. Making a session's folder and
+//! its record, holding each [`Session`] while it exists, writing its uses to its record,
+//! adopting the folders a previous sidecar left at start (each as its record says, or held out
+//! when the record cannot be read), removing a session (renamed to trash first, so its id is
+//! free at once), and the sweeper that removes idle ones.
 //!
-//! It owns the root and the `root/<id>` entries, never what is inside a session folder
-//! (`held` and `write` reach that through `fs`). It must not know runs or HTTP.
+//! It owns the root and the `root/<id>` and `root/<id>.owner` entries, never what is inside a
+//! session folder (`held` and `write` reach that through `fs`). It must not know runs or HTTP.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::ffi::{CStr, CString};
 use std::io;
 use std::ops::ControlFlow;
@@ -21,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use super::fs;
 use super::held::{Session, Shared};
 use super::names;
+use super::record::{self, Durability, Found, MAX_OWNER_BYTES, RECORD_SUFFIX, Record, TEMP_PREFIX};
 use super::{SessionConfig, SessionError, io_error};
 use crate::util::{lock, tree};
 
@@ -28,13 +30,6 @@ use crate::util::{lock, tree};
 /// deleted, so the id is free at once. '.' is not in an id: a trash folder is never taken for a
 /// session, and one left by a crash is deleted by the next [`Sessions::new`].
 const TRASH_PREFIX: &str = ".trash-";
-
-/// `root/<id>` + this holds the owner of a session that has one (the sidecar's file: the run
-/// user cannot write the root). '.' is not in an id, so it is never taken for a session.
-const OWNER_SUFFIX: &str = ".owner";
-
-/// Longest owner string kept: the caller's (a tenant and a user id, each bounded).
-pub const MAX_OWNER_BYTES: usize = 1024;
 
 /// The sweeper runs at least this far apart, however short the TTL (a TTL of milliseconds in
 /// a test must not spin a core)...
@@ -96,47 +91,27 @@ impl Shared {
         )))
     }
 
-    /// Keeps `owner` as the owner of session `id` (none kept for the empty owner), before its
-    /// folder is made: a crash in between leaves an owner file without a folder, which the next
-    /// start deletes.
-    fn keep_owner(&self, id: &str, owner: &str) -> Result<(), SessionError> {
-        use std::io::Write;
-        let name = owner_file(id).map_err(io_error(format!("session id {id:?}")))?;
-        let context = || format!("cannot keep the owner of session {id}");
-        if owner.is_empty() {
-            return match fs::unlink_at(self.root.as_fd(), &name, false) {
-                Err(e) if e.kind() != io::ErrorKind::NotFound => Err(io_error(context())(e)),
-                _ => Ok(()),
-            };
-        }
-        let (mut file, _) = fs::create_file_at(self.root.as_fd(), &name, None).map_err(|e| {
-            io_error(context())(match e {
-                fs::Refused::Io(e) => e,
-                _ => io::Error::other("something that is not a plain file holds its name"),
-            })
-        })?;
-        file.write_all(owner.as_bytes())
-            .map_err(io_error(context()))
+    /// Writes the record of session `id`, replacing any (`record::write_at`).
+    fn write_record(
+        &self,
+        id: &str,
+        record: &Record,
+        durability: Durability,
+    ) -> Result<(), SessionError> {
+        record::write_at(self.root.as_fd(), id, record, durability).map_err(io_error(format!(
+            "cannot write the record of session {id} in {}",
+            self.cfg.root.display()
+        )))
     }
 
-    /// The owner kept for the folder `id` (empty when none is, or it cannot be read).
-    fn read_owner(&self, id: &str) -> String {
-        use std::io::Read;
-        let Ok(name) = owner_file(id) else {
-            return String::new();
-        };
-        let mut owner = String::new();
-        if let Ok(Some((file, _))) = fs::open_file_at(self.root.as_fd(), &name) {
-            let _ = file.take(MAX_OWNER_BYTES as u64).read_to_string(&mut owner);
-        }
-        owner
-    }
-
-    /// Forgets the owner of a removed session (best effort: a stale file is deleted at the
-    /// next start, or replaced when the id is made again).
-    fn forget_owner(&self, id: &str) {
-        if let Ok(name) = owner_file(id) {
-            let _ = fs::unlink_at(self.root.as_fd(), &name, false);
+    /// Deletes the record of a removed session (when it fails, logged: a record whose folder
+    /// is gone is deleted at the next start, or replaced when the id is made again).
+    fn forget_record(&self, id: &str) {
+        if let Err(e) = record::remove_at(self.root.as_fd(), id) {
+            tracing::warn!(
+                session = id,
+                "cannot delete the record of a removed session: {e}; the next start retries"
+            );
         }
     }
 
@@ -197,13 +172,29 @@ pub struct Sessions {
 #[derive(Debug)]
 struct Inner {
     shared: Arc<Shared>,
-    sessions: Mutex<HashMap<String, Arc<Session>>>,
+    map: Mutex<Map>,
+}
+
+/// The store's ids, under one lock.
+#[derive(Debug, Default)]
+struct Map {
+    /// The sessions, by id.
+    held: HashMap<String, Arc<Session>>,
+    /// The folders adopted at start whose record cannot be read or parsed, by id, with why.
+    /// Held out of every route: nothing says whose they are, and read as the API key's holder's
+    /// (the empty owner) a user's session would be opened to the key. Never swept either: what
+    /// cannot be attributed is not deleted unasked. An operator repairs the record and restarts,
+    /// or removes the session ([`Sessions::remove`]).
+    unreadable: BTreeMap<String, String>,
 }
 
 impl Sessions {
     /// Opens the store at `cfg.root`, making the root (mode 0711) if it is missing. Adopts
-    /// every session folder already there (a previous sidecar's), last used when the folder
-    /// was last modified, and deletes trash a crash left behind.
+    /// every session folder already there (a previous sidecar's) as its record says (owner,
+    /// last use, uid), holds out those whose record cannot be read ([`unreadable`]), and
+    /// deletes trash a crash left behind.
+    ///
+    /// [`unreadable`]: Sessions::unreadable
     pub fn new(cfg: SessionConfig) -> io::Result<Sessions> {
         let shown_root = cfg.root.display().to_string();
         let in_root = |what: &str| {
@@ -220,18 +211,19 @@ impl Sessions {
             root,
             stored: AtomicU64::new(0),
         });
-        let sessions = adopt(&shared).map_err(in_root("cannot read it"))?;
-        if !sessions.is_empty() {
+        let map = adopt(&shared).map_err(in_root("cannot read it"))?;
+        if !map.held.is_empty() || !map.unreadable.is_empty() {
             tracing::info!(
                 root = %shared.cfg.root.display(),
-                sessions = sessions.len(),
+                sessions = map.held.len(),
+                held_out = map.unreadable.len(),
                 "adopted existing sessions"
             );
         }
         Ok(Sessions {
             inner: Arc::new(Inner {
                 shared,
-                sessions: Mutex::new(sessions),
+                map: Mutex::new(map),
             }),
         })
     }
@@ -253,29 +245,42 @@ impl Sessions {
         self.open_as(id, "")
     }
 
-    /// The session `id` of `owner`, made for it (folder mode 0700, given to the run user) if
-    /// it does not exist, marked used now. A session of another owner is
-    /// [`SessionError::NotFound`], as if it did not exist.
+    /// The session `id` of `owner`, made for it (its record first, then its folder, mode 0700,
+    /// given to the run user) if it does not exist, marked used now. A session of another
+    /// owner, or one whose record cannot be read, is [`SessionError::NotFound`], as if it did
+    /// not exist.
     pub fn open_as(&self, id: &str, owner: &str) -> Result<Arc<Session>, SessionError> {
         Self::check_id(id)?;
         if owner.len() > MAX_OWNER_BYTES {
             return Err(SessionError::NotFound(id.to_string()));
         }
-        let mut sessions = lock(&self.inner.sessions);
-        let session = match sessions.get(id) {
+        let mut map = lock(&self.inner.map);
+        if map.unreadable.contains_key(id) {
+            return Err(SessionError::NotFound(id.to_string()));
+        }
+        let session = match map.held.get(id) {
             Some(session) if session.owner == owner => session.clone(),
             Some(_) => return Err(SessionError::NotFound(id.to_string())),
             None => {
                 // Under the map's lock, so a concurrent remove cannot rename the folder between
-                // this and the insert.
-                self.inner.shared.keep_owner(id, owner)?;
+                // this and the insert. The record first: a crash in between leaves a record
+                // without a folder, which the next start deletes, never a folder without one.
+                let record = Record::new(owner, SystemTime::now(), None);
+                self.inner
+                    .shared
+                    .write_record(id, &record, Durability::Unsynced)?;
                 self.inner.shared.ensure_dir(id)?;
-                let session = Arc::new(Session::new(&self.inner.shared, id, owner, Duration::ZERO));
-                sessions.insert(id.to_string(), session.clone());
+                let session = Arc::new(Session::new(
+                    &self.inner.shared,
+                    id,
+                    &record,
+                    SystemTime::now(),
+                ));
+                map.held.insert(id.to_string(), session.clone());
                 session
             }
         };
-        drop(sessions);
+        drop(map);
         session.touch();
         Ok(session)
     }
@@ -289,7 +294,8 @@ impl Sessions {
     /// just not there), marked used now.
     pub fn get_as(&self, id: &str, owner: &str) -> Option<Arc<Session>> {
         Self::check_id(id).ok()?;
-        let session = lock(&self.inner.sessions)
+        let session = lock(&self.inner.map)
+            .held
             .get(id)
             .filter(|s| s.owner == owner)
             .cloned()?;
@@ -297,14 +303,92 @@ impl Sessions {
         Some(session)
     }
 
-    /// Every session, by id.
+    /// Every session, by id (not those held out: [`unreadable`](Self::unreadable)).
     pub fn list(&self) -> Vec<Arc<Session>> {
-        let mut all: Vec<_> = lock(&self.inner.sessions).values().cloned().collect();
+        let mut all: Vec<_> = lock(&self.inner.map).held.values().cloned().collect();
         all.sort_by(|a, b| a.id.cmp(&b.id));
         all
     }
 
-    /// Removes the session `id` and deletes its folder, whoever holds it: a later use of an
+    /// The sessions held out because their record cannot be read or parsed, by id, each with
+    /// why: no owner, the API key's holder included, can use them, and the sweeper leaves them;
+    /// [`remove`](Self::remove) deletes one.
+    pub fn unreadable(&self) -> Vec<(String, String)> {
+        lock(&self.inner.map)
+            .unreadable
+            .iter()
+            .map(|(id, why)| (id.clone(), why.clone()))
+            .collect()
+    }
+
+    /// Keeps `uid` as the uid of `session`'s runs, in its record (written before this returns,
+    /// so a restart keeps it) and in [`Session::uid`]. [`SessionError::NotFound`] when the
+    /// session has been removed since it was opened.
+    pub fn keep_uid(&self, session: &Arc<Session>, uid: u32) -> Result<(), SessionError> {
+        let record = Record {
+            uid: Some(uid),
+            ..session.record(SystemTime::now())
+        };
+        let failed = || io_error(format!("cannot keep the uid of session {}", session.id));
+        // As `record_uses` writes: synced outside the map's lock, renamed under it.
+        let written =
+            record::Written::new(self.inner.shared.root.as_fd(), &record, Durability::Synced)
+                .map_err(failed())?;
+        let map = lock(&self.inner.map);
+        match map.held.get(&session.id) {
+            Some(current) if Arc::ptr_eq(current, session) => {
+                written.rename(&session.id).map_err(failed())?;
+                session.set_uid(uid);
+                Ok(())
+            }
+            _ => Err(SessionError::NotFound(session.id.clone())),
+        }
+    }
+
+    /// Writes each session's last use to its record when it is not there yet: called by the
+    /// sweeper at each sweep and once at shutdown, so a use costs no write on the request's
+    /// path, and a crash loses at most one sweep's worth (a quarter of the TTL, at most a
+    /// minute) of idle time. A write that fails is logged and retried at the next call.
+    pub fn record_uses(&self) {
+        let used: Vec<Arc<Session>> = lock(&self.inner.map)
+            .held
+            .values()
+            .filter(|s| s.is_unrecorded())
+            .cloned()
+            .collect();
+        let shared = &self.inner.shared;
+        for session in used {
+            if !session.take_unrecorded() {
+                continue;
+            }
+            let record = session.record(SystemTime::now());
+            // Written and synced outside the map's lock (a sync takes milliseconds, and every
+            // request takes that lock); renamed into place under it, and only while the id is
+            // still this session's: a removed session's record must not come back, nor
+            // overwrite the record of a new session made under its id since.
+            let renamed = record::Written::new(shared.root.as_fd(), &record, Durability::Synced)
+                .and_then(|written| {
+                    let map = lock(&self.inner.map);
+                    match map.held.get(&session.id) {
+                        Some(current) if Arc::ptr_eq(current, &session) => {
+                            written.rename(&session.id)
+                        }
+                        // Dropped: the temporary file goes.
+                        _ => Ok(()),
+                    }
+                });
+            if let Err(e) = renamed {
+                session.unrecorded();
+                tracing::warn!(
+                    session = %session.id,
+                    "cannot keep when the session was last used: {e}; retried at the next sweep"
+                );
+            }
+        }
+    }
+
+    /// Removes the session `id` and deletes its folder and record, whoever holds it (one held
+    /// out as [`unreadable`](Self::unreadable) too): a later use of an
     /// `Arc<Session>` still held fails with [`SessionError::NotFound`]. Whether there was a
     /// session or a folder to remove.
     ///
@@ -317,10 +401,10 @@ impl Sessions {
             return false;
         }
         let (known, trash) = {
-            let mut sessions = lock(&self.inner.sessions);
-            let known = sessions.remove(id).is_some();
+            let mut map = lock(&self.inner.map);
+            let known = map.held.remove(id).is_some() | map.unreadable.remove(id).is_some();
             let trash = self.inner.shared.to_trash(id);
-            self.inner.shared.forget_owner(id);
+            self.inner.shared.forget_record(id);
             (known, trash)
         };
         match trash {
@@ -348,11 +432,14 @@ impl Sessions {
         };
         // Under the map's lock, so a concurrent open cannot make the folder again between the
         // rmdir and the removal of the entry.
-        let mut sessions = lock(&self.inner.sessions);
+        let mut map = lock(&self.inner.map);
+        if map.unreadable.contains_key(id) {
+            return false;
+        }
         match fs::unlink_at(self.inner.shared.root.as_fd(), &name, true) {
             Ok(()) => {
-                sessions.remove(id);
-                self.inner.shared.forget_owner(id);
+                map.held.remove(id);
+                self.inner.shared.forget_record(id);
                 true
             }
             Err(_) => false,
@@ -360,13 +447,13 @@ impl Sessions {
     }
 
     /// Removes every session idle longer than the TTL that nobody uses: no run holds its lock
-    /// and nobody but the store holds its `Arc` (a handler mid-upload keeps it). The ids
-    /// removed.
+    /// and nobody but the store holds its `Arc` (a handler mid-upload keeps it). Those held out
+    /// as [`unreadable`](Self::unreadable) stay. The ids removed.
     pub fn sweep(&self) -> Vec<String> {
         let ttl = self.inner.shared.cfg.ttl;
         let mut doomed = Vec::new();
         {
-            let mut sessions = lock(&self.inner.sessions);
+            let sessions = &mut lock(&self.inner.map).held;
             // Nobody else holds the Arc, and nobody can take it while we hold the map: the
             // lock can only be held by a guard outliving its Arc, which try_lock sees.
             let idle: Vec<String> = sessions
@@ -376,7 +463,7 @@ impl Sessions {
                 .collect();
             for id in idle {
                 sessions.remove(&id);
-                self.inner.shared.forget_owner(&id);
+                self.inner.shared.forget_record(&id);
                 match self.inner.shared.to_trash(&id) {
                     Ok(trash) => doomed.push((id, trash)),
                     Err(e) => tracing::warn!(session = id, "cannot remove an idle session: {e}"),
@@ -392,8 +479,11 @@ impl Sessions {
         doomed.into_iter().map(|(id, _)| id).collect()
     }
 
-    /// Sweeps every quarter of the TTL (at least every minute, at most every second) until
+    /// Sweeps every quarter of the TTL (at least every minute, at most every second), and
+    /// writes the uses of the sessions left to their records ([`record_uses`]), until
     /// `shutdown`; the task, for the caller to await at shutdown.
+    ///
+    /// [`record_uses`]: Self::record_uses
     pub fn spawn_sweeper(&self, shutdown: CancellationToken) -> tokio::task::JoinHandle<()> {
         let sessions = self.clone();
         let every = sweep_every(self.inner.shared.cfg.ttl);
@@ -404,7 +494,11 @@ impl Sessions {
                     () = tokio::time::sleep(every) => {}
                 }
                 let sweeping = sessions.clone();
-                if let Err(e) = tokio::task::spawn_blocking(move || sweeping.sweep()).await {
+                let swept = tokio::task::spawn_blocking(move || {
+                    sweeping.sweep();
+                    sweeping.record_uses();
+                });
+                if let Err(e) = swept.await {
                     tracing::warn!("the session sweep failed: {e}");
                 }
             }
@@ -453,22 +547,28 @@ fn make_root(root: &Path) -> io::Result<()> {
     }
 }
 
-/// The session folders under the root, each last used when its folder was last modified;
-/// trash is deleted, anything else left alone.
-fn adopt(shared: &Arc<Shared>) -> io::Result<HashMap<String, Arc<Session>>> {
+/// The session folders under the root, each as its record says or held out when the record
+/// cannot be read; trash, records whose folder is gone and records a crash left half written
+/// are deleted, anything else left alone.
+fn adopt(shared: &Arc<Shared>) -> io::Result<Map> {
     let root = shared.root.as_fd();
     let mut entries = fs::DirStream::new(fs::open_dir_at(root, c".")?)?;
+    // The sidecar's own clock, never a time a file carries.
     let now = SystemTime::now();
-    let mut sessions = HashMap::new();
-    let mut owned = Vec::new();
+    let mut map = Map::default();
+    let mut recorded = Vec::new();
     while let Some(name) = entries.next_name()? {
         let Ok(id) = name.to_str() else { continue };
         if id.starts_with(TRASH_PREFIX) {
             shared.empty_trash(id, &name);
             continue;
         }
-        if let Some(of) = id.strip_suffix(OWNER_SUFFIX) {
-            owned.push(of.to_string());
+        if id.starts_with(TEMP_PREFIX) {
+            let _ = fs::unlink_at(root, &name, false);
+            continue;
+        }
+        if let Some(of) = id.strip_suffix(RECORD_SUFFIX) {
+            recorded.push(of.to_string());
             continue;
         }
         if Sessions::check_id(id).is_err() {
@@ -479,9 +579,14 @@ fn adopt(shared: &Arc<Shared>) -> io::Result<HashMap<String, Arc<Session>>> {
                 shared
                     .stored
                     .fetch_add(shared.bytes_in(&name), Ordering::Relaxed);
-                let idle = now.duration_since(st.modified()).unwrap_or_default();
-                let session = Session::new(shared, id, &shared.read_owner(id), idle);
-                sessions.insert(id.to_string(), Arc::new(session));
+                match adopt_one(shared, id, now) {
+                    Ok(session) => {
+                        map.held.insert(id.to_string(), Arc::new(session));
+                    }
+                    Err(why) => {
+                        map.unreadable.insert(id.to_string(), why);
+                    }
+                }
             }
             _ => tracing::warn!(
                 entry = id,
@@ -489,15 +594,43 @@ fn adopt(shared: &Arc<Shared>) -> io::Result<HashMap<String, Arc<Session>>> {
             ),
         }
     }
-    // An owner whose folder is gone: a crash between the two.
-    for id in owned.iter().filter(|id| !sessions.contains_key(*id)) {
-        shared.forget_owner(id);
+    // A record whose folder is gone: a crash between the two, or a failed removal.
+    for id in recorded
+        .iter()
+        .filter(|id| !map.held.contains_key(*id) && !map.unreadable.contains_key(*id))
+    {
+        shared.forget_record(id);
     }
-    Ok(sessions)
+    Ok(map)
 }
 
-fn owner_file(id: &str) -> io::Result<CString> {
-    fs::cstring(&format!("{id}{OWNER_SUFFIX}"))
+/// The session folder `id`, as its record says; a record of an older sidecar (an owner alone,
+/// or none for the empty owner) counts as used `now` and is written again in this format.
+/// Why it cannot be adopted when its record cannot be read, logged here, once.
+fn adopt_one(shared: &Arc<Shared>, id: &str, now: SystemTime) -> Result<Session, String> {
+    let owner = match record::read_at(shared.root.as_fd(), id) {
+        Found::Record(record) => return Ok(Session::new(shared, id, &record, now)),
+        Found::Legacy(owner) => owner,
+        Found::Missing => String::new(),
+        Found::Unreadable(why) => {
+            tracing::warn!(
+                session = id,
+                record = %shared.cfg.root.join(format!("{id}{RECORD_SUFFIX}")).display(),
+                "the session's record cannot be read ({why}): nobody can use the session, and \
+                 it is not swept; repair the record and restart, or remove the session \
+                 (DELETE /v1/sessions/{id})"
+            );
+            return Err(why);
+        }
+    };
+    let record = Record::new(&owner, now, None);
+    let session = Session::new(shared, id, &record, now);
+    if let Err(e) = shared.write_record(id, &record, Durability::Synced) {
+        // Kept in memory all the same; the sweeper writes it again.
+        session.unrecorded();
+        tracing::warn!(session = id, "cannot write the session's record again: {e}");
+    }
+    Ok(session)
 }
 
 #[cfg(test)]
@@ -505,8 +638,311 @@ mod tests {
     use super::*;
     use crate::session::testing::{Scratch, names};
     use pretty_assertions::assert_eq;
-    use std::os::unix::fs::symlink;
+    use std::os::unix::fs::{PermissionsExt, symlink};
+    use std::path::PathBuf;
     use std::time::Instant;
+
+    fn record_path(scratch: &Scratch, id: &str) -> PathBuf {
+        scratch.root().join(format!("{id}{RECORD_SUFFIX}"))
+    }
+
+    /// The record of `id` as the disk holds it, which must be one of this format.
+    fn record_of(scratch: &Scratch, id: &str) -> Record {
+        let bytes = std::fs::read(record_path(scratch, id)).unwrap();
+        match record::parse(&bytes) {
+            Ok(Found::Record(record)) => record,
+            other => panic!("the record of {id}: {other:?}"),
+        }
+    }
+
+    /// Writes `record` as `id`'s, as the sidecar would (mode 0600).
+    fn write_record(scratch: &Scratch, id: &str, record: &Record) {
+        let path = record_path(scratch, id);
+        std::fs::write(&path, serde_json::to_vec(record).unwrap()).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+
+    fn mode(path: &Path) -> u32 {
+        std::fs::symlink_metadata(path)
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777
+    }
+
+    /// What the folder's metadata says (a run could once set its mtime, `utime(0)`) decides
+    /// nothing: the idle time after a restart is the record's, so the session is not swept.
+    #[test]
+    fn a_restart_takes_the_last_use_from_the_record_not_the_folder() {
+        let scratch = Scratch::new();
+        let first = scratch.sessions();
+        let alice = r#"["t1","alice"]"#;
+        first.open_as("s", alice).unwrap();
+        first.open("old").unwrap();
+        write_record(
+            &scratch,
+            "old",
+            &Record::new("", SystemTime::now() - Duration::from_secs(7200), None),
+        );
+        for id in ["s", "old"] {
+            std::fs::File::open(scratch.root().join(id))
+                .unwrap()
+                .set_modified(SystemTime::UNIX_EPOCH)
+                .unwrap();
+        }
+        drop(first);
+
+        let second = scratch.sessions();
+        let idle = |id: &str| {
+            second
+                .list()
+                .into_iter()
+                .find(|s| s.id == id)
+                .unwrap()
+                .idle()
+        };
+        assert!(idle("s") < Duration::from_secs(60), "{:?}", idle("s"));
+        assert!(
+            idle("old") >= Duration::from_secs(7190),
+            "{:?}",
+            idle("old")
+        );
+        assert_eq!(second.sweep(), ["old"], "the TTL is an hour");
+        assert_eq!(second.get_as("s", alice).unwrap().owner, alice);
+    }
+
+    /// A use is kept in memory at once and written to the record by `record_uses` (the
+    /// sweeper's), also the end of a run (its guard dropped); a removed session's use is never
+    /// written, so neither its record comes back nor a new owner's record under its id is
+    /// overwritten.
+    #[tokio::test]
+    async fn uses_are_written_to_the_record_by_the_store_alone() {
+        let scratch = Scratch::new();
+        let sessions = scratch.sessions();
+        let s = sessions.open("s").unwrap();
+        let made = record_of(&scratch, "s").last_used_ms;
+        std::thread::sleep(Duration::from_millis(30));
+        let guard = s.lock().await;
+        std::thread::sleep(Duration::from_millis(30));
+        drop(guard);
+        assert!(
+            s.idle() < Duration::from_millis(30),
+            "the run's end is a use"
+        );
+        assert_eq!(record_of(&scratch, "s").last_used_ms, made, "not yet");
+        sessions.record_uses();
+        let used = record_of(&scratch, "s").last_used_ms;
+        assert!(used >= made + 60, "{made} then {used}");
+        assert!(!s.is_unrecorded());
+
+        // Removed, then made again for another owner: the old handle's use is not written.
+        assert!(sessions.remove("s"));
+        s.touch();
+        sessions.record_uses();
+        assert!(!record_path(&scratch, "s").exists());
+        let bob = r#"["t1","bob"]"#;
+        let again = sessions.open_as("s", bob).unwrap();
+        s.touch();
+        sessions.record_uses();
+        assert_eq!(record_of(&scratch, "s").owner, bob);
+        assert!(Arc::ptr_eq(&again, &sessions.get_as("s", bob).unwrap()));
+    }
+
+    /// A record that cannot be read or parsed leaves its session out of every route, the API
+    /// key's holder's included (it is never read as the empty owner), out of the sweep, listed
+    /// with why, and untouched until it is removed.
+    #[test]
+    fn an_unreadable_record_holds_its_session_out() {
+        let scratch = Scratch::new();
+        let root = scratch.root();
+        let first = Sessions::new(SessionConfig {
+            ttl: Duration::from_millis(1),
+            ..scratch.config()
+        })
+        .unwrap();
+        let alice = r#"["t1","alice"]"#;
+        // A record of the empty owner, outside the root, for a link to point at.
+        let operators = scratch.outside().join("operators.owner");
+        std::fs::write(
+            &operators,
+            serde_json::to_vec(&Record::new("", SystemTime::now(), None)).unwrap(),
+        )
+        .unwrap();
+        std::fs::set_permissions(&operators, std::fs::Permissions::from_mode(0o600)).unwrap();
+        type Tamper = Box<dyn Fn(&Path)>;
+        let write = |bytes: Vec<u8>| -> Tamper {
+            Box::new(move |path: &Path| std::fs::write(path, &bytes).unwrap())
+        };
+        let cases: Vec<(&str, Tamper, &str)> = vec![
+            (
+                "mode000",
+                Box::new(|path: &Path| {
+                    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o000)).unwrap()
+                }),
+                // Root reads it and sees the mode; another user cannot open it.
+                "mode is 0000|Permission denied",
+            ),
+            ("garbage", write(b"\xff\xfe\x00".to_vec()), "not UTF-8"),
+            (
+                "broken",
+                write(b"{\"v\":1,\"owner\":".to_vec()),
+                "not a record",
+            ),
+            ("empty", write(Vec::new()), "empty"),
+            (
+                "long",
+                write(vec![b' '; record::MAX_RECORD_BYTES + 1]),
+                "longer than",
+            ),
+            (
+                "newer",
+                write(br#"{"v":2,"owner":"","last_used_ms":1}"#.to_vec()),
+                "version 2",
+            ),
+            (
+                "folder",
+                Box::new(|path: &Path| {
+                    std::fs::remove_file(path).unwrap();
+                    std::fs::create_dir(path).unwrap();
+                }),
+                "not a plain file",
+            ),
+            (
+                "linked",
+                Box::new({
+                    let operators = operators.clone();
+                    move |path: &Path| {
+                        std::fs::remove_file(path).unwrap();
+                        symlink(&operators, path).unwrap();
+                    }
+                }),
+                "not a plain file",
+            ),
+            (
+                "twin",
+                Box::new(|path: &Path| {
+                    std::fs::hard_link(path, path.with_extension("twin")).unwrap();
+                }),
+                "hard link",
+            ),
+        ];
+        for (id, tamper, _) in &cases {
+            first.open_as(id, alice).unwrap();
+            tamper(&record_path(&scratch, id));
+        }
+        first.open_as("fine", alice).unwrap();
+        drop(first);
+
+        let second = Sessions::new(SessionConfig {
+            ttl: Duration::from_millis(1),
+            ..scratch.config()
+        })
+        .unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(
+            second.sweep(),
+            ["fine"],
+            "only what can be attributed is swept"
+        );
+        second.record_uses();
+        let held_out = second.unreadable();
+        assert_eq!(held_out.len(), cases.len(), "{held_out:?}");
+        for (id, _, says) in &cases {
+            for owner in ["", alice] {
+                assert!(
+                    matches!(second.open_as(id, owner), Err(SessionError::NotFound(_))),
+                    "{id} opened as {owner:?}"
+                );
+                assert!(second.get_as(id, owner).is_none(), "{id} got as {owner:?}");
+            }
+            let why = &held_out.iter().find(|(held, _)| held == id).unwrap().1;
+            assert!(says.split('|').any(|s| why.contains(s)), "{id}: {why}");
+            assert!(root.join(id).is_dir(), "{id}'s folder");
+        }
+        assert!(second.list().is_empty());
+        assert_eq!(mode(&record_path(&scratch, "mode000")), 0, "left as found");
+        assert!(record_path(&scratch, "folder").is_dir());
+
+        // The operator's removal deletes folder and record, and frees the id.
+        for (id, _, _) in &cases {
+            assert!(second.remove(id), "{id}");
+            assert!(!root.join(id).exists() && !record_path(&scratch, id).exists());
+        }
+        assert!(second.unreadable().is_empty());
+        assert_eq!(std::fs::read(&operators).unwrap().first(), Some(&b'{'));
+        assert_eq!(second.open("folder").unwrap().owner, "");
+    }
+
+    /// An older sidecar kept the owner alone as the file's text, and no file for the empty
+    /// owner: both are adopted as used now (whatever the folder's mtime), and written again as
+    /// records; a record half written by a crash is deleted.
+    #[test]
+    fn an_older_sidecars_owners_are_adopted_and_written_again() {
+        let scratch = Scratch::new();
+        let root = scratch.root();
+        let alice = r#"["t1","alice"]"#;
+        std::fs::create_dir_all(root.join("s1")).unwrap();
+        std::fs::create_dir(root.join("k1")).unwrap();
+        std::fs::write(root.join("s1.owner"), alice).unwrap();
+        std::fs::set_permissions(
+            root.join("s1.owner"),
+            std::fs::Permissions::from_mode(0o600),
+        )
+        .unwrap();
+        for id in ["s1", "k1"] {
+            std::fs::File::open(root.join(id))
+                .unwrap()
+                .set_modified(SystemTime::UNIX_EPOCH)
+                .unwrap();
+        }
+        let before = SystemTime::now();
+
+        let store = scratch.sessions();
+        assert_eq!(store.sweep(), Vec::<String>::new());
+        let s1 = store.get_as("s1", alice).unwrap();
+        assert!(store.get("s1").is_none());
+        let k1 = store.get("k1").unwrap();
+        assert!(store.get_as("k1", alice).is_none());
+        for (session, owner) in [(&s1, alice), (&k1, "")] {
+            let record = record_of(&scratch, &session.id);
+            assert_eq!(record.owner, owner);
+            assert!(
+                record.last_used() >= before - Duration::from_secs(1),
+                "{record:?}"
+            );
+            assert_eq!(mode(&record_path(&scratch, &session.id)), 0o600);
+        }
+    }
+
+    /// A uid kept for a session is in its record, so a restart keeps it; a removed session
+    /// keeps none.
+    #[test]
+    fn a_kept_uid_survives_a_restart() {
+        let scratch = Scratch::new();
+        let store = scratch.sessions();
+        let s = store.open("s").unwrap();
+        assert_eq!(s.uid(), None);
+        store.keep_uid(&s, 100_042).unwrap();
+        assert_eq!(s.uid(), Some(100_042));
+        assert_eq!(record_of(&scratch, "s").uid, Some(100_042));
+        s.touch();
+        store.record_uses();
+        assert_eq!(
+            record_of(&scratch, "s").uid,
+            Some(100_042),
+            "a use keeps it"
+        );
+        drop((s, store));
+        let store = scratch.sessions();
+        let s = store.get("s").unwrap();
+        assert_eq!(s.uid(), Some(100_042));
+        assert!(store.remove("s"));
+        assert!(matches!(
+            store.keep_uid(&s, 7),
+            Err(SessionError::NotFound(_))
+        ));
+        assert!(!record_path(&scratch, "s").exists());
+    }
 
     #[test]
     fn a_session_is_its_owners_alone_and_stays_so_across_a_restart() {
@@ -525,20 +961,21 @@ mod tests {
         assert!(store.get_as("s1", alice).is_some());
         store.open("k1").unwrap();
         assert!(store.get_as("k1", alice).is_none());
-        // The owner file is the sidecar's, beside the folder.
-        assert_eq!(
-            std::fs::read_to_string(scratch.root().join("s1.owner")).unwrap(),
-            alice
-        );
-        assert!(!scratch.root().join("k1.owner").exists());
-        // An owner file whose folder a crash lost is deleted at the next start.
+        // The record is the sidecar's, beside the folder; the empty owner has one too.
+        assert_eq!(record_of(&scratch, "s1").owner, alice);
+        assert_eq!(record_of(&scratch, "k1").owner, "");
+        assert_eq!(mode(&scratch.root().join("s1.owner")), 0o600);
+        // A record whose folder a crash lost is deleted at the next start, and so is a record
+        // a crash left half written.
         std::fs::write(scratch.root().join("gone.owner"), bob).unwrap();
+        std::fs::write(scratch.root().join(".record-0123"), "{").unwrap();
         drop((made, store));
         let store = scratch.sessions();
         assert!(store.get_as("s1", alice).is_some());
         assert!(store.get_as("s1", bob).is_none());
         assert!(store.get("k1").is_some());
         assert!(!scratch.root().join("gone.owner").exists());
+        assert!(!scratch.root().join(".record-0123").exists());
         // Removed, its id is free for anyone, and the old owner is forgotten.
         assert!(store.remove("s1"));
         assert!(!scratch.root().join("s1.owner").exists());
@@ -583,9 +1020,11 @@ mod tests {
         drop(guard);
         let held_dir = held.dir.clone();
         drop(held);
-        let mut removed = sessions.sweep();
-        removed.sort();
-        assert_eq!(removed, ["held", "locked"]);
+        // The end of a run is a use: the session it held is idle a TTL after that, not after
+        // the run's start.
+        assert_eq!(sessions.sweep(), ["held"]);
+        tokio::time::sleep(Duration::from_millis(120)).await;
+        assert_eq!(sessions.sweep(), ["locked"]);
         assert!(!locked_dir.exists() && !held_dir.exists());
         assert!(sessions.list().is_empty());
         // Only the (empty) root is left: no trash.
@@ -607,12 +1046,9 @@ mod tests {
         std::fs::write(root.join("stray-file"), "x").unwrap();
         std::fs::create_dir(root.join("not.an.id")).unwrap();
         symlink(scratch.outside(), root.join("linked")).unwrap();
-        // Last used two hours ago, as far as the disk knows.
+        // Last used two hours ago, as its record says.
         let two_hours_ago = SystemTime::now() - Duration::from_secs(7200);
-        std::fs::File::open(root.join("kept"))
-            .unwrap()
-            .set_modified(two_hours_ago)
-            .unwrap();
+        write_record(&scratch, "kept", &Record::new("", two_hours_ago, None));
 
         let second = scratch.sessions();
         let listed = second.list();

@@ -510,6 +510,123 @@ async fn owners_survive_a_restart() {
     .unwrap();
 }
 
+/// Nothing a run can touch decides whose a session is or when it was last used (issue 34).
+/// What a run could once do to the session root it passes through, the test does here from
+/// outside (a run can no longer: seccomp refuses metadata calls by path, so the test stands in
+/// for a run that somehow did): one of alice's session folders gets mtime 0, another's record
+/// mode 0000, a third's record is replaced by a folder. After a restart and longer than the
+/// sweeper's interval, the first is still hers (its last use is the sidecar's record, not the
+/// folder's mtime); the other two are nobody's — alice, bob and the key's holder all get 404
+/// (an unreadable record is never the key's), the sweeper leaves them, `GET /v1/sessions` lists
+/// them as unreadable and `ptc_session_records_unreadable` counts them, until the key's
+/// `DELETE` removes them.
+#[tokio::test]
+async fn what_a_run_could_touch_decides_no_session() {
+    use std::os::unix::fs::PermissionsExt;
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let dir = TempDir::new("user-records");
+        let root = dir.0.join("sessions");
+        let root_text = root.to_str().unwrap();
+        // A TTL of 20 s: the sweeper runs every 5 s.
+        let vars = [("PTC_SESSION_DIR", root_text), ("PTC_SESSION_TTL", "20")];
+        let alice = || bearer(&token("alice", "acme"));
+        let key = || ("x-api-key", KEY.to_string());
+        let made: Vec<(String, String)> = {
+            let s = users_sidecar(&vars).await;
+            let mut made = Vec::new();
+            for name in ["touched", "chmodded", "replaced"] {
+                let (status, up) = upload(&s, &alice(), None, name, name.as_bytes()).await;
+                assert_eq!(status, 200, "{up}");
+                made.push((
+                    up["session_id"].as_str().unwrap().to_string(),
+                    up["files"][0]["fileId"].as_str().unwrap().to_string(),
+                ));
+            }
+            made
+        };
+        let [(touched, touched_file), (chmodded, _), (replaced, _)] = &made[..] else {
+            unreachable!()
+        };
+        std::fs::File::open(root.join(touched))
+            .unwrap()
+            .set_modified(std::time::SystemTime::UNIX_EPOCH)
+            .unwrap();
+        let record = |id: &str| root.join(format!("{id}.owner"));
+        std::fs::set_permissions(record(chmodded), std::fs::Permissions::from_mode(0o000)).unwrap();
+        std::fs::remove_file(record(replaced)).unwrap();
+        std::fs::create_dir(record(replaced)).unwrap();
+
+        let s = users_sidecar(&vars).await;
+        tokio::time::sleep(Duration::from_secs(6)).await;
+        let download = |id: &str, file: &str| format!("/download/{id}/{file}");
+        let (status, body) = get(&s, &download(touched, touched_file), &alice()).await;
+        assert_eq!(
+            (status, body),
+            (200, Value::String("touched".into())),
+            "the session whose folder's mtime is 0 was swept"
+        );
+        // The key first: read as the empty owner, a user's session would be the key's.
+        for (id, file) in made[1..].iter().rev() {
+            let path = download(id, file);
+            let everyone: [(&str, Auth); 3] = [
+                ("the key", key()),
+                ("alice", alice()),
+                ("bob", bearer(&token("bob", "acme"))),
+            ];
+            for (who, auth) in &everyone {
+                let (status, body) = get(&s, &path, auth).await;
+                assert_eq!(status, 404, "{who} downloads from {id}: {body}");
+                let (status, body) = upload(&s, auth, Some(id), "planted.txt", b"x").await;
+                assert_eq!(status, 404, "{who} uploads into {id}: {body}");
+            }
+            assert!(root.join(id).is_dir(), "{id} was swept");
+        }
+        let listed = s
+            .http
+            .get(s.url("/v1/sessions"))
+            .header("x-api-key", KEY)
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap();
+        let unreadable: Vec<&str> = listed["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["unreadable"].is_string())
+            .map(|e| e["id"].as_str().unwrap())
+            .collect();
+        let mut held_out = vec![chmodded.as_str(), replaced.as_str()];
+        held_out.sort();
+        assert_eq!(unreadable, held_out, "{listed}");
+        let text = s.metrics(Some(KEY)).await;
+        assert!(
+            text.contains("ptc_session_records_unreadable 2\n"),
+            "{text}"
+        );
+
+        // Housekeeping: the key removes one, folder and record.
+        let removed = s
+            .http
+            .delete(s.url(&format!("/v1/sessions/{chmodded}")))
+            .header("x-api-key", KEY)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(removed.status(), 204);
+        assert!(!root.join(chmodded).exists() && !record(chmodded).exists());
+        let text = s.metrics(Some(KEY)).await;
+        assert!(
+            text.contains("ptc_session_records_unreadable 1\n"),
+            "{text}"
+        );
+    })
+    .await
+    .unwrap();
+}
+
 /// Bad key material stops startup with the variable named and the key not repeated; a key
 /// alone may open a listener beyond loopback, where the rest of the API then needs the key
 /// it does not have.

@@ -10,7 +10,7 @@
 use crate::api::error::ApiError;
 use crate::api::workspace::{Held, blocking, file_response, lock_for_files, write_stream};
 use crate::identity::Principal;
-use crate::session::{FileInfo, Session, SessionError, Sessions};
+use crate::session::{FileInfo, RunGuard, Session, SessionError, Sessions};
 use axum::Json;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Extension, Multipart, Path, State};
@@ -20,7 +20,6 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::OwnedMutexGuard;
 
 /// Where the client tells the model a session's files are.
 const MODEL_DIR: &str = crate::run::MODEL_DATA_DIR;
@@ -228,7 +227,7 @@ async fn store_upload(
     owner: &str,
     mut form: Multipart,
 ) -> Result<(String, Vec<Value>), ApiError> {
-    let mut held: Option<(Arc<Session>, OwnedMutexGuard<()>)> = None;
+    let mut held: Option<(Arc<Session>, RunGuard)> = None;
     let mut stored = Vec::new();
     while let Some(mut field) = form.next_field().await.map_err(unreadable)? {
         match field.name().unwrap_or_default() {
@@ -271,7 +270,7 @@ async fn hold(
     sessions: &Sessions,
     id: &str,
     owner: &str,
-) -> Result<(Arc<Session>, OwnedMutexGuard<()>), ApiError> {
+) -> Result<(Arc<Session>, RunGuard), ApiError> {
     let session = sessions.open_as(id, owner)?;
     let lock = lock_for_files(&session).await?;
     Ok((session, lock))
