@@ -292,6 +292,9 @@ async fn start_runner(
         max_bytes: config.session_max_mb << 20,
         max_files: config.session_max_files,
         owner: runner.run_user(),
+        uids: runner
+            .run_uids()
+            .map(|u| u as Arc<dyn crate::session::SessionUids>),
         max_total_bytes: None,
     })
     .map_err(StartError::Sessions)?;
@@ -305,6 +308,7 @@ async fn start_runner(
         max_bytes: u64::MAX,
         max_files: config.session_max_files,
         owner: None,
+        uids: None,
         max_total_bytes: Some(config.artifact_max_mb << 20),
     })
     .map_err(StartError::Sessions)?;
@@ -538,5 +542,21 @@ pub async fn run(
             tracing::warn!("in-flight requests did not finish within {REQUESTS_GRACE:?}; stopping");
             Ok(())
         }
+    }
+}
+
+/// A session holds a uid of the sandbox's range for its whole life: the session store asks
+/// for one through its own trait (it imports nothing of the sandbox).
+impl crate::session::SessionUids for sandbox::Uids {
+    fn lease(&self) -> std::io::Result<u32> {
+        self.take().map_err(std::io::Error::other)
+    }
+
+    fn hold(&self, uid: u32) -> bool {
+        sandbox::Uids::hold(self, uid)
+    }
+
+    fn release(&self, uid: u32) {
+        sandbox::Uids::release(self, uid)
     }
 }

@@ -184,6 +184,11 @@ impl Runner {
         self.inner.sandbox.run_as().map(|u| (u.uid, u.gid))
     }
 
+    /// The uids runs and sessions each get one of (`PTC_SANDBOX_UIDS`), where they do.
+    pub fn run_uids(&self) -> Option<Arc<crate::sandbox::Uids>> {
+        self.inner.sandbox.uids().cloned()
+    }
+
     /// What the sandbox applies to every run, and what it cannot (for `/healthz`).
     pub fn sandbox_status(&self) -> &Status {
         self.inner.sandbox.status()

@@ -225,6 +225,11 @@ impl Uids {
         crate::util::lock(&self.state).taken.len()
     }
 
+    /// A uid held until [`release`](Self::release)d (a new session's).
+    pub fn take(&self) -> Result<u32, Exhausted> {
+        self.take_free().ok_or(Exhausted(self.range))
+    }
+
     fn take_free(&self) -> Option<u32> {
         let mut state = crate::util::lock(&self.state);
         if state.taken.len() >= self.range.count as usize {

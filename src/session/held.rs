@@ -121,8 +121,8 @@ pub struct Session {
     /// When last used, and whether the record says so yet.
     used: Mutex<Use>,
     /// The uid the session's runs get, when one is kept
-    /// ([`Sessions::keep_uid`](super::Sessions::keep_uid)).
-    uid: Mutex<Option<u32>>,
+    /// (`SessionConfig::uids`: leased when the session was made, kept in its record).
+    uid: Option<u32>,
     /// Held by a run ([`lock`](Session::lock)); the store's sweep leaves a session alone while
     /// it is taken.
     pub(super) run: Arc<tokio::sync::Mutex<()>>,
@@ -171,7 +171,7 @@ impl Session {
                 before,
                 recorded: true,
             }),
-            uid: Mutex::new(record.uid),
+            uid: record.uid,
             run: Arc::new(tokio::sync::Mutex::new(())),
         }
     }
@@ -206,13 +206,16 @@ impl Session {
     }
 
     /// The uid the session's runs get, when one is kept
-    /// ([`Sessions::keep_uid`](super::Sessions::keep_uid)).
+    /// (`SessionConfig::uids`: leased when the session was made, kept in its record).
     pub fn uid(&self) -> Option<u32> {
-        *lock(&self.uid)
+        self.uid
     }
 
-    pub(super) fn set_uid(&self, uid: u32) {
-        *lock(&self.uid) = Some(uid);
+    /// Whom the folders and files the store makes in this session are given to: the
+    /// session's own uid (its gid the same number), else the run user's; `None`: the sidecar
+    /// keeps them.
+    pub(super) fn file_ids(&self) -> Option<(u32, u32)> {
+        self.uid().map(|u| (u, u)).or(self.shared.cfg.owner)
     }
 
     /// What the session's record should say as `now` sees it: its owner, uid and last use.
@@ -408,7 +411,7 @@ impl Session {
             }
             if created {
                 fs::chmod(next.as_fd(), 0o700).map_err(failed)?;
-                fs::chown(next.as_fd(), self.shared.cfg.owner).map_err(failed)?;
+                fs::chown(next.as_fd(), self.file_ids()).map_err(failed)?;
             }
             dir = next;
         }

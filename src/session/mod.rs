@@ -40,6 +40,7 @@ mod write;
 
 use std::io;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use held::{FileInfo, RunGuard, Session, Snapshot};
@@ -66,11 +67,27 @@ pub struct SessionConfig {
     /// The uid and gid (the run user's) that session folders and the files the store writes
     /// are given to; `None` leaves them to the sidecar's user.
     pub owner: Option<(u32, u32)>,
+    /// A uid of its own for each new session (`PTC_SANDBOX_UIDS`; its gid the same number),
+    /// in place of `owner`: leased when the session is made, kept in its record, held again
+    /// at a restart and given back once its folder is removed. A session made without one
+    /// keeps `owner`. `None`: every session is `owner`'s.
+    pub uids: Option<Arc<dyn SessionUids>>,
     /// Bytes all sessions of the store may hold together (`PTC_ARTIFACT_MAX_MB` << 20 for the
     /// artifacts); a write past it is [`SessionError::StoreFull`]. Counted from what the store
     /// finds at start and what it writes and removes, so it is meant for a store nobody else
     /// writes into (the artifacts: runs never write there). `None`: no such bound.
     pub max_total_bytes: Option<u64>,
+}
+
+/// Where sessions' own uids come from (the sandbox's range, `sandbox::Uids`).
+pub trait SessionUids: Send + Sync + std::fmt::Debug {
+    /// A uid no run and no other session has, held until [`release`](Self::release)d.
+    fn lease(&self) -> io::Result<u32>;
+    /// Holds a session's uid read back at a restart; false when it cannot be its own (outside
+    /// the range, or held already).
+    fn hold(&self, uid: u32) -> bool;
+    /// Gives back the uid of a session whose folder is gone.
+    fn release(&self, uid: u32);
 }
 
 /// Why a session operation failed; every message says what to do about it.

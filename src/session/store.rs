@@ -47,9 +47,9 @@ fn sweep_every(ttl: Duration) -> Duration {
 // The store's half of `Shared` (defined in `held`, where a session reaches its folder through
 // it): making, trashing and deleting the session folders in the root.
 impl Shared {
-    /// Makes the folder of session `id` if it is missing (mode 0700) and gives it to the
-    /// owner.
-    fn ensure_dir(&self, id: &str) -> Result<(), SessionError> {
+    /// Makes the folder of session `id` if it is missing (mode 0700) and gives it to `ids`
+    /// (the session's uid, or the run user's; `None`: the sidecar keeps it).
+    fn ensure_dir(&self, id: &str, ids: Option<(u32, u32)>) -> Result<(), SessionError> {
         let path = self.cfg.root.join(id);
         let name = fs::cstring(id).map_err(io_error(format!("session id {id:?}")))?;
         let created = match fs::mkdir_at(self.root.as_fd(), &name, 0o700) {
@@ -77,7 +77,7 @@ impl Shared {
             if created {
                 fs::chmod(dir.as_fd(), 0o700)?;
             }
-            if let Some((uid, gid)) = self.cfg.owner {
+            if let Some((uid, gid)) = ids {
                 let st = fs::fstat(dir.as_fd())?;
                 if (st.uid, st.gid) != (uid, gid) {
                     fs::chown(dir.as_fd(), Some((uid, gid)))?;
@@ -86,9 +86,27 @@ impl Shared {
             Ok(())
         };
         give().map_err(io_error(format!(
-            "cannot give the session folder {} to the run user",
+            "cannot give the session folder {} to the session's uid",
             path.display()
         )))
+    }
+
+    /// A uid of its own for a new session, where sessions have one.
+    fn new_uid(&self) -> Result<Option<u32>, SessionError> {
+        match &self.cfg.uids {
+            Some(uids) => uids
+                .lease()
+                .map(Some)
+                .map_err(io_error("cannot give the new session a uid".to_string())),
+            None => Ok(None),
+        }
+    }
+
+    /// Gives back the uid of a session whose folder is gone.
+    pub(super) fn release_uid(&self, uid: Option<u32>) {
+        if let (Some(uids), Some(uid)) = (&self.cfg.uids, uid) {
+            uids.release(uid);
+        }
     }
 
     /// Writes the record of session `id`, replacing any (`record::write_at`).
@@ -265,11 +283,17 @@ impl Sessions {
                 // Under the map's lock, so a concurrent remove cannot rename the folder between
                 // this and the insert. The record first: a crash in between leaves a record
                 // without a folder, which the next start deletes, never a folder without one.
-                let record = Record::new(owner, SystemTime::now(), None);
-                self.inner
-                    .shared
-                    .write_record(id, &record, Durability::Unsynced)?;
-                self.inner.shared.ensure_dir(id)?;
+                let shared = &self.inner.shared;
+                let uid = shared.new_uid()?;
+                let record = Record::new(owner, SystemTime::now(), uid);
+                let ids = uid.map(|u| (u, u)).or(shared.cfg.owner);
+                let made = shared
+                    .write_record(id, &record, Durability::Unsynced)
+                    .and_then(|()| shared.ensure_dir(id, ids));
+                if let Err(e) = made {
+                    shared.release_uid(uid);
+                    return Err(e);
+                }
                 let session = Arc::new(Session::new(
                     &self.inner.shared,
                     id,
@@ -319,30 +343,6 @@ impl Sessions {
             .iter()
             .map(|(id, why)| (id.clone(), why.clone()))
             .collect()
-    }
-
-    /// Keeps `uid` as the uid of `session`'s runs, in its record (written before this returns,
-    /// so a restart keeps it) and in [`Session::uid`]. [`SessionError::NotFound`] when the
-    /// session has been removed since it was opened.
-    pub fn keep_uid(&self, session: &Arc<Session>, uid: u32) -> Result<(), SessionError> {
-        let record = Record {
-            uid: Some(uid),
-            ..session.record(SystemTime::now())
-        };
-        let failed = || io_error(format!("cannot keep the uid of session {}", session.id));
-        // As `record_uses` writes: synced outside the map's lock, renamed under it.
-        let written =
-            record::Written::new(self.inner.shared.root.as_fd(), &record, Durability::Synced)
-                .map_err(failed())?;
-        let map = lock(&self.inner.map);
-        match map.held.get(&session.id) {
-            Some(current) if Arc::ptr_eq(current, session) => {
-                written.rename(&session.id).map_err(failed())?;
-                session.set_uid(uid);
-                Ok(())
-            }
-            _ => Err(SessionError::NotFound(session.id.clone())),
-        }
     }
 
     /// Writes each session's last use to its record when it is not there yet: called by the
@@ -400,16 +400,19 @@ impl Sessions {
         if Self::check_id(id).is_err() {
             return false;
         }
-        let (known, trash) = {
+        let (known, uid, trash) = {
             let mut map = lock(&self.inner.map);
-            let known = map.held.remove(id).is_some() | map.unreadable.remove(id).is_some();
+            let held = map.held.remove(id);
+            let uid = held.as_ref().and_then(|s| s.uid());
+            let known = held.is_some() | map.unreadable.remove(id).is_some();
             let trash = self.inner.shared.to_trash(id);
             self.inner.shared.forget_record(id);
-            (known, trash)
+            (known, uid, trash)
         };
         match trash {
             Ok(Some(trash)) => {
                 self.inner.shared.empty_trash(id, &trash);
+                self.inner.shared.release_uid(uid);
                 true
             }
             Ok(None) => known,
@@ -438,8 +441,9 @@ impl Sessions {
         }
         match fs::unlink_at(self.inner.shared.root.as_fd(), &name, true) {
             Ok(()) => {
-                map.held.remove(id);
+                let uid = map.held.remove(id).and_then(|s| s.uid());
                 self.inner.shared.forget_record(id);
+                self.inner.shared.release_uid(uid);
                 true
             }
             Err(_) => false,
@@ -462,21 +466,22 @@ impl Sessions {
                 .map(|s| s.id.clone())
                 .collect();
             for id in idle {
-                sessions.remove(&id);
+                let uid = sessions.remove(&id).and_then(|s| s.uid());
                 self.inner.shared.forget_record(&id);
                 match self.inner.shared.to_trash(&id) {
-                    Ok(trash) => doomed.push((id, trash)),
+                    Ok(trash) => doomed.push((id, uid, trash)),
                     Err(e) => tracing::warn!(session = id, "cannot remove an idle session: {e}"),
                 }
             }
         }
-        for (id, trash) in &doomed {
+        for (id, uid, trash) in &doomed {
             if let Some(trash) = trash {
                 self.inner.shared.empty_trash(id, trash);
             }
+            self.inner.shared.release_uid(*uid);
             tracing::info!(session = %id, "removed an idle session");
         }
-        doomed.into_iter().map(|(id, _)| id).collect()
+        doomed.into_iter().map(|(id, _, _)| id).collect()
     }
 
     /// Sweeps every quarter of the TTL (at least every minute, at most every second), and
@@ -609,7 +614,19 @@ fn adopt(shared: &Arc<Shared>) -> io::Result<Map> {
 /// Why it cannot be adopted when its record cannot be read, logged here, once.
 fn adopt_one(shared: &Arc<Shared>, id: &str, now: SystemTime) -> Result<Session, String> {
     let owner = match record::read_at(shared.root.as_fd(), id) {
-        Found::Record(record) => return Ok(Session::new(shared, id, &record, now)),
+        Found::Record(record) => {
+            if let (Some(uids), Some(uid)) = (&shared.cfg.uids, record.uid)
+                && !uids.hold(uid)
+            {
+                tracing::warn!(
+                    session = id,
+                    uid,
+                    "the session's uid is not one PTC_SANDBOX_UIDS can give it (outside the \
+                     range, or another session's); its runs will not start until it is removed"
+                );
+            }
+            return Ok(Session::new(shared, id, &record, now));
+        }
         Found::Legacy(owner) => owner,
         Found::Missing => String::new(),
         Found::Unreadable(why) => {
@@ -916,32 +933,57 @@ mod tests {
 
     /// A uid kept for a session is in its record, so a restart keeps it; a removed session
     /// keeps none.
+    /// With `uids`, each new session leases a uid of its own, its folder and the files the
+    /// store writes are given to it, its record keeps it, a restart holds it again, and it goes
+    /// back when the session is removed. Root only: giving a folder away needs CAP_CHOWN.
     #[test]
-    fn a_kept_uid_survives_a_restart() {
+    fn each_session_has_a_uid_of_its_own_across_a_restart() {
+        use crate::sandbox::{UidRange, Uids};
+        use std::os::unix::fs::MetadataExt;
+        // SAFETY: geteuid cannot fail.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: giving a folder to another uid needs root");
+            return;
+        }
+        let range = UidRange {
+            first: 2_000_100_000,
+            count: 64,
+        };
         let scratch = Scratch::new();
-        let store = scratch.sessions();
-        let s = store.open("s").unwrap();
-        assert_eq!(s.uid(), None);
-        store.keep_uid(&s, 100_042).unwrap();
-        assert_eq!(s.uid(), Some(100_042));
-        assert_eq!(record_of(&scratch, "s").uid, Some(100_042));
-        s.touch();
-        store.record_uses();
-        assert_eq!(
-            record_of(&scratch, "s").uid,
-            Some(100_042),
-            "a use keeps it"
-        );
-        drop((s, store));
-        let store = scratch.sessions();
-        let s = store.get("s").unwrap();
-        assert_eq!(s.uid(), Some(100_042));
-        assert!(store.remove("s"));
-        assert!(matches!(
-            store.keep_uid(&s, 7),
-            Err(SessionError::NotFound(_))
-        ));
-        assert!(!record_path(&scratch, "s").exists());
+        let uids = Uids::new(range);
+        let cfg = SessionConfig {
+            owner: Some((65534, 65534)),
+            uids: Some(uids.clone()),
+            ..scratch.config()
+        };
+        let store = Sessions::new(cfg.clone()).unwrap();
+        let (a, b) = (store.open("a").unwrap(), store.open("b").unwrap());
+        let (ua, ub) = (a.uid().unwrap(), b.uid().unwrap());
+        assert!(range.contains(ua) && range.contains(ub) && ua != ub);
+        assert_eq!(uids.in_use(), 2);
+        a.write("sub/f", &mut &b"x"[..]).unwrap();
+        let owner = |rel: &str| {
+            let m = std::fs::symlink_metadata(scratch.root().join(rel)).unwrap();
+            (m.uid(), m.gid())
+        };
+        for rel in ["a", "a/sub", "a/sub/f"] {
+            assert_eq!(owner(rel), (ua, ua), "{rel}");
+        }
+        assert_eq!(record_of(&scratch, "a").uid, Some(ua));
+        drop((a, b, store));
+        // A restart: a new process, a new range of leases.
+        let uids = Uids::new(range);
+        let store = Sessions::new(SessionConfig {
+            uids: Some(uids.clone()),
+            ..cfg
+        })
+        .unwrap();
+        assert_eq!(store.get("a").unwrap().uid(), Some(ua));
+        assert_eq!(uids.in_use(), 2, "both held again");
+        let c = store.open("c").unwrap();
+        assert!(![ua, ub].contains(&c.uid().unwrap()), "never another's");
+        assert!(store.remove("a"));
+        assert_eq!(uids.in_use(), 2, "a's given back");
     }
 
     #[test]

@@ -35,6 +35,7 @@ impl Scratch {
             max_bytes: 1 << 20,
             max_files: 100,
             owner: None,
+            uids: None,
             max_total_bytes: None,
         }
     }

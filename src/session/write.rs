@@ -152,7 +152,7 @@ impl Session {
             why: why.to_string(),
         };
         let leaf = fs::cstring(leaf).map_err(failed)?;
-        match fs::create_file_at(dir.as_fd(), &leaf, self.shared.cfg.owner) {
+        match fs::create_file_at(dir.as_fd(), &leaf, self.file_ids()) {
             Ok((file, st)) => Ok(Created {
                 dir,
                 leaf,
@@ -316,6 +316,7 @@ mod tests {
         let scratch = Scratch::new();
         let sessions = Sessions::new(SessionConfig {
             owner: Some((65534, 65533)),
+            uids: None,
             ..scratch.config()
         })
         .unwrap();

@@ -5,7 +5,7 @@
 //! as a restart read it). Also here: a run that listens, and a run's capability bounding set.
 
 use super::other_runs::{check_session_kept, start_session};
-use super::{Opts, Stage, against_both, attack, broken};
+use super::{Opts, RUN_UIDS, Stage, Who, against_both, attack, broken};
 use serde_json::json;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -176,6 +176,82 @@ async fn a_runs_capability_bounding_set_is_empty() {
                 return Err(attack(format!(
                     "warm worker {pid} keeps capabilities {bounding} in its bounding set"
                 )));
+            }
+        }
+        Ok(())
+    })
+    .await;
+}
+
+/// Root's runs and sessions each have a uid of their own (PTC_SANDBOX_UIDS), seen from
+/// outside: a session's folder and what its runs write are its uid's, every run of it runs as
+/// that uid, another session and a run without one have others; the unprivileged sidecar's
+/// runs all share its uid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_run_and_session_has_a_uid_of_its_own() {
+    against_both("uid_per_run", Opts::default(), |s| async move {
+        let code = "import os; open('mine.txt', 'w').write('x'); print(os.getuid())";
+        // Where the sidecar keeps sessions (a run sees its own as /mnt/data).
+        let root = s.dir.0.join("runtime").join("sessions");
+        let mut folder_uids = Vec::new();
+        let mut run_uids = Vec::new();
+        for id in ["uid-a", "uid-b"] {
+            for _ in 0..2 {
+                let r = s
+                    .exec_body(json!({"code": code, "session_id": id}))
+                    .await
+                    .map_err(|e| broken(format!("the session's run: {e}")))?;
+                let out = r["stdout"].as_str().unwrap_or_default().trim().to_string();
+                let uid: u32 = out
+                    .parse()
+                    .map_err(|_| broken(format!("no uid printed: {r}")))?;
+                let dir = root.join(id);
+                let folder = std::fs::symlink_metadata(&dir)
+                    .map_err(|e| broken(format!("{}: {e}", dir.display())))?;
+                let file = std::fs::symlink_metadata(dir.join("mine.txt"))
+                    .map_err(|e| broken(format!("{}/mine.txt: {e}", dir.display())))?;
+                if folder.uid() != uid || file.uid() != uid {
+                    return Err(attack(format!(
+                        "session {id}'s run ran as {uid}, its folder is {}'s, its file {}'s",
+                        folder.uid(),
+                        file.uid()
+                    )));
+                }
+                run_uids.push(uid);
+            }
+            folder_uids.push(run_uids[run_uids.len() - 1]);
+        }
+        let alone = s
+            .exec("import os; print(os.getuid())")
+            .await
+            .map_err(broken)?;
+        let alone: u32 = alone["stdout"]
+            .as_str()
+            .unwrap_or_default()
+            .trim()
+            .parse()
+            .map_err(|_| broken(format!("no uid: {alone}")))?;
+        let same_session = run_uids[0] == run_uids[1] && run_uids[2] == run_uids[3];
+        if !same_session {
+            return Err(attack(format!(
+                "a session's runs had different uids: {run_uids:?}"
+            )));
+        }
+        let all = [folder_uids[0], folder_uids[1], alone];
+        match s.who {
+            Who::Root => {
+                let distinct: std::collections::BTreeSet<_> = all.iter().collect();
+                if distinct.len() != 3 || !all.iter().all(|u| RUN_UIDS.contains(u)) {
+                    return Err(attack(format!(
+                        "two sessions and a run share uids, or have uids outside the range: \
+                         {all:?}"
+                    )));
+                }
+            }
+            _ => {
+                if all.iter().any(|u| *u != all[0]) {
+                    return Err(broken(format!("an unprivileged sidecar's runs: {all:?}")));
+                }
             }
         }
         Ok(())
