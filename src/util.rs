@@ -1,12 +1,13 @@
 //! Small pieces every layer uses: a poison-tolerant lock, hex, the wall clock in milliseconds,
 //! the process-group kill guard, children tied to the sidecar's life (`spawn_tied`), URL
 //! redaction for messages, private temporary directories, text cut to a bound with the cut
-//! said ([`cut`]), folders through descriptors ([`dirfd`]) and a tree measured through them at
-//! any depth ([`tree`]).
+//! said ([`cut`]), folders through descriptors ([`dirfd`]), a tree measured through them at
+//! any depth ([`tree`]) and put back after a run to what it held before ([`rollback`]).
 //!
 //! Owns nothing of the product's logic and imports nothing of the crate: any module may use it.
 
 pub mod dirfd;
+pub mod rollback;
 pub mod tree;
 
 use std::sync::{Mutex, MutexGuard};

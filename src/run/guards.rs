@@ -58,6 +58,10 @@ impl FinishGuard<'_> {
         e.stdout_bytes = Some(result.stdout.len());
         e.stderr_bytes = Some(result.stderr.len());
         e.tool_calls = Some(result.tool_calls.len());
+        e.error = result
+            .quota
+            .as_ref()
+            .map(|q| serde_json::json!({"type": "quota", "message": q.message}));
         self.events.emit(e);
     }
 }

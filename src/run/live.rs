@@ -296,6 +296,13 @@ impl Interpreters {
         }
     }
 
+    /// Stops session `id`'s interpreter between its runs, `why` being what its next run is
+    /// told. False when it has none, or a run holds it.
+    pub fn stop(&self, id: &str, why: Lost) -> bool {
+        let slot = lock(&self.slots).get(id).cloned();
+        slot.is_some_and(|slot| slot.stop(why))
+    }
+
     /// Stops session `id`'s interpreter (when a run has it, the run's end stops it) and
     /// forgets the slot. True when there was one.
     pub fn remove(&self, id: &str) -> bool {

@@ -8,7 +8,7 @@
 //! | `output` | capped capture of a child's stdout/stderr, [`OutputChunk`] | — |
 //! | `sdk` | the SDK files and `catalog.json` written per catalog | — |
 //! | `child` | how one python3 child starts (confined by the `sandbox` layer) and stops, [`Limits`], [`resolve_python`] | — |
-//! | `scratch` | the scratch quota: measuring a run's scratch directory while it runs | — |
+//! | `scratch` | the scratch quota: measuring a run's scratch directory while it runs; a session's quota at a run's end ([`scratch::hold_session`]) | — |
 //! | `confine` | the runner's [`Sandbox`](crate::sandbox::Sandbox) built once at startup, [`SandboxSettings`] | — |
 //! | `files` | a run's files ([`RunFile`]), where they go ([`FileStore`]) within their quotas ([`NewFile`], [`Budgeted`]) | — |
 //! | `clock` | a run's deadline, standing still while a call waits for a person | — |

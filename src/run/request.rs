@@ -12,7 +12,7 @@ use super::dispatch::PendingCall;
 use super::files::{Files, RunFile};
 use super::live::Lost;
 use super::output::OutputChunk;
-use super::scratch::ScratchQuota;
+use super::scratch::{OverQuota, ScratchQuota};
 use super::shapes::ShapesConfig;
 use crate::render::Snapshot;
 use serde::Serialize;
@@ -153,6 +153,11 @@ pub struct ExecResult {
     /// API, which can read them back).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub content: Vec<serde_json::Value>,
+    /// The run went past a quota of its scratch directory or its session: stopped by the
+    /// watch, or its session held to its quota at its end (what it wrote there removed). Boxed:
+    /// rare, and a result is moved around whole.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub quota: Option<Box<OverQuota>>,
 }
 
 impl ExecResult {
@@ -169,6 +174,7 @@ impl ExecResult {
             session: None,
             files: Vec::new(),
             content: Vec::new(),
+            quota: None,
         }
     }
 }

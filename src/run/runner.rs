@@ -2,10 +2,11 @@
 //!
 //! Owns a run's lifecycle, one path for every run: a run slot, the catalog's preparation,
 //! registering the run with the calls handle, the job, its [`Turn`] on an interpreter, the
-//! deadline, the result and the `exec.started` / `exec.finished` events. A run keeps the
-//! snapshot it started with. What differs between a fresh run and a session run is the
-//! turn's (`turn`). It must not know how a tool call is dispatched (`calls`), how a child is
-//! made (`pool`) or how output is read (`output`).
+//! deadline, its session held to its quota at its end (`scratch::hold_session`), the result and
+//! the `exec.started` / `exec.finished` events. A run keeps the snapshot it started with. What
+//! differs between a fresh run and a session run is the turn's (`turn`). It must not know how a
+//! tool call is dispatched (`calls`), how a child is made (`pool`) or how output is read
+//! (`output`).
 
 use super::bash;
 use super::calls::new_token;
@@ -16,12 +17,14 @@ use super::confine;
 use super::dispatch::Backends;
 use super::guards::{FinishGuard, Waiting};
 use super::ipc;
-use super::live::Interpreters;
+use super::live::{Interpreters, Lost};
 use super::output::Captured;
 use super::pool::{self, Pool};
 use super::prepare::{Preparations, Prepared};
-use super::request::{DataPath, ExecRequest, ExecResult, ExecStatus, Lang, RunnerConfig};
-use super::scratch;
+use super::request::{
+    DataPath, ExecRequest, ExecResult, ExecStatus, Lang, RunnerConfig, StateChange, Workspace,
+};
+use super::scratch::{self, OverQuota, SessionBefore};
 use super::shapes::Shapes;
 use super::turn::{Finished, Halt, Job, STOPPED_MESSAGE, Turn, TurnRun};
 use crate::events::Event;
@@ -360,14 +363,27 @@ impl Runner {
             output: req.output.clone(),
             files: req.files.as_ref(),
         };
+        // Before any of the run's code runs: what its session held, to hold it to its quota at
+        // the end.
+        let before = match req.workspace.as_ref() {
+            Some(workspace) => Some(note_session(workspace).await),
+            None => None,
+        };
         let turn = self.turn(&req, on, &code, functions).await;
+        let mut watched = None;
         let finished = match turn {
             Ok(mut turn) => {
-                let quota = scratch::watch_run(
+                let watch = scratch::watch_run(
                     turn.child().scratch(),
                     cfg.scratch_quota,
                     req.workspace.as_ref().map(|w| (w.dir.as_path(), w.quota)),
                 );
+                let quota = async {
+                    let over = watch.await;
+                    let why = over.message.clone();
+                    watched = Some(over);
+                    why
+                };
                 let cancel = req.cancel.clone().unwrap_or_default();
                 let stop = async {
                     tokio::select! {
@@ -381,6 +397,15 @@ impl Runner {
             Err(finished) => finished,
         };
         drop(registration);
+        let mut finished = finished;
+        let mut quota = watched;
+        if let (Some(workspace), Some(before)) = (req.workspace.as_ref(), before)
+            && let Some(over) = self
+                .hold_session(&req, workspace, before, &mut finished)
+                .await
+        {
+            quota = Some(over);
+        }
         let Finished {
             status,
             output,
@@ -389,6 +414,10 @@ impl Runner {
         } = finished;
         let mut files = run.saved();
         files.extend(output.files);
+        if quota.as_ref().is_some_and(|q| q.removed) {
+            // They were in the session, and went with what the run wrote.
+            files.clear();
+        }
         ExecResult {
             status,
             truncated: output.truncated,
@@ -400,7 +429,58 @@ impl Runner {
             session,
             files,
             content: Vec::new(),
+            quota: quota.map(Box::new),
         }
+    }
+
+    /// Holds the run's session to its quota now that nothing of the run runs (a fresh child's
+    /// group is killed, a live interpreter stopped): within it, nothing; past it, a live
+    /// interpreter the session kept is ended (it may hold what the run wrote open, and its
+    /// state may refer to it), what the run wrote is removed, and the run ends with an error
+    /// saying so.
+    async fn hold_session(
+        &self,
+        req: &ExecRequest,
+        workspace: &Workspace,
+        before: SessionBefore,
+        finished: &mut Finished,
+    ) -> Option<OverQuota> {
+        let (dir, quota) = (workspace.dir.clone(), workspace.quota);
+        let past = {
+            let dir = dir.clone();
+            tokio::task::spawn_blocking(move || scratch::session_past(&dir, &quota))
+                .await
+                // What cannot be measured counts as past the quota.
+                .unwrap_or_else(|e| Some(scratch::Past::unmeasured(&e)))?
+        };
+        if let (Some(id), Some(state)) = (req.session.as_deref(), finished.session.as_mut())
+            && state.state != StateChange::Ended
+            && self.inner.live.stop(id, Lost::Quota)
+        {
+            state.state = StateChange::Ended;
+            state.reason = Some(Lost::Quota);
+        }
+        let held =
+            tokio::task::spawn_blocking(move || scratch::hold_session(&dir, &quota, before, past))
+                .await;
+        let over = match held {
+            Ok(over) => over,
+            Err(e) => OverQuota {
+                setting: scratch::SESSION.bytes,
+                message: format!(
+                    "the run left the session's data directory past its quota, and holding it \
+                     to it failed ({e})"
+                ),
+                removed: false,
+            },
+        };
+        finished.status = ExecStatus::Error;
+        let stderr = &mut finished.output.stderr;
+        if !stderr.is_empty() && !stderr.ends_with('\n') {
+            stderr.push('\n');
+        }
+        stderr.push_str(&format!("ptc-sidecar: {}\n", over.message));
+        Some(over)
     }
 
     /// Whether the run may start at all: the runner is open, and bash code fits one argument.
@@ -568,4 +648,13 @@ impl Runner {
             }
         })
     }
+}
+
+/// What the session's data directory holds before its run (`scratch::note_session`, on a
+/// blocking thread).
+async fn note_session(workspace: &Workspace) -> SessionBefore {
+    let (dir, quota) = (workspace.dir.clone(), workspace.quota);
+    tokio::task::spawn_blocking(move || scratch::note_session(&dir, &quota))
+        .await
+        .unwrap_or_else(|e| SessionBefore::unknown(format!("it could not be read ({e})")))
 }

@@ -499,9 +499,14 @@ impl LiveTurn {
             End::Untracked(e) => (Lost::Crashed, None, e.to_string(), ExecStatus::Error),
         };
         live.child.kill_group();
+        // A run past its session's quota loses what it wrote there (the runner's end of a run).
+        let files = match why {
+            Lost::Quota => "",
+            _ => "; its files are kept",
+        };
         live.output.note(&format!(
             "ptc-sidecar: {what}; the session's state ended with it (the next run starts a new \
-             interpreter); its files are kept"
+             interpreter){files}"
         ));
         let output = live.output.finish(true).await;
         *self.held = None;

@@ -15,63 +15,32 @@
 //!   between cannot block us), and checked again with `fstat` on the descriptor we got;
 //! - listing reads a folder through `fdopendir` on a descriptor opened as above;
 //! - walks hold at most [`MAX_DEPTH`] descriptors and stop past a count of entries, and the
-//!   removal of a tree is iterative with the same depth bound (std's `remove_dir_all` does not
-//!   follow links either, but it recurses once per level with one descriptor each, so a tree a
-//!   million folders deep would exhaust the stack or the descriptor table).
+//!   removal of a tree (`util::dirfd::remove_tree`, shared with a run's rollback) is iterative
+//!   with the same depth bound (std's `remove_dir_all` does not follow links either, but it
+//!   recurses once per level with one descriptor each, so a tree a million folders deep would
+//!   exhaust the stack or the descriptor table).
 //!
 //! Everything here is blocking and owns no state; `super` decides what a session may hold.
 
-use std::ffi::{CStr, CString};
+use std::ffi::CStr;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 
 use crate::util::dirfd::retry;
 pub use crate::util::dirfd::{
-    DirStream, Stat, cstring, fstat, open_dir_at, open_dir_path, stat_at,
+    DirStream, Stat, chmod, cstring, fstat, open_dir_at, open_dir_path, remove_tree, rename_at,
+    stat_at, unlink_at,
 };
 
 /// Folders a name may go through, and so folders a walk descends: a walk holds one descriptor
 /// per level, so a hostile tree thousands of levels deep costs no more than this many.
 pub const MAX_DEPTH: usize = 64;
 
-/// Passes [`remove_tree`] makes before giving up: each pass empties the tree to
-/// [`MAX_DEPTH`] and moves what lies deeper to the top, so this bounds the removal of a tree
-/// about 64 million folders deep, or of one something keeps writing into.
-const MAX_REMOVE_PASSES: usize = 1 << 20;
-
 /// Makes the folder `name` in `dir` with `mode` (less the umask).
 pub fn mkdir_at(dir: BorrowedFd<'_>, name: &CStr, mode: u32) -> io::Result<()> {
     // SAFETY: `name` is a valid C string.
     retry(|| unsafe { libc::mkdirat(dir.as_raw_fd(), name.as_ptr(), mode as libc::mode_t) })
         .map(drop)
-}
-
-/// Removes the entry `name` of `dir`: a file, link or fifo, or with `folder` an empty folder.
-/// Never follows a link (unlinkat acts on the entry itself).
-pub fn unlink_at(dir: BorrowedFd<'_>, name: &CStr, folder: bool) -> io::Result<()> {
-    let flags = if folder { libc::AT_REMOVEDIR } else { 0 };
-    // SAFETY: `name` is a valid C string.
-    retry(|| unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), flags) }).map(drop)
-}
-
-/// Renames the entry `from` of `from_dir` to `to` in `to_dir` (acts on entries, never
-/// follows a link).
-pub fn rename_at(
-    from_dir: BorrowedFd<'_>,
-    from: &CStr,
-    to_dir: BorrowedFd<'_>,
-    to: &CStr,
-) -> io::Result<()> {
-    // SAFETY: both names are valid C strings.
-    retry(|| unsafe {
-        libc::renameat(
-            from_dir.as_raw_fd(),
-            from.as_ptr(),
-            to_dir.as_raw_fd(),
-            to.as_ptr(),
-        )
-    })
-    .map(drop)
 }
 
 /// Gives an open file or folder to `owner` (uid, gid); `None` leaves it as it is.
@@ -81,12 +50,6 @@ pub fn chown(fd: BorrowedFd<'_>, owner: Option<(u32, u32)>) -> io::Result<()> {
         Some((uid, gid)) => retry(|| unsafe { libc::fchown(fd.as_raw_fd(), uid, gid) }).map(drop),
         None => Ok(()),
     }
-}
-
-/// Sets the permission bits of an open file or folder.
-pub fn chmod(fd: BorrowedFd<'_>, mode: u32) -> io::Result<()> {
-    // SAFETY: fchmod on a descriptor we hold; no memory is involved.
-    retry(|| unsafe { libc::fchmod(fd.as_raw_fd(), mode as libc::mode_t) }).map(drop)
 }
 
 /// Why a file could not be opened, when it exists.
@@ -268,126 +231,5 @@ pub fn walk(
             let dir = DirStream::new(fd)?;
             stack.push((dir, path.map(|p| p + "/")));
         }
-    }
-}
-
-/// Removes the entry `name` of `parent` and, for a folder, everything in it, without
-/// following a link and with at most [`MAX_DEPTH`] descriptors open however deep the tree:
-/// a folder deeper than that is moved up to the top of the tree and emptied in a later pass.
-/// A missing entry is fine.
-pub fn remove_tree(parent: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
-    match stat_at(parent, name) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e),
-        Ok(st) if !st.is_dir() => return ignore_missing(unlink_at(parent, name, false)),
-        Ok(_) => {}
-    }
-    for _ in 0..MAX_REMOVE_PASSES {
-        let top = match open_dir_at(parent, name) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            other => other?,
-        };
-        let progress = empty_pass(top)?;
-        match unlink_at(parent, name, true) {
-            Ok(()) => return Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) && progress => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Err(io::Error::other(format!(
-        "still not empty after {MAX_REMOVE_PASSES} passes; something keeps writing into it"
-    )))
-}
-
-fn ignore_missing(r: io::Result<()>) -> io::Result<()> {
-    match r {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        other => other,
-    }
-}
-
-/// One pass of [`remove_tree`] over the folder `top`: removes what it can reach within
-/// [`MAX_DEPTH`], moves deeper folders up into `top`. Whether it removed or moved anything.
-fn empty_pass(top: OwnedFd) -> io::Result<bool> {
-    let top_again = open_dir_at(top.as_fd(), c".")?;
-    let mut progress = false;
-    // Each level: the folder being emptied, and its name in the level above (None at the top).
-    let mut stack: Vec<(DirStream, Option<CString>)> = vec![(DirStream::new(top)?, None)];
-    loop {
-        let depth = stack.len();
-        let Some((dir, _)) = stack.last_mut() else {
-            return Ok(progress);
-        };
-        let Some(entry) = dir.next_name()? else {
-            if let Some((_, Some(name))) = stack.pop()
-                && let Some((parent, _)) = stack.last()
-            {
-                // Not empty: something was added meanwhile; the next pass gets it.
-                match unlink_at(parent.fd(), &name, true) {
-                    Ok(()) => progress = true,
-                    Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTEMPTY | libc::ENOENT)) => {}
-                    Err(e) => return Err(e),
-                }
-            }
-            continue;
-        };
-        let st = match stat_at(dir.fd(), &entry) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            other => other?,
-        };
-        if !st.is_dir() {
-            ignore_missing(unlink_at(dir.fd(), &entry, false))?;
-            progress = true;
-        } else if depth < MAX_DEPTH {
-            let fd = match open_dir_at(dir.fd(), &entry) {
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                other => other?,
-            };
-            // A folder the run user made read-only could not be emptied by an unprivileged
-            // sidecar; root is not stopped by modes, and this fails harmlessly for a folder
-            // we do not own.
-            if fstat(fd.as_fd())?.mode & 0o700 != 0o700 {
-                let _ = chmod(fd.as_fd(), 0o700);
-            }
-            let dir = DirStream::new(fd)?;
-            stack.push((dir, Some(entry)));
-        } else {
-            let mut random = [0u8; 8];
-            rand::fill(&mut random);
-            let to = cstring(&format!(".deep-{}", crate::util::hex(&random)))?;
-            ignore_missing(rename_at(dir.fd(), &entry, top_again.as_fd(), &to))?;
-            progress = true;
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn remove_tree_takes_a_tree_deeper_than_many_passes() {
-        let base = crate::util::private_dir(&std::env::temp_dir(), "ptc-session-fs-test").unwrap();
-        let mut path = base.join("tree");
-        std::fs::create_dir(&path).unwrap();
-        // 1500 levels: about 24 passes of 64, and a path of 3000 bytes, under PATH_MAX.
-        for _ in 0..1500 {
-            path.push("d");
-            std::fs::create_dir(&path).unwrap();
-            std::fs::write(path.join("f"), "x").unwrap();
-        }
-        let parent = open_dir_path(&base).unwrap();
-        remove_tree(parent.as_fd(), c"tree").unwrap();
-        assert!(!base.join("tree").exists());
-        // Gone already: fine.
-        remove_tree(parent.as_fd(), c"tree").unwrap();
-        // A link is removed, not followed.
-        std::fs::create_dir(base.join("target")).unwrap();
-        std::fs::write(base.join("target/f"), "x").unwrap();
-        std::os::unix::fs::symlink(base.join("target"), base.join("link")).unwrap();
-        remove_tree(parent.as_fd(), c"link").unwrap();
-        assert!(base.join("target/f").exists());
-        std::fs::remove_dir_all(&base).unwrap();
     }
 }

@@ -1,14 +1,15 @@
 //! Folders through descriptors: opening a folder relative to another's descriptor without
 //! following a link, `fstatat`/`fstat` as a plain [`Stat`], and reading a folder through
-//! `fdopendir` ([`DirStream`]). The pieces both the session store (`session::fs`) and the quota
-//! measure ([`super::tree`]) walk with, where a run's hostile tree (links planted anywhere,
-//! paths longer than `PATH_MAX`) must never steer a path-based call.
+//! `fdopendir` ([`DirStream`]), removing an entry or a whole tree ([`remove_tree`]). The pieces
+//! the session store (`session::fs`), the quota measure ([`super::tree`]) and a session's
+//! rollback ([`super::rollback`]) walk with, where a run's hostile tree (links planted
+//! anywhere, paths longer than `PATH_MAX`) must never steer a path-based call.
 //!
 //! Blocking, and owns no state.
 
 use std::ffi::{CStr, CString};
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -62,6 +63,12 @@ impl Stat {
         self.is_regular() && self.nlink == 1
     }
 
+    /// The bytes a quota counts of it: as allocated on disk (a sparse file counts what it
+    /// holds, a file preallocated past its end what it took) or as long, whichever is more.
+    pub fn room(&self) -> u64 {
+        self.size.max(self.blocks.saturating_mul(512))
+    }
+
     /// The modification time (the epoch for a time that does not fit).
     pub fn modified(&self) -> SystemTime {
         let secs = self.mtime_ns.div_euclid(1_000_000_000);
@@ -112,6 +119,52 @@ pub fn open_dir_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<OwnedFd> {
     let fd = retry(|| unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags) })?;
     // SAFETY: openat returned a fresh descriptor that nothing else owns.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// [`open_dir_at`] for a folder the sidecar must walk into or empty whatever mode a run left
+/// on it: it is given `u+rwx` when it lacks it ([`add_mode_at`] when it cannot be opened at
+/// all). Fails as [`open_dir_at`] does for anything else, and with `EACCES` for a folder of
+/// another owner.
+pub fn open_dir_writable_at(dir: BorrowedFd<'_>, name: &CStr) -> io::Result<OwnedFd> {
+    let fd = match open_dir_at(dir, name) {
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+            add_mode_at(dir, name, 0o700)?;
+            open_dir_at(dir, name)?
+        }
+        other => other?,
+    };
+    let mode = fstat(fd.as_fd())?.mode;
+    if mode & 0o700 != 0o700 {
+        // Fails harmlessly for a folder we do not own; removing from it then fails and says so.
+        let _ = chmod(fd.as_fd(), (mode & 0o7777) | 0o700);
+    }
+    Ok(fd)
+}
+
+/// Adds the mode bits `add` to the folder or regular file `name` of `dir`, which may refuse to
+/// be opened (its owner's bits cleared by a run: that stops an unprivileged sidecar, which runs
+/// code as its own uid and so owns what a run makes, though not root). It is reached through
+/// an `O_PATH` descriptor, which needs no permission on it and with `O_NOFOLLOW` holds a link
+/// itself rather than what it points to (refused here: `ELOOP`), and its mode is changed
+/// through that descriptor's `/proc/self/fd` path, which names that inode and nothing else.
+pub fn add_mode_at(dir: BorrowedFd<'_>, name: &CStr, add: u32) -> io::Result<()> {
+    let flags = libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: `name` is a valid C string and `dir` a descriptor we borrow for the call.
+    let raw = retry(|| unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags) })?;
+    // SAFETY: openat returned a fresh descriptor that nothing else owns.
+    let path = unsafe { OwnedFd::from_raw_fd(raw) };
+    let st = fstat(path.as_fd())?;
+    if !st.is_dir() && !st.is_regular() {
+        return Err(io::Error::from_raw_os_error(libc::ELOOP));
+    }
+    if st.mode & add == add {
+        return Ok(());
+    }
+    let proc = CString::new(format!("/proc/self/fd/{raw}"))
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let mode = (st.mode & 0o7777) | add;
+    // SAFETY: a valid C string, naming the inode `path` holds while `path` is open.
+    retry(|| unsafe { libc::chmod(proc.as_ptr(), mode as libc::mode_t) }).map(drop)
 }
 
 /// Opens a folder given by a trusted path (the store's root, from configuration).
@@ -212,6 +265,137 @@ impl Drop for DirStream {
     }
 }
 
+/// Folders [`remove_tree`] holds open at once, however deep the tree: a folder deeper than
+/// this is moved up and emptied in a later pass.
+pub const REMOVE_LEVELS: usize = 64;
+
+/// Passes [`remove_tree`] makes before giving up: each pass empties the tree to
+/// [`REMOVE_LEVELS`] and moves what lies deeper to the top, so this bounds the removal of a tree
+/// about 64 million folders deep, or of one something keeps writing into.
+const MAX_REMOVE_PASSES: usize = 1 << 20;
+
+/// Removes the entry `name` of `dir`: a file, link or fifo, or with `folder` an empty folder.
+/// Never follows a link (unlinkat acts on the entry itself).
+pub fn unlink_at(dir: BorrowedFd<'_>, name: &CStr, folder: bool) -> io::Result<()> {
+    let flags = if folder { libc::AT_REMOVEDIR } else { 0 };
+    // SAFETY: `name` is a valid C string.
+    retry(|| unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), flags) }).map(drop)
+}
+
+/// Renames the entry `from` of `from_dir` to `to` in `to_dir` (acts on entries, never
+/// follows a link).
+pub fn rename_at(
+    from_dir: BorrowedFd<'_>,
+    from: &CStr,
+    to_dir: BorrowedFd<'_>,
+    to: &CStr,
+) -> io::Result<()> {
+    // SAFETY: both names are valid C strings.
+    retry(|| unsafe {
+        libc::renameat(
+            from_dir.as_raw_fd(),
+            from.as_ptr(),
+            to_dir.as_raw_fd(),
+            to.as_ptr(),
+        )
+    })
+    .map(drop)
+}
+
+/// Sets the permission bits of an open file or folder.
+pub fn chmod(fd: BorrowedFd<'_>, mode: u32) -> io::Result<()> {
+    // SAFETY: fchmod on a descriptor we hold; no memory is involved.
+    retry(|| unsafe { libc::fchmod(fd.as_raw_fd(), mode as libc::mode_t) }).map(drop)
+}
+
+/// Removes the entry `name` of `parent` and, for a folder, everything in it, without
+/// following a link and with at most [`REMOVE_LEVELS`] descriptors open however deep the tree:
+/// a folder deeper than that is moved up to the top of the tree and emptied in a later pass.
+/// Folders a run made read-only or unreadable are given `u+rwx` first
+/// ([`open_dir_writable_at`]). A missing entry is fine.
+pub fn remove_tree(parent: BorrowedFd<'_>, name: &CStr) -> io::Result<()> {
+    match stat_at(parent, name) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+        Ok(st) if !st.is_dir() => return ignore_missing(unlink_at(parent, name, false)),
+        Ok(_) => {}
+    }
+    for _ in 0..MAX_REMOVE_PASSES {
+        let top = match open_dir_writable_at(parent, name) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            other => other?,
+        };
+        let progress = empty_pass(top)?;
+        match unlink_at(parent, name, true) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if e.raw_os_error() == Some(libc::ENOTEMPTY) && progress => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Err(io::Error::other(format!(
+        "still not empty after {MAX_REMOVE_PASSES} passes; something keeps writing into it"
+    )))
+}
+
+fn ignore_missing(r: io::Result<()>) -> io::Result<()> {
+    match r {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        other => other,
+    }
+}
+
+/// One pass of [`remove_tree`] over the folder `top`: removes what it can reach within
+/// [`REMOVE_LEVELS`], moves deeper folders up into `top`. Whether it removed or moved anything.
+fn empty_pass(top: OwnedFd) -> io::Result<bool> {
+    let top_again = open_dir_at(top.as_fd(), c".")?;
+    let mut progress = false;
+    // Each level: the folder being emptied, and its name in the level above (None at the top).
+    let mut stack: Vec<(DirStream, Option<CString>)> = vec![(DirStream::new(top)?, None)];
+    loop {
+        let depth = stack.len();
+        let Some((dir, _)) = stack.last_mut() else {
+            return Ok(progress);
+        };
+        let Some(entry) = dir.next_name()? else {
+            if let Some((_, Some(name))) = stack.pop()
+                && let Some((parent, _)) = stack.last()
+            {
+                // Not empty: something was added meanwhile; the next pass gets it.
+                match unlink_at(parent.fd(), &name, true) {
+                    Ok(()) => progress = true,
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTEMPTY | libc::ENOENT)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            continue;
+        };
+        let st = match stat_at(dir.fd(), &entry) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            other => other?,
+        };
+        if !st.is_dir() {
+            ignore_missing(unlink_at(dir.fd(), &entry, false))?;
+            progress = true;
+        } else if depth < REMOVE_LEVELS {
+            // A folder the run user made read-only or unreadable could not be emptied by an
+            // unprivileged sidecar: it is given u+rwx first.
+            let fd = match open_dir_writable_at(dir.fd(), &entry) {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                other => other?,
+            };
+            let dir = DirStream::new(fd)?;
+            stack.push((dir, Some(entry)));
+        } else {
+            let mut random = [0u8; 8];
+            rand::fill(&mut random);
+            let to = cstring(&format!(".deep-{}", crate::util::hex(&random)))?;
+            ignore_missing(rename_at(dir.fd(), &entry, top_again.as_fd(), &to))?;
+            progress = true;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -235,5 +419,30 @@ mod tests {
         assert_eq!(at(1_500_000_000), UNIX_EPOCH + Duration::from_millis(1500));
         assert_eq!(at(-500_000_000), UNIX_EPOCH - Duration::from_millis(500));
         assert_eq!(at(i128::MAX), UNIX_EPOCH);
+    }
+
+    #[test]
+    fn remove_tree_takes_a_tree_deeper_than_many_passes() {
+        let base = crate::util::private_dir(&std::env::temp_dir(), "ptc-session-fs-test").unwrap();
+        let mut path = base.join("tree");
+        std::fs::create_dir(&path).unwrap();
+        // 1500 levels: about 24 passes of 64, and a path of 3000 bytes, under PATH_MAX.
+        for _ in 0..1500 {
+            path.push("d");
+            std::fs::create_dir(&path).unwrap();
+            std::fs::write(path.join("f"), "x").unwrap();
+        }
+        let parent = open_dir_path(&base).unwrap();
+        remove_tree(parent.as_fd(), c"tree").unwrap();
+        assert!(!base.join("tree").exists());
+        // Gone already: fine.
+        remove_tree(parent.as_fd(), c"tree").unwrap();
+        // A link is removed, not followed.
+        std::fs::create_dir(base.join("target")).unwrap();
+        std::fs::write(base.join("target/f"), "x").unwrap();
+        std::os::unix::fs::symlink(base.join("target"), base.join("link")).unwrap();
+        remove_tree(parent.as_fd(), c"link").unwrap();
+        assert!(base.join("target/f").exists());
+        std::fs::remove_dir_all(&base).unwrap();
     }
 }

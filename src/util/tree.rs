@@ -15,7 +15,7 @@
 //!
 //! Blocking, and owns no state.
 
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::io;
 use std::ops::ControlFlow;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -111,6 +111,16 @@ impl Level {
     }
 }
 
+/// One entry of a tree as [`walk`] hands it over: where it is and what `fstatat` says of it.
+pub struct Entry<'a> {
+    /// The folder holding it, open: for `*at` calls on it (removing it, opening it).
+    pub dir: BorrowedFd<'a>,
+    /// The inode of that folder (the walk never leaves `top`'s file system).
+    pub dir_ino: u64,
+    pub name: &'a CStr,
+    pub stat: &'a Stat,
+}
+
 /// Hands every entry under the folder `top` (not `top` itself) to `visit` with its `fstatat`
 /// (a link not followed), depth first, until `visit` breaks or every entry was seen. Folders
 /// are entered when they are on `top`'s file system (a mount inside is counted, not entered);
@@ -120,6 +130,15 @@ impl Level {
 pub fn measure(
     top: OwnedFd,
     mut visit: impl FnMut(&Stat) -> ControlFlow<()>,
+) -> Result<(), Unmeasurable> {
+    walk(top, |entry| visit(entry.stat))
+}
+
+/// [`measure`], each entry handed over with its folder and name. A folder is entered after
+/// `visit` saw it, so a visitor that removes a folder is not taken into it.
+pub fn walk(
+    top: OwnedFd,
+    mut visit: impl FnMut(Entry<'_>) -> ControlFlow<()>,
 ) -> Result<(), Unmeasurable> {
     let dev = fstat(top.as_fd()).map_err(Unmeasurable::Unreadable)?.dev;
     let mut stack = vec![Level::open(top)?];
@@ -145,7 +164,13 @@ pub fn measure(
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
             Err(e) => return Err(Unmeasurable::Unreadable(e)),
         };
-        if visit(&st).is_break() {
+        let entry = Entry {
+            dir: fd,
+            dir_ino: level.id.1,
+            name: &name,
+            stat: &st,
+        };
+        if visit(entry).is_break() {
             return Ok(());
         }
         if !st.is_dir() || st.dev != dev {

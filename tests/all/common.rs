@@ -360,3 +360,47 @@ pub async fn assert_nothing_left(s: &TestSidecar) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// What a folder holds, read from outside as an operator would: `du -sb` (every entry's
+/// apparent size, the folder's own included, at any depth), and every entry under it (links not
+/// followed) with the size of each file, sorted; what cannot be read (a path past `PATH_MAX`) is
+/// listed as such rather than failing the test.
+pub fn held(dir: &std::path::Path) -> (u64, Vec<(String, u64)>) {
+    let du = std::process::Command::new("du")
+        .arg("-sb")
+        .arg(dir)
+        .output()
+        .unwrap();
+    let bytes = String::from_utf8_lossy(&du.stdout)
+        .split_whitespace()
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("du -sb {}: {du:?}", dir.display()));
+    let mut entries = Vec::new();
+    let mut pending = vec![dir.to_path_buf()];
+    while let Some(d) = pending.pop() {
+        let name = |path: &std::path::Path| path.strip_prefix(dir).unwrap().display().to_string();
+        let listed = match std::fs::read_dir(&d) {
+            Ok(listed) => listed,
+            Err(e) => {
+                entries.push((format!("{}/ unreadable: {e}", name(&d)), 0));
+                continue;
+            }
+        };
+        for entry in listed.flatten() {
+            let path = entry.path();
+            match path.symlink_metadata() {
+                Ok(meta) if meta.is_dir() => {
+                    entries.push((name(&path) + "/", 0));
+                    pending.push(path);
+                }
+                Ok(meta) => {
+                    entries.push((name(&path), if meta.is_file() { meta.len() } else { 0 }))
+                }
+                Err(e) => entries.push((format!("{} unreadable: {e}", name(&path)), 0)),
+            }
+        }
+    }
+    entries.sort();
+    (bytes, entries)
+}

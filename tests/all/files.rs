@@ -508,3 +508,46 @@ async fn a_session_made_for_a_run_that_leaves_it_empty_goes_with_the_run() {
     .await
     .unwrap();
 }
+
+/// Issue 34 over LibreChat's code API (a fresh python3 child in the session): a run that grows
+/// an uploaded file and adds another past `PTC_SESSION_MAX_MB` ends with an error saying so,
+/// and the session is as it was before the run, read from outside: the new file gone, the old
+/// one cut back to its size and its bytes.
+#[tokio::test]
+async fn a_run_past_the_session_quota_leaves_the_session_as_it_was() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let s = sidecar(&[("PTC_SESSION_MAX_MB", "16")]).await;
+        let data = vec![b'd'; 1 << 20];
+        let (status, r) = upload(&s, Some("lc-quota"), "data.csv", &data).await;
+        assert_eq!(status, 200, "{r}");
+        let dir = s.runtime.0.join("sessions/lc-quota");
+        let before = crate::common::held(&dir);
+        let code = "open('data.csv', 'ab').write(b'x' * (20 << 20))\n\
+                    open('new.bin', 'wb').write(b'n' * (2 << 20))\nprint('wrote')";
+        let r = exec(
+            &s,
+            json!({"lang": "py", "code": code, "session_id": "lc-quota"}),
+        )
+        .await;
+        assert_eq!(crate::common::held(&dir), before, "{r}");
+        assert_eq!(std::fs::read(dir.join("data.csv")).unwrap(), data);
+        assert_eq!(r["status"], "error", "{r}");
+        let stderr = r["stderr"].as_str().unwrap();
+        assert!(
+            stderr.contains("past its quota of 16 MiB (PTC_SESSION_MAX_MB)")
+                && stderr.contains("What the run wrote there was removed"),
+            "{r}"
+        );
+        let listing = get_json(&s, "/files/lc-quota").await;
+        let names: Vec<&Value> = listing
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| &f["filename"])
+            .collect();
+        assert_eq!(names, [&json!("data.csv")], "{listing}");
+        assert_nothing_left(&s).await;
+    })
+    .await
+    .unwrap();
+}

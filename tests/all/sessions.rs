@@ -919,3 +919,145 @@ async fn a_sessions_runs_do_not_pile_up_connections() {
     .await
     .unwrap();
 }
+
+/// Five files of 15 MiB written as fast as Python can, each in one `os.write`: faster than the
+/// quota's watch may look (issue 34 once found a session at 76 MiB under a 16 MiB quota).
+const FLOOD: &str = "import os\nbuf = b'q' * (15 << 20)\nfor i in range(5):\n    \
+    fd = os.open(f'flood{i}.bin', os.O_WRONLY | os.O_CREAT, 0o600)\n    os.write(fd, buf)\n    \
+    os.close(fd)\nprint('wrote', sum(os.path.getsize(f'flood{i}.bin') for i in range(5)))";
+
+/// A run that leaves its session past `PTC_SESSION_MAX_MB`, however fast it wrote (the watch
+/// may or may not have seen it), ends with an error saying so, and what it wrote is removed:
+/// read from outside (`du`, the entries), the session holds what it held before the run. The
+/// same for a live interpreter (ended with it) and a bash run in the session; `exec.finished`
+/// says so; a run within the quota keeps its files.
+#[tokio::test]
+async fn a_run_that_leaves_its_session_past_its_quota_loses_what_it_wrote() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let f = fixture(&[("PTC_SESSION_MAX_MB", "16")]).await;
+        let dir = f.dir.0.join("sessions/quota-1");
+        let mut events = f.s.sidecar.state.events.subscribe();
+        let r = run(
+            &f.s,
+            "quota-1",
+            "kept = 1\nopen('before.bin', 'wb').write(b'b' * (1 << 20))",
+        )
+        .await;
+        assert_eq!(r["status"], "ok", "{r}");
+        let before = crate::common::held(&dir);
+        assert_eq!(before.1, [("before.bin".to_string(), 1 << 20)]);
+
+        let r = run(&f.s, "quota-1", FLOOD).await;
+        let after = crate::common::held(&dir);
+        assert_eq!(after, before, "the session after the flood: {r}");
+        assert!(after.0 <= 16 << 20);
+        assert_eq!(r["status"], "error", "{r}");
+        let stderr = r["stderr"].as_str().unwrap();
+        for said in [
+            "ptc-sidecar: the run left the session's data directory past its quota of 16 MiB \
+             (PTC_SESSION_MAX_MB): it held ",
+            "What the run wrote there was removed (",
+            "and it holds at most what it held before the run: 1.0 MiB in 1 file or folder",
+            "or raise PTC_SESSION_MAX_MB",
+        ] {
+            assert!(stderr.contains(said), "{said:?} not in {r}");
+        }
+        assert_eq!(
+            (&r["quota"]["setting"], &r["quota"]["removed"]),
+            (&json!("PTC_SESSION_MAX_MB"), &json!(true)),
+            "{r}"
+        );
+        assert_eq!(
+            (state(&r).0, &r["session"]["reason"]),
+            ("ended", &json!("quota")),
+            "{r}"
+        );
+        assert_eq!(r["files"], Value::Null, "{r}");
+
+        // exec.finished says so: an error of type quota with the same words.
+        let mut finished = Vec::new();
+        while finished.len() < 2 {
+            let e: Value = serde_json::from_str(&events.recv().await.unwrap()).unwrap();
+            if e["type"] == "exec.finished" {
+                finished.push(e);
+            }
+        }
+        assert_eq!(finished[0]["error"], Value::Null, "{}", finished[0]);
+        assert_eq!(finished[1]["error"]["type"], "quota", "{}", finished[1]);
+        let message = finished[1]["error"]["message"].as_str().unwrap();
+        assert!(stderr.contains(message), "{message}");
+
+        // One write past the quota, the run over before the watch first looks (most often):
+        // held to the quota at its end all the same.
+        let r = run(
+            &f.s,
+            "quota-1",
+            "open('quick.bin', 'wb').write(b'q' * (20 << 20))",
+        )
+        .await;
+        assert_eq!(
+            (&r["status"], &r["quota"]["removed"]),
+            (&json!("error"), &json!(true)),
+            "{r}"
+        );
+        assert_eq!(
+            crate::common::held(&dir),
+            before,
+            "the session after one quick write"
+        );
+
+        // The next run: a new interpreter, the files from before; within the quota, what it
+        // writes is kept.
+        let r = run(
+            &f.s,
+            "quota-1",
+            "import os\nopen('more.bin', 'wb').write(b'm' * (4 << 20))\n\
+             print('kept' in globals(), sorted(os.listdir()))",
+        )
+        .await;
+        assert_eq!(r["stdout"], "False ['before.bin', 'more.bin']\n", "{r}");
+        assert_eq!(
+            (state(&r), &r["session"]["reason"]),
+            (("reset", 1), &json!("quota"))
+        );
+        assert_eq!(
+            (&r["status"], &r["quota"]),
+            (&json!("ok"), &Value::Null),
+            "{r}"
+        );
+        let before = crate::common::held(&dir);
+        assert_eq!(
+            before.1,
+            [
+                ("before.bin".to_string(), 1 << 20),
+                ("more.bin".to_string(), 4 << 20)
+            ]
+        );
+
+        // A bash run in the session: the same.
+        let code = "mkdir -p out/deeper\n\
+                    for i in 1 2 3 4 5; do head -c 15728640 /dev/zero > out/deeper/b$i; done\n\
+                    echo wrote";
+        let r =
+            f.s.exec_body(json!({"lang": "bash", "session_id": "quota-1", "code": code}))
+                .await;
+        assert_eq!(r["status"], "error", "{r}");
+        assert_eq!(r["quota"]["removed"], true, "{r}");
+        let said = "it holds at most what it held before the run: 5.0 MiB";
+        assert!(r["stderr"].as_str().unwrap().contains(said), "{r}");
+        assert_eq!(
+            crate::common::held(&dir),
+            before,
+            "the session after the bash run"
+        );
+        // The live interpreter was not the bash run's: it kept its state.
+        let r = run(&f.s, "quota-1", "print('ok')").await;
+        assert_eq!(
+            (r["stdout"].as_str(), state(&r)),
+            (Some("ok\n"), ("kept", 2)),
+            "{r}"
+        );
+    })
+    .await
+    .unwrap();
+}

@@ -30,7 +30,8 @@
 //! the IPC port on any other address), `other_runs` (memory, stdout, a warm worker's stdin,
 //! sessions, limits and scheduling), `persist` (files, the SDK, the configs, an MCP server's
 //! stdin, the process guard), `lifetime` (killing, detaching, `setsid` chains, a killed or
-//! terminated sidecar), `resources` (threads, the scratch quota), `gaps` (new namespaces by
+//! terminated sidecar), `resources` (threads, the scratch quota, a session's quota at the end of
+//! a run), `gaps` (new namespaces by
 //! `clone`, datagram socket pairs, code written to scratch or to memory), `works` (what must keep
 //! working, and `/healthz`). The harness: `stage` (the sidecar under attack), `script` (a run of
 //! a script and its verdict), `seen` (a run's processes from outside).
@@ -79,6 +80,9 @@ const FLOOD_USER: &str = "ptc-flood";
 const SCRATCH_MAX_MB: u64 = 16;
 /// `PTC_SCRATCH_MAX_FILES` of the sidecars under attack: small, for the same reason.
 const SCRATCH_MAX_FILES: u64 = 2000;
+/// `PTC_SESSION_MAX_MB` of the sidecars under attack: small, so the session quota attack is
+/// quick.
+const SESSION_MAX_MB: u64 = 16;
 /// One test, both sidecars included: the attacks are quick, a hang must not be.
 const ESCAPE_TIMEOUT: Duration = Duration::from_secs(120);
 /// The namespaces every run gets where the kernel allows (this machine's does, as root and as

@@ -1,7 +1,13 @@
-//! Resources: a thread flood against the process budget, and the scratch quota.
+//! Resources: a thread flood against the process budget, the scratch quota, and a session's
+//! quota at the end of a run.
 
-use super::{FLOOD_USER, Opts, SCRATCH_MAX_FILES, SCRATCH_MAX_MB, against_both, attack, broken};
+use super::{
+    FLOOD_USER, Opts, SCRATCH_MAX_FILES, SCRATCH_MAX_MB, SESSION_MAX_MB, against_both, attack,
+    broken,
+};
+use crate::common::held;
 use serde_json::json;
+use std::path::Path;
 
 /// A process's `Threads:` and its `Max processes` soft limit, read from outside.
 fn threads_and_budget(pid: i32) -> Option<(u64, u64)> {
@@ -115,6 +121,80 @@ async fn the_scratch_quota_holds() {
                 run.stderr
             ))),
         }
+    })
+    .await;
+}
+
+/// Issue 34: a session is held to `PTC_SESSION_MAX_MB` at the end of every run, whatever the
+/// run wrote and however fast. The script (`resources_session.py`) writes past the quota in
+/// every awkward way it can (folders made unreadable, an old file grown, a second name for an
+/// old file, links out, a tree past `PATH_MAX`); judged from outside: the session holds what it
+/// held before the run (`du -sb` and every entry), its old file has its old bytes, the file a
+/// link pointed at is untouched, and the run ended with the quota's error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_session_quota_holds_at_the_end_of_a_run() {
+    against_both("resources_session", Opts::default(), |s| async move {
+        let id = "quota-attack";
+        let setup = "import os\nos.mkdir('olddir')\nopen('olddir/old.txt', 'w').write('old')\n\
+                     open('before.bin', 'wb').write(b'b' * (1 << 20))\n\
+                     print(os.getcwd().replace('/', '|'))";
+        let r = s
+            .exec_body(json!({"code": setup, "session_id": id}))
+            .await
+            .map_err(|e| broken(format!("the session did not start: {e}")))?;
+        let dir = r["stdout"]
+            .as_str()
+            .unwrap_or_default()
+            .trim()
+            .replace('|', "/");
+        if r["status"] != "ok" || !dir.ends_with(id) {
+            return Err(broken(format!("the session did not start: {r}")));
+        }
+        let dir = Path::new(&dir);
+        let canary = s.open_dir.join("canary");
+        std::fs::write(&canary, "canary").unwrap();
+        let before = held(dir);
+
+        let args = json!({"session_max_mb": SESSION_MAX_MB, "canary": canary});
+        let run = s
+            .attack_in_session("resources_session.py", args, id, dir)
+            .await?;
+        let after = held(dir);
+        if after != before || after.0 > SESSION_MAX_MB << 20 {
+            return Err(attack(format!(
+                "the session holds {} bytes after the run ({} before, quota {SESSION_MAX_MB} \
+                 MiB): {:?}\nstdout: {}\nstderr: {}",
+                after.0, before.0, after.1, run.stdout, run.stderr
+            )));
+        }
+        if std::fs::read(dir.join("before.bin")).ok() != Some(vec![b'b'; 1 << 20]) {
+            return Err(attack("the old file does not hold its old bytes"));
+        }
+        if std::fs::read_to_string(&canary).ok().as_deref() != Some("canary") {
+            return Err(attack(
+                "the file a link in the session pointed at was changed",
+            ));
+        }
+        // Past the quota, or (a folder made unreadable stops an unprivileged sidecar's watch)
+        // impossible to measure, which counts as past it.
+        let said = run.status() == "error"
+            && run
+                .stderr
+                .contains("the run left the session's data directory ")
+            && run.stderr.contains("(PTC_SESSION_MAX_MB)")
+            && run.result["quota"]["removed"] == true;
+        if !said {
+            return Err(broken(format!(
+                "the run did not end with the session quota's error: {}",
+                run.result
+            )));
+        }
+        eprintln!(
+            "resources_session {}: {}",
+            s.who.label(),
+            run.stderr.lines().last().unwrap_or_default()
+        );
+        Ok(())
     })
     .await;
 }

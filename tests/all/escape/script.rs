@@ -217,6 +217,25 @@ impl StageInner {
             .await
     }
 
+    /// [`StageInner::attack`] in the session `id`, whose folder `dir` is the run's cwd (its
+    /// output names it `/mnt/data`): what the run changes there is its own, as in its scratch
+    /// dir, and judged by the test.
+    pub async fn attack_in_session(
+        self: &Arc<Self>,
+        script: &str,
+        args: Value,
+        id: &str,
+        dir: &Path,
+    ) -> Result<Run, Failure> {
+        let before = files(&self.dir.0);
+        let run = self.start_run(json!({"code": script_code(script, &args), "session_id": id}));
+        let mut run = self.finish(run).await?;
+        self.check_leaks(&run)?;
+        run.scratch = Some(dir.display().to_string());
+        self.check_nothing_left(&run, &before).await?;
+        Ok(run)
+    }
+
     /// Runs `body`, following its checkpoints, and checks what it leaves.
     pub async fn attack_body(self: &Arc<Self>, body: Value) -> Result<Run, Failure> {
         let before = files(&self.dir.0);

@@ -3,7 +3,9 @@
 //! to it, find its processes (fork server, warm workers, MCP server) and stop it, leaving
 //! nothing behind.
 
-use super::{Failure, Opts, PYTHON, SCRATCH_MAX_FILES, SCRATCH_MAX_MB, Stage, Who, broken};
+use super::{
+    Failure, Opts, PYTHON, SCRATCH_MAX_FILES, SCRATCH_MAX_MB, SESSION_MAX_MB, Stage, Who, broken,
+};
 use crate::common::{HostServer, HostTool, TempDir, tool, unique};
 use crate::procs::{SETTLE, children, cmdline, descendants, is_alive, processes};
 use serde_json::{Value, json};
@@ -300,6 +302,7 @@ impl StageInner {
             .env("PTC_ALLOW_SUBPROCESS", opts.allow_subprocess.to_string())
             .env("PTC_SCRATCH_MAX_MB", SCRATCH_MAX_MB.to_string())
             .env("PTC_SCRATCH_MAX_FILES", SCRATCH_MAX_FILES.to_string())
+            .env("PTC_SESSION_MAX_MB", SESSION_MAX_MB.to_string())
             .env("PTC_MCP_START_TIMEOUT", "5")
             .env("PTC_TIMEOUT", "30")
             // A run in flight when the sidecar is told to stop gets this long before it is
