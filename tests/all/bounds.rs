@@ -176,7 +176,10 @@ fn files_in(dir: &Path) -> Vec<(String, u64)> {
                 pending.push(entry.path());
             } else if meta.is_file() {
                 let name = entry.file_name().to_string_lossy().into_owned();
-                found.push((name, meta.len()));
+                // The store's record of each folder (`<id>.owner`) is not a file of a run.
+                if !name.ends_with(".owner") {
+                    found.push((name, meta.len()));
+                }
             }
         }
     }
