@@ -240,3 +240,54 @@ async fn scratch_directories_a_killed_sidecar_left_go_when_the_next_one_starts()
     .await
     .unwrap();
 }
+
+/// Issue 34: an unprivileged sidecar's runs could `chmod 000` its runtime dir and filter file,
+/// and a sidecar restarted on that `PTC_RUNTIME_DIR` then exited at start ("writing
+/// …/ptc_seccomp.json: Permission denied") until someone repaired the modes by hand. A run can
+/// no longer do it (seccomp; `escape::metadata`), so the modes are changed here from outside,
+/// standing for one that did: the next sidecar gives its tree its modes back, and serves.
+#[tokio::test]
+async fn a_restart_gives_the_runtime_dir_its_modes_back() {
+    use std::os::unix::fs::PermissionsExt;
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let dir = TempDir::new("shutdown-modes");
+        let redis = TestRedis::any();
+        let runtime = dir.0.join("rt");
+        let vars = [("PTC_RUNTIME_DIR", runtime.to_str().unwrap())];
+        let mode = |p: &std::path::Path| {
+            std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+        };
+        let set = |p: &std::path::Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+        };
+        let filters = runtime.join("ptc_seccomp.json");
+        let mut first = Serving::start(&dir, &redis, &vars).await;
+        session_runs(&first, 1).await;
+        let (dir_mode, filter_mode) = (mode(&runtime), mode(&filters));
+        first.signal(libc::SIGTERM);
+        first.exit_code().await;
+        // The scratch root goes at exit; the filter file and the folder stay.
+        assert!(filters.exists() && !runtime.join("runs").exists());
+        set(&filters, 0);
+        set(&runtime, 0);
+
+        let next = Serving::start(&dir, &redis, &vars).await;
+        assert_eq!(mode(&runtime), dir_mode);
+        assert_eq!(mode(&filters), filter_mode);
+        session_runs(&next, 1).await;
+        // Changed while it serves: put back before the next new child (s1's), and said in
+        // the log.
+        set(&filters, 0);
+        session_runs(&next, 2).await;
+        assert_eq!(mode(&filters), filter_mode);
+        assert!(
+            next.log
+                .lock()
+                .unwrap()
+                .contains("which the sidecar did not give it")
+        );
+        drop(next);
+    })
+    .await
+    .unwrap();
+}
