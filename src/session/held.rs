@@ -518,25 +518,16 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::testing::{Scratch, names};
+    use crate::session::testing::{Scratch, mode, names};
     use pretty_assertions::assert_eq;
     use std::ffi::CString;
     use std::io::{Read, Write};
-    use std::os::unix::fs::{MetadataExt, PermissionsExt, symlink};
-    use std::path::Path;
+    use std::os::unix::fs::{MetadataExt, symlink};
 
     fn read(file: &mut std::fs::File) -> String {
         let mut text = String::new();
         file.read_to_string(&mut text).unwrap();
         text
-    }
-
-    fn mode(path: &Path) -> u32 {
-        std::fs::symlink_metadata(path)
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o7777
     }
 
     #[test]

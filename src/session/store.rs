@@ -653,7 +653,7 @@ fn adopt_one(shared: &Arc<Shared>, id: &str, now: SystemTime) -> Result<Session,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::session::testing::{Scratch, names};
+    use crate::session::testing::{Scratch, mode, names};
     use pretty_assertions::assert_eq;
     use std::os::unix::fs::{PermissionsExt, symlink};
     use std::path::PathBuf;
@@ -677,14 +677,6 @@ mod tests {
         let path = record_path(scratch, id);
         std::fs::write(&path, serde_json::to_vec(record).unwrap()).unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
-    }
-
-    fn mode(path: &Path) -> u32 {
-        std::fs::symlink_metadata(path)
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o7777
     }
 
     /// What the folder's metadata says (a run could once set its mtime, `utime(0)`) decides

@@ -54,3 +54,13 @@ impl Drop for Scratch {
 pub(super) fn names(files: &[FileInfo]) -> Vec<&str> {
     files.iter().map(|f| f.name.as_str()).collect()
 }
+
+/// The permission bits of `path` (not following a link).
+pub(super) fn mode(path: &std::path::Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o7777
+}
