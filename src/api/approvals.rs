@@ -1,5 +1,7 @@
 //! Where a person answers a call that waits for them: `GET /v1/approvals` (what waits, oldest
-//! first) and `POST /v1/approvals/{id}` with `{"approved": bool, "reason": "...", "by": "..."}`.
+//! first, each call's arguments whole up to 4 KiB of JSON, else an excerpt),
+//! `GET /v1/approvals/{id}/args` (one call's whole arguments, as the JSON they are) and
+//! `POST /v1/approvals/{id}` with `{"approved": bool, "reason": "...", "by": "..."}`.
 //!
 //! The first answer wins; an id that waits for nothing (unknown, answered, timed out, its run
 //! over) is 404. Owns the HTTP side only: the waiting and the deciding are `run::approval`'s.
@@ -7,6 +9,8 @@
 use super::error::{ApiError, json_body};
 use crate::run::{Decision, Runner};
 use axum::extract::{Path, Request, State};
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Deserialize;
@@ -20,6 +24,7 @@ pub fn router<S>(runner: Runner) -> Router<S> {
     Router::new()
         .route("/v1/approvals", get(list))
         .route("/v1/approvals/{id}", post(answer))
+        .route("/v1/approvals/{id}/args", get(args))
         .with_state(runner)
 }
 
@@ -41,6 +46,16 @@ async fn list(State(runner): State<Runner>) -> Json<Value> {
         "timeout_seconds": approvals.timeout().as_secs(),
         "enabled": approvals.on(),
     }))
+}
+
+/// One waiting call's whole arguments, as JSON, shared with the waiting call (not copied).
+async fn args(State(runner): State<Runner>, Path(id): Path<String>) -> Result<Response, ApiError> {
+    let args = runner
+        .approvals()
+        .args(&id)
+        .map_err(|e| ApiError::NotFound(e.to_string()))?;
+    let body = axum::body::Body::from(args.json().to_owned());
+    Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
 }
 
 async fn answer(

@@ -7,6 +7,12 @@
 //! front door's elicitation); [`Approvals::decide`] takes the first answer from any of them and
 //! says 'unknown' to the rest. An approval whose call went away (its run ended) is gone too.
 //!
+//! A waiting call keeps its arguments as the JSON it sent, once ([`WaitingArgs`]): listings
+//! and doors show a bounded excerpt of it without parsing or copying it, and the whole of it
+//! is fetched by id ([`Approvals::args`]). What runs keep waiting is their budget's
+//! (`super::budget`): the calls and the bytes of one run, and of all runs, are bounded, and a
+//! run always has its floor of both whatever the others keep waiting.
+//!
 //! Owns the waiting calls and the `approval.*` events. It must not know the doors' protocols
 //! or what the call does once allowed.
 
@@ -14,25 +20,48 @@ use crate::catalog::{Origin, Tool, glob_match};
 use crate::config::Control;
 use crate::events::{Event, Events};
 use crate::trace::SpanContext;
+use super::budget::{self, Account, Lender, Resource, Short};
 use crate::util::{cut, hex, lock, ms, now_ms};
-use serde::Serialize;
+use serde::ser::SerializeMap;
+use serde::{Serialize, Serializer};
 use serde_json::Value;
+use serde_json::value::RawValue;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 
-/// Approvals waiting at once, across runs; one more is denied at once (a loop of calls that
-/// each need a person is a mistake to stop, not a queue to build).
-pub const MAX_WAITING: usize = 1024;
+/// The approval table: each run always has [`budget::APPROVALS_FLOOR`] calls of it, and past
+/// that up to [`budget::APPROVALS_CEILING`] of a pool all runs share; one more is denied at
+/// once (a loop of calls that each need a person is a mistake to stop, not a queue to build).
+static TABLE: Lender = Lender::new(
+    Resource::Approvals,
+    budget::APPROVALS_FLOOR,
+    budget::APPROVALS_CEILING,
+    budget::APPROVALS_POOL,
+);
+
+/// The bytes of waiting calls' arguments, shared the same way.
+static BYTES: Lender = Lender::new(
+    Resource::ApprovalBytes,
+    budget::APPROVAL_BYTES_FLOOR,
+    budget::APPROVAL_BYTES_CEILING,
+    budget::APPROVAL_BYTES_POOL,
+);
+
+/// What a listing shows of a call's arguments: the whole JSON up to this, else an excerpt of
+/// it this long (the whole is at `GET /v1/approvals/{id}/args`).
+pub const ARGS_EXCERPT_BYTES: usize = 4096;
 
 /// Longest reason kept from an answer, and longest `by`.
 pub const MAX_REASON_BYTES: usize = 1024;
 pub const MAX_BY_BYTES: usize = 128;
 
-/// A call waiting for a person: what every door shows.
-#[derive(Debug, Clone, Serialize)]
+/// A call waiting for a person: what every door shows. As JSON: its ids, `tool`,
+/// `args_bytes`, and `args` (the arguments) when they are at most [`ARGS_EXCERPT_BYTES`] of
+/// JSON, else `args_excerpt` (their first bytes, the cut said) and `args_cut: true`.
+#[derive(Debug, Clone)]
 pub struct Approval {
     pub id: String,
     /// The run (`exec_id`) the call belongs to.
@@ -41,13 +70,81 @@ pub struct Approval {
     pub call: String,
     /// The tool's catalog name.
     pub tool: String,
-    pub args: Value,
+    pub args: WaitingArgs,
     /// Milliseconds since the Unix epoch.
     pub requested_at: u64,
     /// When the call is denied unless someone answers first.
     pub expires_at: u64,
     pub session: Option<String>,
     pub agent: String,
+}
+
+/// The arguments of a waiting call, as the compact JSON they were, shared by every copy of
+/// the approval; and their excerpt for listings.
+#[derive(Debug, Clone)]
+pub struct WaitingArgs {
+    json: Arc<RawValue>,
+    excerpt: Option<Arc<str>>,
+}
+
+impl WaitingArgs {
+    /// The arguments as JSON; `None` for a value that is not JSON (a float NaN).
+    pub fn of(args: &Value) -> Option<WaitingArgs> {
+        let raw: Arc<RawValue> = RawValue::from_string(serde_json::to_string(args).ok()?)
+            .ok()?
+            .into();
+        let text = raw.get();
+        let excerpt = (text.len() > ARGS_EXCERPT_BYTES)
+            .then(|| Arc::from(cut(text, ARGS_EXCERPT_BYTES).as_ref()));
+        Some(WaitingArgs { json: raw, excerpt })
+    }
+
+    /// The whole JSON.
+    pub fn json(&self) -> &str {
+        self.json.get()
+    }
+
+    /// The whole arguments, parsed again (for the call, once it may go on).
+    pub fn value(&self) -> Value {
+        serde_json::from_str(self.json.get()).unwrap_or(Value::Null)
+    }
+
+    /// Their JSON within about `max` bytes, the cut said.
+    pub fn excerpt(&self, max: usize) -> std::borrow::Cow<'_, str> {
+        cut(self.json.get(), max)
+    }
+
+    /// Bytes of their JSON.
+    pub fn len(&self) -> usize {
+        self.json.get().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Serialize for Approval {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(None)?;
+        map.serialize_entry("id", &self.id)?;
+        map.serialize_entry("run", &self.run)?;
+        map.serialize_entry("call", &self.call)?;
+        map.serialize_entry("tool", &self.tool)?;
+        match &self.args.excerpt {
+            None => map.serialize_entry("args", &*self.args.json)?,
+            Some(excerpt) => {
+                map.serialize_entry("args_excerpt", &**excerpt)?;
+                map.serialize_entry("args_cut", &true)?;
+            }
+        }
+        map.serialize_entry("args_bytes", &self.args.len())?;
+        map.serialize_entry("requested_at", &self.requested_at)?;
+        map.serialize_entry("expires_at", &self.expires_at)?;
+        map.serialize_entry("session", &self.session)?;
+        map.serialize_entry("agent", &self.agent)?;
+        map.end()
+    }
 }
 
 /// An answer to an approval.
@@ -86,6 +183,58 @@ pub struct NotWaiting(pub String);
 #[error("{0}")]
 pub struct Denied(pub String);
 
+/// What one run holds of the approval table and of the bytes waiting (a [`RunCtx`]'s).
+///
+/// [`RunCtx`]: super::calls::RunCtx
+#[derive(Default)]
+pub struct ApprovalShares {
+    calls: Account,
+    bytes: Account,
+}
+
+/// A run's share taken for one waiting call, given back when it is dropped.
+struct Held<'a> {
+    shares: &'a ApprovalShares,
+    bytes: u64,
+}
+
+impl<'a> Held<'a> {
+    fn take(shares: &'a ApprovalShares, bytes: u64) -> Result<Held<'a>, String> {
+        TABLE.take(&shares.calls, 1).map_err(|short| match short {
+            Short::Ceiling { ceiling, .. } => format!(
+                "{ceiling} calls of this run already wait for a person, its share of the \
+                 approval table: wait for their answers before asking more"
+            ),
+            Short::Pool { .. } => "the approval table is full across this sidecar's runs \
+                 (each run keeps its first few calls): try again once some are answered"
+                .to_string(),
+        })?;
+        if let Err(short) = BYTES.take(&shares.bytes, bytes) {
+            TABLE.give_back(&shares.calls, 1);
+            return Err(match short {
+                Short::Ceiling { ceiling, held } => format!(
+                    "this call's arguments ({bytes} bytes) would take the run's calls waiting \
+                     for a person past {ceiling} bytes, its share ({held} wait already): send \
+                     less, or wait for their answers"
+                ),
+                Short::Pool { .. } => format!(
+                    "the arguments of calls waiting for a person fill this sidecar's share \
+                     for them; this call's {bytes} bytes do not fit: try again once some are \
+                     answered, or send less"
+                ),
+            });
+        }
+        Ok(Held { shares, bytes })
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        TABLE.give_back(&self.shares.calls, 1);
+        BYTES.give_back(&self.shares.bytes, self.bytes);
+    }
+}
+
 /// The approvals of the sidecar: the rules and the calls waiting.
 #[derive(Clone)]
 pub struct Approvals {
@@ -114,6 +263,12 @@ pub struct Asking<'a> {
     pub session: Option<&'a str>,
     pub span: &'a SpanContext,
     pub asker: Option<&'a Asker>,
+    /// The run's share of the approval table and of the bytes waiting.
+    pub shares: &'a ApprovalShares,
+    /// The longest the call may wait: what is left of its run's share of waiting for people
+    /// (its clock's pause budget, `budget` in all). Nothing left: denied without asking.
+    pub within: Duration,
+    pub budget: Duration,
 }
 
 impl Approvals {
@@ -159,7 +314,15 @@ impl Approvals {
         lock(&self.inner.waiting).calls.len()
     }
 
-    /// What waits now, oldest first.
+    /// The whole arguments of the waiting approval `id`, as JSON.
+    pub fn args(&self, id: &str) -> Result<WaitingArgs, NotWaiting> {
+        match lock(&self.inner.waiting).calls.get(id) {
+            Some((approval, _)) => Ok(approval.args.clone()),
+            None => Err(NotWaiting(cut(id, 80).into_owned())),
+        }
+    }
+
+    /// What waits now, oldest first (each sharing its arguments with the waiting call).
     pub fn list(&self) -> Vec<Approval> {
         let waiting = lock(&self.inner.waiting);
         let mut all: Vec<Approval> = waiting.calls.values().map(|(a, _)| a.clone()).collect();
@@ -191,9 +354,20 @@ impl Approvals {
     }
 
     /// Waits for a person to allow this call: `Ok` to go on, [`Denied`] with their
-    /// reason otherwise. The caller pauses the run's clock around it.
-    pub async fn ask(&self, at: Asking<'_>, tool: &Tool, args: &Value) -> Result<(), Denied> {
+    /// reason otherwise. The caller pauses the run's clock around it, and holds only `args`
+    /// (the JSON) while it waits.
+    pub async fn ask(&self, at: Asking<'_>, tool: &Tool, args: &WaitingArgs) -> Result<(), Denied> {
         let inner = &self.inner;
+        if at.within.is_zero() {
+            budget::refused(Resource::ApprovalTime);
+            let spent = format!(
+                "this run already waited {} s for people, its whole share \
+                 (PTC_APPROVAL_TIMEOUT): no more of its calls are put to a person",
+                at.budget.as_secs()
+            );
+            return Err(denied(&tool.python_name, false, Some(&spent)));
+        }
+        let wait = inner.timeout.min(at.within);
         let requested = Instant::now();
         let now = now_ms();
         let approval = Approval {
@@ -203,23 +377,17 @@ impl Approvals {
             tool: tool.name.clone(),
             args: args.clone(),
             requested_at: now,
-            expires_at: now + inner.timeout.as_millis() as u64,
+            expires_at: now + ms_u64(wait),
             session: at.session.map(str::to_string),
             agent: inner.events.agent_id().to_string(),
         };
         let (reply, answer) = oneshot::channel();
+        let _held = Held::take(at.shares, args.len() as u64)
+            .map_err(|reason| denied(&tool.python_name, false, Some(&reason)))?;
         {
             let mut waiting = lock(&inner.waiting);
-            let refused = match &waiting.closed {
-                Some(reason) => Some(reason.clone()),
-                None if waiting.calls.len() >= MAX_WAITING => Some(format!(
-                    "{MAX_WAITING} calls are already waiting for a person across this sidecar's \
-                     runs"
-                )),
-                None => None,
-            };
-            if let Some(reason) = refused {
-                return Err(denied(&tool.python_name, false, Some(&reason)));
+            if let Some(reason) = &waiting.closed {
+                return Err(denied(&tool.python_name, false, Some(reason)));
             }
             waiting
                 .calls
@@ -238,10 +406,19 @@ impl Approvals {
             armed: true,
         };
         tokio::pin!(answer);
-        let decision = match tokio::time::timeout(inner.timeout, &mut answer).await {
+        let decision = match tokio::time::timeout(wait, &mut answer).await {
             Ok(Ok(decision)) => decision,
             Ok(Err(_)) => Decision::sidecar("shutdown", "the sidecar dropped the approval"),
             Err(_) => match take(&inner.waiting, &approval.id) {
+                true if wait < inner.timeout => Decision::sidecar(
+                    "timeout",
+                    &format!(
+                        "no one answered within {:.1} s, what was left of the run's {} s of \
+                         waiting for people (PTC_APPROVAL_TIMEOUT)",
+                        wait.as_secs_f64(),
+                        at.budget.as_secs()
+                    ),
+                ),
                 true => Decision::sidecar(
                     "timeout",
                     &format!(
@@ -267,12 +444,16 @@ impl Approvals {
         }
     }
 
-    fn requested(&self, approval: &Approval, span: &SpanContext, args: &Value) {
+    fn requested(&self, approval: &Approval, span: &SpanContext, args: &WaitingArgs) {
         let events = &self.inner.events;
         let mut e = approval_event("approval.requested", approval, span);
-        e.args_bytes = Some(serde_json::to_vec(args).map_or(0, |v| v.len()));
+        e.args_bytes = Some(args.len());
         if events.bodies() {
-            e.args = Some(args.clone());
+            // Whole when short; else the excerpt, as a string (the event bounds it again).
+            e.args = Some(match &args.excerpt {
+                None => args.value(),
+                Some(excerpt) => Value::String(excerpt.to_string()),
+            });
         }
         events.emit(e);
     }
@@ -343,6 +524,10 @@ fn bounded(mut d: Decision) -> Decision {
     d.reason = d.reason.map(|r| cut(&r, MAX_REASON_BYTES).into_owned());
     d.by = d.by.map(|b| cut(&b, MAX_BY_BYTES).into_owned());
     d
+}
+
+fn ms_u64(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 fn new_id() -> String {

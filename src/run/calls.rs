@@ -5,7 +5,7 @@
 //! Owns the runs table: a token is valid exactly while its [`Registration`] lives. It must not
 //! start or stop processes, and must not know which protocol a call arrived by.
 
-use super::approval::{Approvals, Asker, Asking};
+use super::approval::{ApprovalShares, Approvals, Asker, Asking, WaitingArgs};
 use super::clock::RunClock;
 use super::dispatch::{self, Backends, CallError, PendingCall};
 use super::files::{FileError, Files, RunFile};
@@ -71,6 +71,8 @@ pub struct RunCtx {
     pub asker: Option<Asker>,
     /// The run's calls per tool (`max_per_run`).
     per_tool: RunCounts,
+    /// What the run holds of the approval table and of the bytes waiting there.
+    approval_shares: ApprovalShares,
     calls: Mutex<Vec<CallRecord>>,
     started_calls: AtomicUsize,
     in_flight: Semaphore,
@@ -95,9 +97,10 @@ impl RunCtx {
             snapshot,
             prepared,
             host,
-            clock: RunClock::new(tokio::time::Instant::now() + UNBOUNDED),
+            clock: RunClock::new(tokio::time::Instant::now() + UNBOUNDED, UNBOUNDED),
             asker: None,
             per_tool: RunCounts::default(),
+            approval_shares: ApprovalShares::default(),
             calls: Mutex::new(Vec::new()),
             started_calls: AtomicUsize::new(0),
             in_flight: Semaphore::new(limits.max_in_flight.max(1)),
@@ -141,6 +144,12 @@ struct Inner {
 }
 
 impl Calls {
+    /// How long a run's calls may wait for people in all: the run's clock stands still that
+    /// long at most (`PTC_APPROVAL_TIMEOUT`).
+    pub fn approval_budget(&self) -> std::time::Duration {
+        self.inner.backends.approvals.timeout()
+    }
+
     pub fn new(backends: Backends, shapes: Shapes) -> Calls {
         Calls {
             inner: Arc::new(Inner {
@@ -239,7 +248,8 @@ impl Calls {
 
         let started = Instant::now();
         // A call refused on its way (a limit, a person) ends like one its backend failed.
-        let (result, queued_ms) = match self.let_through(run, &id, &span, found, &args).await {
+        let (through, args) = self.let_through(run, &id, &span, found, args).await;
+        let (result, queued_ms) = match through {
             Err(e) => (Err(e), None),
             Ok(through) => {
                 let result = match run.in_flight.acquire().await {
@@ -286,21 +296,32 @@ impl Calls {
     /// What stands between a checked call and its backend: the run's `max_per_run` of the
     /// tool, a person's approval (the run's clock standing still meanwhile), then the tool's
     /// turn under its limits across runs, within the call's deadline (`PTC_TOOL_TIMEOUT` from
-    /// when the person answered).
+    /// when the person answered). Gives the arguments back: while a person is asked, the call
+    /// holds them as JSON only (a parsed value of megabytes is many times their size).
     async fn let_through(
         &self,
         run: &RunCtx,
         id: &str,
         span: &SpanContext,
         tool: &Tool,
-        args: &Value,
-    ) -> Result<LetThrough, CallError> {
+        args: Value,
+    ) -> (Result<LetThrough, CallError>, Value) {
         let backends = &self.inner.backends;
         let counters = backends.limiter.counters(&tool.name);
-        if let Some(max) = counters.as_ref().and_then(|c| c.limit.max_per_run) {
-            run.per_tool.count(&tool.python_name, max)?;
+        if let Some(max) = counters.as_ref().and_then(|c| c.limit.max_per_run)
+            && let Err(e) = run.per_tool.count(&tool.python_name, max)
+        {
+            return (Err(e.into()), args);
         }
-        if backends.approvals.needs(tool) {
+        let args = if backends.approvals.needs(tool) {
+            let Some(waiting) = WaitingArgs::of(&args) else {
+                let e = CallError::Input(format!("the arguments of {} are not JSON", tool.python_name));
+                return (Err(e), args);
+            };
+            drop(args);
+            // What is left of the run's share of waiting for people, taken before the clock
+            // stops: the wait is bounded by it, and none left denies the call at once.
+            let within = run.clock.pause_left();
             let _still = run.clock.pause();
             let asking = Asking {
                 run: &run.id,
@@ -308,15 +329,28 @@ impl Calls {
                 session: run.session.as_deref(),
                 span,
                 asker: run.asker.as_ref(),
+                within,
+                budget: run.clock.budget(),
+                shares: &run.approval_shares,
             };
-            backends.approvals.ask(asking, tool, args).await?;
-        }
+            let asked = backends.approvals.ask(asking, tool, &waiting).await;
+            let args = waiting.value();
+            if let Err(e) = asked {
+                return (Err(e.into()), args);
+            }
+            args
+        } else {
+            args
+        };
         let deadline = tokio::time::Instant::now() + backends.tool_timeout;
         let admitted = match counters {
-            Some(counters) => Some(counters.admit(&tool.python_name, deadline).await?),
+            Some(counters) => match counters.admit(&tool.python_name, deadline).await {
+                Ok(admitted) => Some(admitted),
+                Err(e) => return (Err(e.into()), args),
+            },
             None => None,
         };
-        Ok(LetThrough { deadline, admitted })
+        (Ok(LetThrough { deadline, admitted }), args)
     }
 
     /// The words a call's arguments chose, taken before they go to the backend, when its

@@ -46,13 +46,19 @@ pub const MAX_CALL_BYTES: usize = 8 << 20;
 /// with room for JSON escapes; anything bigger is not a question.
 pub const MAX_LOOKUP_BYTES: usize = 16 << 10;
 
-/// Connections to the bridge at once, every listener together: one more is closed as it is
-/// accepted (24,800 idle ones once took the sidecar to its descriptor limit).
+/// Connections to the sidecar's loopback listener at once (runs without a network namespace of
+/// their own): one more is closed as it is accepted (24,800 idle ones once took the sidecar to
+/// its descriptor limit). A run's own [`Bridge`] does not draw from it: each has its own share.
 pub const MAX_CONNECTIONS: usize = 1024;
 
 /// Connections to one run's [`Bridge`] at once (the SDK keeps at most 32; bash tool functions
-/// open one per call in flight); the next waits in the run's backlog.
+/// open one per call in flight); the next waits in the run's backlog. Every run has its
+/// share whatever the others hold: the bridge's bound overall is this times the runs at once
+/// (`PTC_MAX_RUNS`), less where the sidecar's descriptors are too few ([`run_share`]).
 pub const MAX_RUN_CONNECTIONS: usize = 64;
+
+/// The least share of connections a run's bridge gets, however few descriptors there are.
+pub const MIN_RUN_CONNECTIONS: usize = 8;
 
 /// How long a connection may take to send a request's head, and sit idle between requests,
 /// before it is closed: a connection held open sending nothing holds a descriptor for nothing.
@@ -66,7 +72,10 @@ pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 #[derive(Clone)]
 pub struct Bridges {
     router: Router,
+    /// The loopback listener's connections ([`MAX_CONNECTIONS`]).
     connections: Arc<Semaphore>,
+    /// Each run bridge's connections at once ([`run_share`]).
+    run_share: usize,
     shutdown: CancellationToken,
     /// The listeners accepted on now, by the socket's identity: a fork server's network
     /// namespace serves its runs in turn (`ptc_zygote._NetSlots`), each handed the same
@@ -78,13 +87,29 @@ pub struct Bridges {
 type Acceptors = HashMap<(u64, u64), Weak<Listening>>;
 
 impl Bridges {
-    pub fn new(calls: Calls, shutdown: CancellationToken) -> Bridges {
+    /// The bridges of a sidecar that runs `max_runs` runs at once.
+    pub fn new(calls: Calls, max_runs: usize, shutdown: CancellationToken) -> Bridges {
+        let descriptors = descriptors();
+        let run_share = run_share(max_runs, descriptors);
+        if run_share < MAX_RUN_CONNECTIONS {
+            tracing::warn!(
+                "{descriptors} descriptors (RLIMIT_NOFILE) for {max_runs} runs at once: each \
+                 run's IPC bridge gets {run_share} connections instead of \
+                 {MAX_RUN_CONNECTIONS}; raise the limit or lower PTC_MAX_RUNS"
+            );
+        }
         Bridges {
             router: router(calls),
-            connections: Arc::new(Semaphore::new(connection_cap())),
+            connections: Arc::new(Semaphore::new(connection_cap(descriptors))),
+            run_share,
             shutdown,
             listening: Arc::default(),
         }
+    }
+
+    /// Each run bridge's share of connections.
+    pub fn run_share(&self) -> usize {
+        self.run_share
     }
 
     /// Serves the sidecar's loopback listener until shutdown: any run's token.
@@ -94,19 +119,31 @@ impl Bridges {
     }
 }
 
-/// [`MAX_CONNECTIONS`], or a quarter of this process's descriptors when that is less: the
-/// bridge must never take the sidecar to its descriptor limit.
-fn connection_cap() -> usize {
+/// This process's descriptors (the soft `RLIMIT_NOFILE`; the sidecar raises it to the hard
+/// one at start).
+fn descriptors() -> usize {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: getrlimit with a valid pointer to a local.
-    let soft = match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } {
+    match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } {
         0 => usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX),
-        _ => MAX_CONNECTIONS,
-    };
-    (soft / 4).clamp(MAX_RUN_CONNECTIONS, MAX_CONNECTIONS)
+        _ => 4 * MAX_CONNECTIONS,
+    }
+}
+
+/// The loopback listener's connections: [`MAX_CONNECTIONS`], or a quarter of the descriptors
+/// when that is less.
+fn connection_cap(descriptors: usize) -> usize {
+    (descriptors / 4).clamp(MIN_RUN_CONNECTIONS, MAX_CONNECTIONS)
+}
+
+/// Each run bridge's connections: [`MAX_RUN_CONNECTIONS`], or as many as half the descriptors
+/// give each of `max_runs` runs, never under [`MIN_RUN_CONNECTIONS`]. The bridge must never take
+/// the sidecar to its descriptor limit, and every run must always be able to open its own.
+pub fn run_share(max_runs: usize, descriptors: usize) -> usize {
+    (descriptors / 2 / max_runs.max(1)).clamp(MIN_RUN_CONNECTIONS, MAX_RUN_CONNECTIONS)
 }
 
 /// One run's own end of the bridge: a socket listening inside the run's network namespace
@@ -125,19 +162,56 @@ pub struct Bridge {
 struct Listening {
     token: watch::Sender<Option<Arc<str>>>,
     stop: CancellationToken,
-    /// Ends the connections of the run bound now: a session's interpreter keeps its bridge for
-    /// its life, and a fork server's namespace serves run after run, but each run's
+    /// What ends each run's connections, by its token: a session's interpreter keeps its
+    /// bridge for its life, and a fork server's namespace serves run after run, but each run's
     /// connections end with the run (the SDK's idle ones of an earlier run would otherwise
-    /// hold the run's connection count).
-    epoch: Epoch,
+    /// hold the run's connection count). A connection is a run's from its first request with
+    /// that run's token ([`Claim`]): one the next run opened before its token was bound here
+    /// is not ended with the run before it (once, 2 to 3 runs in 100 under load lost a call
+    /// that way, "ConnectionResetError").
+    runs: std::sync::Mutex<HashMap<Arc<str>, CancellationToken>>,
 }
 
 impl Listening {
-    /// Ends the connections of the run bound until now.
-    fn next_epoch(&self) {
-        let mut epoch = crate::util::lock(&self.epoch);
-        epoch.cancel();
-        *epoch = self.stop.child_token();
+    /// Ends the connections of the run of `token`.
+    fn end(&self, token: &str) {
+        if let Some(ends) = crate::util::lock(&self.runs).remove(token) {
+            ends.cancel();
+        }
+    }
+
+    /// What ends the connections of the run of `token`.
+    fn ends_of(&self, token: &Arc<str>) -> CancellationToken {
+        crate::util::lock(&self.runs)
+            .entry(token.clone())
+            .or_insert_with(|| self.stop.child_token())
+            .clone()
+    }
+}
+
+/// One connection to a run's [`Bridge`]: told, at its first request a run's token may make,
+/// what ends that run's connections.
+#[derive(Clone)]
+struct Claim {
+    listening: Weak<Listening>,
+    claimed: Arc<watch::Sender<Option<(Arc<str>, CancellationToken)>>>,
+}
+
+impl Claim {
+    /// Makes the connection the run's of `token` (the token the bridge answers now).
+    fn claim(&self, token: &Arc<str>) {
+        let mine = self
+            .claimed
+            .borrow()
+            .as_ref()
+            .is_some_and(|(t, _)| t == token);
+        if mine {
+            return;
+        }
+        if let Some(listening) = self.listening.upgrade() {
+            let ends = listening.ends_of(token);
+            self.claimed.send_replace(Some((token.clone(), ends)));
+        }
     }
 }
 
@@ -147,9 +221,6 @@ impl Drop for Listening {
         self.stop.cancel();
     }
 }
-
-/// The token the connections of the bridge's current run end with; a new one per run.
-type Epoch = Arc<std::sync::Mutex<CancellationToken>>;
 
 /// What a request through a run's [`Bridge`] carries: the token the bridge answers now.
 #[derive(Clone)]
@@ -173,16 +244,19 @@ impl Bridge {
         let listener = tokio::net::TcpListener::from_std(listener)?;
         let (token, bound) = watch::channel(None);
         let stop = bridges.shutdown.child_token();
-        let epoch: Epoch = Arc::new(std::sync::Mutex::new(stop.child_token()));
-        let run_connections = Arc::new(Semaphore::new(MAX_RUN_CONNECTIONS));
+        let run_connections = Arc::new(Semaphore::new(bridges.run_share));
+        let on = Arc::new(Listening {
+            token,
+            stop: stop.clone(),
+            runs: std::sync::Mutex::default(),
+        });
         tokio::spawn(accept(
             listener,
             bridges.clone(),
             Some(Binding(bound)),
-            Some((run_connections, epoch.clone())),
-            stop.clone(),
+            Some((run_connections, Arc::downgrade(&on))),
+            stop,
         ));
-        let on = Arc::new(Listening { token, stop, epoch });
         listening.insert(identity, Arc::downgrade(&on));
         Ok(Bridge::on(on))
     }
@@ -199,15 +273,10 @@ impl Bridge {
     pub fn bind(&self, token: &str) {
         let token: Arc<str> = token.into();
         let listening = &self.listening;
-        let other = listening
-            .token
-            .borrow()
-            .as_ref()
-            .is_some_and(|t| *t != token);
-        if other {
-            listening.next_epoch();
+        let before = listening.token.send_replace(Some(token.clone()));
+        if let Some(other) = before.filter(|t| *t != token) {
+            listening.end(&other);
         }
-        listening.token.send_replace(Some(token.clone()));
         *crate::util::lock(&self.bound) = Some(token);
     }
 
@@ -217,16 +286,15 @@ impl Bridge {
         let Some(mine) = crate::util::lock(&self.bound).take() else {
             return;
         };
-        let released = self.listening.token.send_if_modified(|now| {
+        self.listening.token.send_if_modified(|now| {
             let ours = now.as_ref().is_some_and(|t| *t == mine);
             if ours {
                 *now = None;
             }
             ours
         });
-        if released {
-            self.listening.next_epoch();
-        }
+        // Its connections end whether or not the next run's token is bound already.
+        self.listening.end(&mine);
     }
 }
 
@@ -238,16 +306,16 @@ impl Drop for Bridge {
     }
 }
 
-/// Accepts connections until `stop`, each within the bridges' count and `run`'s (when the
-/// listener is one run's), and serves each on its own task: HTTP/1, heads within
-/// [`HEADER_TIMEOUT`], idle no longer than that either, ended with the run's epoch. A
-/// connection over the bridges' count is closed at once; one over the run's waits in the
-/// run's backlog.
+/// Accepts connections until `stop`, each within the loopback listener's count or, when the
+/// listener is one run's, within the run's share, and serves each on its own task: HTTP/1,
+/// heads within [`HEADER_TIMEOUT`], idle no longer than that either, ended with the run whose
+/// token it first presents ([`Claim`]). A connection over the loopback's count is closed at
+/// once; one over the run's share waits in the run's backlog.
 async fn accept(
     listener: tokio::net::TcpListener,
     bridges: Bridges,
     binding: Option<Binding>,
-    run: Option<(Arc<Semaphore>, Epoch)>,
+    run: Option<(Arc<Semaphore>, Weak<Listening>)>,
     stop: CancellationToken,
 ) {
     let router = match binding {
@@ -276,25 +344,45 @@ async fn accept(
                 }
             },
         };
-        let Ok(all) = bridges.connections.clone().try_acquire_owned() else {
-            tracing::debug!("IPC bridge: {MAX_CONNECTIONS} connections open; one more closed");
-            continue;
-        };
-        let ends = match &run {
-            Some((_, epoch)) => crate::util::lock(epoch).clone(),
-            None => stop.clone(),
+        let all = match &run {
+            Some(_) => None,
+            None => match bridges.connections.clone().try_acquire_owned() {
+                Ok(permit) => Some(permit),
+                Err(_) => {
+                    tracing::debug!(
+                        "IPC bridge: {MAX_CONNECTIONS} loopback connections open; one more closed"
+                    );
+                    continue;
+                }
+            },
         };
         let _ = stream.set_nodelay(true);
-        let router = router.clone();
+        let (router, claimed) = match &run {
+            Some((_, listening)) => {
+                let (claimed, watching) = watch::channel(None);
+                let claim = Claim {
+                    listening: listening.clone(),
+                    claimed: Arc::new(claimed),
+                };
+                (router.clone().layer(axum::Extension(claim)), Some(watching))
+            }
+            None => (router.clone(), None),
+        };
+        let stop = stop.clone();
         tokio::spawn(async move {
             let _permits = (all, own);
-            serve_connection(stream, router, ends).await;
+            serve_connection(stream, router, stop, claimed).await;
         });
     }
 }
 
-/// One connection, until it closes, times out or `stop`.
-async fn serve_connection(stream: tokio::net::TcpStream, router: Router, stop: CancellationToken) {
+/// One connection, until it closes, times out, `stop`, or the run that `claimed` it ends.
+async fn serve_connection(
+    stream: tokio::net::TcpStream,
+    router: Router,
+    stop: CancellationToken,
+    claimed: Option<watch::Receiver<Option<(Arc<str>, CancellationToken)>>>,
+) {
     use hyper_util::rt::{TokioIo, TokioTimer};
     let service = hyper_util::service::TowerToHyperService::new(router);
     let connection = hyper::server::conn::http1::Builder::new()
@@ -302,9 +390,33 @@ async fn serve_connection(stream: tokio::net::TcpStream, router: Router, stop: C
         .header_read_timeout(HEADER_TIMEOUT)
         .serve_connection(TokioIo::new(stream), service);
     tokio::pin!(connection);
+    let run_ended = async {
+        let Some(mut claimed) = claimed else {
+            return std::future::pending().await;
+        };
+        loop {
+            let ends = claimed.borrow_and_update().as_ref().map(|(_, e)| e.clone());
+            match ends {
+                Some(ends) => {
+                    tokio::select! {
+                        _ = ends.cancelled() => return,
+                        changed = claimed.changed() => if changed.is_err() {
+                            return std::future::pending().await;
+                        },
+                    }
+                }
+                None => {
+                    if claimed.changed().await.is_err() {
+                        return std::future::pending().await;
+                    }
+                }
+            }
+        }
+    };
     tokio::select! {
         _ = connection.as_mut() => {}
         _ = stop.cancelled() => {}
+        _ = run_ended => {}
     }
 }
 
@@ -510,7 +622,12 @@ fn authorize(calls: &Calls, request: &Request) -> Result<Arc<RunCtx>, Refusal> {
         .get::<Binding>()
         .map(|b| b.0.borrow().clone());
     let token = match (token, bound) {
-        (Some(t), Some(Some(bound))) if t == &*bound => Some(t),
+        (Some(t), Some(Some(bound))) if t == &*bound => {
+            if let Some(claim) = request.extensions().get::<Claim>() {
+                claim.claim(&bound);
+            }
+            Some(t)
+        }
         (_, Some(_)) => None,
         (t, None) => t,
     };
@@ -573,7 +690,7 @@ mod tests {
             state_dir: None,
         });
         let calls = Calls::new(Backends::new(Duration::from_secs(5)), shapes);
-        Bridges::new(calls, CancellationToken::new())
+        Bridges::new(calls, 32, CancellationToken::new())
     }
 
     fn bound(bridge: &Bridge) -> Option<String> {

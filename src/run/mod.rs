@@ -11,8 +11,9 @@
 //! | `scratch` | the scratch quota: measuring a run's scratch directory while it runs; a session's quota at a run's end ([`scratch::hold_session`]) | — |
 //! | `confine` | the runner's [`Sandbox`](crate::sandbox::Sandbox) built once at startup, [`SandboxSettings`] | — |
 //! | `files` | a run's files ([`RunFile`]), where they go ([`FileStore`]) within their quotas ([`NewFile`], [`Budgeted`]) | — |
-//! | `clock` | a run's deadline, standing still while a call waits for a person | — |
-//! | `approval` | the calls that wait for a person (`PTC_APPROVE_*`), [`Approval`], [`Approvals::decide`] | — |
+//! | `budget` | a run's budget: its share of everything runs share, named in one place, [`budget::Lender`], refusals by resource | — |
+//! | `clock` | a run's deadline, standing still while a call waits for a person, for `PTC_APPROVAL_TIMEOUT` per run at most | — |
+//! | `approval` | the calls that wait for a person (`PTC_APPROVE_*`), [`Approval`], [`Approvals::decide`], each run's share of the waiting | `budget` |
 //! | `limits` | the limits per tool (`PTC_TOOL_LIMITS`) and their counters across runs, [`Limiter`] | — |
 //! | `dispatch` | what one call does on its backend, [`CallError`], [`Backends`] | `approval`, `limits` |
 //! | `shapes` | the result shapes learned from calls, per agent, never from a call that chose the keys, [`shapes::Shapes`] (`PTC_LEARN_SHAPES`, `PTC_STATE_DIR`) | — |
@@ -35,6 +36,7 @@
 //! Outside `run/`, use what this module re-exports rather than reaching into its submodules.
 
 pub mod approval;
+pub mod budget;
 pub mod bash;
 pub mod calls;
 pub mod child;

@@ -103,7 +103,7 @@ impl Runner {
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
         let ipc_addr = listener.local_addr()?;
         let calls = Calls::new(backends, Shapes::load(cfg.shapes.clone()));
-        let bridges = ipc::Bridges::new(calls.clone(), shutdown.clone());
+        let bridges = ipc::Bridges::new(calls.clone(), cfg.max_runs, shutdown.clone());
         tokio::spawn(bridges.clone().serve(listener));
 
         let confine::Confinement {
@@ -346,7 +346,7 @@ impl Runner {
         run.user = req.user.clone();
         run.files = req.files.clone();
         run.span = span.clone();
-        run.clock = RunClock::new(deadline);
+        run.clock = RunClock::new(deadline, self.inner.calls.approval_budget());
         run.asker = req.asker.take();
         let run = Arc::new(run);
         let registration = self.inner.calls.register(run.clone());

@@ -8,7 +8,6 @@
 //! `GET /v1/approvals` and the dashboard may still answer first.
 
 use crate::run::{Approval, Decision, Runner};
-use crate::util::json_excerpt;
 use rmcp::model::{ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema};
 use rmcp::service::{ElicitationMode, Peer, RequestContext, RoleServer};
 use serde_json::Value;
@@ -122,7 +121,7 @@ pub fn question(approval: &Approval) -> ElicitRequestParams {
              answer; the approval id is {}.)",
             approval.run,
             approval.tool,
-            json_excerpt(&approval.args, QUOTED_ARGS_BYTES),
+            approval.args.excerpt(QUOTED_ARGS_BYTES),
             approval.id
         ),
         requested_schema: schema,
