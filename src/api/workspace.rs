@@ -197,7 +197,7 @@ impl FileStore for SessionFiles {
         let name = check_name(name).map_err(FileError::store)?;
         let file = self.0.writer(&name).map_err(FileError::store)?;
         let url = session_file_url(&self.0.id, &name);
-        Ok((Box::new(StoreFile(file)), run_file(name, url)))
+        Ok((Box::new(StoreFile(Some(file))), run_file(name, url)))
     }
 
     fn locate(&self, file: &RunFile) -> String {
@@ -242,7 +242,7 @@ impl FileStore for RunArtifacts {
         let folder = self.folder().map_err(FileError::store)?;
         let file = folder.writer(&name).map_err(FileError::store)?;
         let url = format!("/v1/artifacts/{}/{}", folder.id, url_path(&name));
-        Ok((Box::new(StoreFile(file)), run_file(name, url)))
+        Ok((Box::new(StoreFile(Some(file))), run_file(name, url)))
     }
 
     fn locate(&self, file: &RunFile) -> String {
@@ -256,20 +256,43 @@ impl FileStore for RunArtifacts {
 }
 
 /// A run's file being written into a session or the artifacts store, within the session's
-/// quota and the store's bound (the session store's [`Writer`]).
-struct StoreFile(Writer);
+/// quota and the store's bound (the session store's [`Writer`], `None` once discarded).
+///
+/// The run layer's [`NewFile`] is kept as written when dropped (a `save_file` that read its
+/// whole body, the saved whole of a cut stream however far it got), while a session's
+/// [`Writer`] publishes only on `finish`: so dropping this finishes the writer, renaming the
+/// file into place, and [`discard`](NewFile::discard) drops it unfinished, which leaves a file
+/// it would have replaced as it was.
+struct StoreFile(Option<Writer>);
 
 impl NewFile for StoreFile {
     fn append(&mut self, bytes: &[u8]) -> Result<(), FileError> {
-        self.0.append(bytes).map_err(FileError::store)
+        match &mut self.0 {
+            Some(writer) => writer.append(bytes).map_err(FileError::store),
+            None => Ok(()),
+        }
     }
 
     fn room(&self) -> u64 {
-        self.0.room()
+        self.0.as_ref().map_or(0, Writer::room)
     }
 
-    fn discard(self: Box<Self>) {
-        self.0.discard();
+    fn discard(mut self: Box<Self>) {
+        if let Some(writer) = self.0.take() {
+            writer.discard();
+        }
+    }
+}
+
+impl Drop for StoreFile {
+    fn drop(&mut self) {
+        if let Some(writer) = self.0.take()
+            && let Err(e) = writer.finish()
+        {
+            // The run was told the file was kept; only a run racing its own save (a folder
+            // put under the name meanwhile) gets here.
+            tracing::warn!("a run's file could not be put into place: {e}");
+        }
     }
 }
 

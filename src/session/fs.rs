@@ -115,7 +115,8 @@ pub fn open_file_at(
     Ok(Some((std::fs::File::from(fd), st)))
 }
 
-fn check_plain(st: &Stat) -> Result<(), Refused> {
+/// Whether `st` is what a session serves and writes over: a regular file with one name.
+pub fn check_plain(st: &Stat) -> Result<(), Refused> {
     if !st.is_regular() {
         Err(Refused::NotRegular)
     } else if st.nlink != 1 {
@@ -160,6 +161,35 @@ pub fn create_file_at(
     chmod(fd.as_fd(), 0o600)?;
     chown(fd.as_fd(), owner)?;
     Ok((std::fs::File::from(fd), Stat { size: 0, ..st }))
+}
+
+/// Creates the file `name` of `dir`, which must not exist (`O_EXCL`: not even as a link, which
+/// is never followed), for writing: mode 0600, given to `owner`.
+pub fn create_new_at(
+    dir: BorrowedFd<'_>,
+    name: &CStr,
+    owner: Option<(u32, u32)>,
+) -> io::Result<(std::fs::File, Stat)> {
+    let file = std::fs::File::from(open_at(
+        dir,
+        name,
+        libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+        0o600,
+    )?);
+    let st = fstat(file.as_fd())?;
+    let set_up = || -> io::Result<()> {
+        clear_nonblock(file.as_fd())?;
+        chmod(file.as_fd(), 0o600)?;
+        chown(file.as_fd(), owner)
+    };
+    if let Err(e) = set_up() {
+        // Not left behind half made, if the name still is the file we made.
+        if stat_at(dir, name).is_ok_and(|now| now.ino == st.ino) {
+            let _ = unlink_at(dir, name, false);
+        }
+        return Err(e);
+    }
+    Ok((file, st))
 }
 
 /// Why a walk stopped early.

@@ -1,6 +1,8 @@
 //! One held session: its folder, when it was last used (and whether its record says so yet),
-//! the lock a run holds, and reading its files — listing them, opening one by name or by id,
-//! deleting one, the bytes it holds, and a snapshot to tell later what a run wrote.
+//! the lock a run holds, what its writers in flight hold ([`Ledger`]), and reading its files —
+//! listing them, opening one by name or by id, deleting one, the bytes it holds, and a snapshot
+//! to tell later what a run wrote. A file being written (a temporary, `names::writing_name`) is
+//! never listed, opened or snapshotted: its name is none a listing shows.
 //!
 //! Every access starts from the root's descriptor (`Shared`) and goes through `fs`, never
 //! through the `dir` path: the run user owns everything below `root/<id>`. It must not make,
@@ -8,7 +10,7 @@
 //! the session is still the one under its id), and writing a file under the quota is
 //! `write`'s.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::ops::ControlFlow;
 use std::os::fd::{AsFd, OwnedFd};
@@ -106,6 +108,41 @@ impl Shared {
     }
 }
 
+/// What a session's writers in flight hold (`write`'s `Writer`, which writes into a temporary
+/// and renames it over its file's name once whole), counted in memory so that writers at once
+/// are measured against each other's bytes and files, not only against what a walk of the
+/// folder found when each began.
+#[derive(Debug, Default)]
+pub(super) struct Ledger {
+    pub(super) writes: Mutex<Writes>,
+    /// Held while a writer renames its file into place and counts it published, so that of
+    /// two writers of one name, each sees what its own rename replaces.
+    pub(super) publishing: Mutex<()>,
+}
+
+/// The counts of a [`Ledger`], under its lock (never held across a file system call).
+#[derive(Debug, Default)]
+pub(super) struct Writes {
+    /// Writers in flight: each holds one of the session's `max_files` for its temporary, from
+    /// before the temporary is made until it is renamed or removed.
+    pub(super) writers: u64,
+    /// Each writer's temporary, by device and inode, with the bytes written into it.
+    pub(super) temps: HashMap<(u64, u64), u64>,
+    /// The bytes of all of `temps`.
+    pub(super) pending: u64,
+    /// What writers renamed into place since the session was opened; it only grows.
+    pub(super) published: Published,
+}
+
+/// Bytes and files renamed into place, counted up: a writer takes what others published after
+/// it measured the folder (a file a rename replaced is not counted out, so a writer at once
+/// with it counts over rather than under).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Published {
+    pub(super) bytes: u64,
+    pub(super) files: u64,
+}
+
 /// One session: its folder, when it was last used, and the lock a run holds.
 #[derive(Debug)]
 pub struct Session {
@@ -126,6 +163,8 @@ pub struct Session {
     /// Held by a run ([`lock`](Session::lock)); the store's sweep leaves a session alone while
     /// it is taken.
     pub(super) run: Arc<tokio::sync::Mutex<()>>,
+    /// What its writers in flight hold; each writer keeps a handle.
+    pub(super) ledger: Arc<Ledger>,
 }
 
 /// When a session was last used: an instant, plus how long it had been idle by then (an
@@ -173,6 +212,7 @@ impl Session {
             }),
             uid: record.uid,
             run: Arc::new(tokio::sync::Mutex::new(())),
+            ledger: Arc::default(),
         }
     }
 
@@ -245,7 +285,7 @@ impl Session {
     }
 
     /// The session folder, opened from the root without following a link.
-    fn dir_fd(&self) -> Result<OwnedFd, SessionError> {
+    pub(super) fn dir_fd(&self) -> Result<OwnedFd, SessionError> {
         let not_found = || SessionError::NotFound(self.id.clone());
         let name = fs::cstring(&self.id).map_err(|_| not_found())?;
         fs::open_dir_at(self.shared.root.as_fd(), &name).map_err(|e| {
@@ -460,10 +500,33 @@ impl Session {
     }
 
     /// Bytes and count of every regular file in the session, whatever its name or links, at
-    /// any depth (measured through descriptors, `util::tree`). Past `max_files` entries (files,
-    /// folders, links): [`SessionError::TooManyFiles`]; a folder that cannot be measured (nested
-    /// too deep, unreadable): [`SessionError::Unmeasurable`].
+    /// any depth (measured through descriptors, `util::tree`), files being written included.
+    /// Past `max_files` entries (files, folders, links): [`SessionError::TooManyFiles`]; a
+    /// folder that cannot be measured (nested too deep, unreadable):
+    /// [`SessionError::Unmeasurable`].
     pub fn usage(&self) -> Result<(u64, u64), SessionError> {
+        self.measure(|_| None)
+    }
+
+    /// What [`usage`](Session::usage) counts, less the temporaries of the session's writers in
+    /// flight, whose bytes and files its [`Ledger`] counts instead (what a run wrote into one
+    /// past what its writer did still counts here): what a new writer is measured against. A
+    /// file of a temporary's name that no writer holds (a crash's, a run's) counts as any file.
+    pub(super) fn measured(&self) -> Result<(u64, u64), SessionError> {
+        self.measure(|st| {
+            lock(&self.ledger.writes)
+                .temps
+                .get(&(st.dev, st.ino))
+                .copied()
+        })
+    }
+
+    /// Bytes and count of the regular files, `in_flight` saying of each whether it is a
+    /// writer's temporary and how much its writer wrote.
+    fn measure(
+        &self,
+        in_flight: impl Fn(&Stat) -> Option<u64>,
+    ) -> Result<(u64, u64), SessionError> {
         let top = self.dir_fd()?;
         let max_files = self.shared.cfg.max_files;
         let (mut bytes, mut files, mut entries) = (0u64, 0u64, 0u64);
@@ -473,8 +536,13 @@ impl Session {
                 return ControlFlow::Break(());
             }
             if st.is_regular() {
-                bytes += st.size;
-                files += 1;
+                match in_flight(st) {
+                    Some(written) => bytes += st.size.saturating_sub(written),
+                    None => {
+                        bytes += st.size;
+                        files += 1;
+                    }
+                }
             }
             ControlFlow::Continue(())
         })
@@ -521,7 +589,7 @@ mod tests {
     use crate::session::testing::{Scratch, mode, names};
     use pretty_assertions::assert_eq;
     use std::ffi::CString;
-    use std::io::{Read, Write};
+    use std::io::Read;
     use std::os::unix::fs::{MetadataExt, symlink};
 
     fn read(file: &mut std::fs::File) -> String {
@@ -536,9 +604,9 @@ mod tests {
         let sessions = scratch.sessions();
         let s = sessions.open("sess1").unwrap();
         assert_eq!(s.dir, scratch.root().join("sess1"));
-        let mut f = s.create("out/deep/r.csv").unwrap();
-        f.write_all(b"1,2\n").unwrap();
-        drop(f);
+        let mut f = s.writer("out/deep/r.csv").unwrap();
+        f.append(b"1,2\n").unwrap();
+        f.finish().unwrap();
         let info = s.write("/mnt/data/a.txt", &mut &b"hello"[..]).unwrap();
         assert_eq!(
             (info.id.as_str(), info.name.as_str(), info.size),
@@ -598,7 +666,7 @@ mod tests {
         assert!(s.open_name("shadow").unwrap().is_none());
         assert!(s.open(&file_id("s", "link.txt")).unwrap().is_none());
         assert!(matches!(
-            s.create("link.txt"),
+            s.writer("link.txt"),
             Err(SessionError::BadName { .. })
         ));
         let err = s.write("link.txt", &mut &b"pwned"[..]).unwrap_err();
@@ -628,7 +696,7 @@ mod tests {
         assert!(s.open_name("a/inner.txt").unwrap().is_none());
         assert!(s.open_name("real/b/inner.txt").unwrap().is_none());
         for name in ["a/x", "real/b/x", "a/new/x"] {
-            let err = s.create(name).unwrap_err();
+            let err = s.writer(name).unwrap_err();
             assert!(
                 matches!(&err, SessionError::BadName { why, .. } if why.contains("not a folder")),
                 "{name}: {err}"
@@ -692,7 +760,7 @@ mod tests {
         assert_eq!(names(&s.files().unwrap()), ["plain.txt"]);
         assert!(s.open_name("pipe").unwrap().is_none());
         assert!(matches!(
-            s.create("pipe"),
+            s.writer("pipe"),
             Err(SessionError::BadName { .. })
         ));
         assert_eq!(s.usage().unwrap(), (2, 1));
@@ -720,7 +788,7 @@ mod tests {
             assert!(s.open_name(name).unwrap().is_none(), "{name}");
             assert!(s.open(&file_id("s", name)).unwrap().is_none(), "{name}");
         }
-        let err = s.create("hl.txt").unwrap_err();
+        let err = s.writer("hl.txt").unwrap_err();
         assert!(err.to_string().contains("hard link"), "{err}");
         assert!(s.write("hl.txt", &mut &b"pwned"[..]).is_err());
         assert_eq!(std::fs::read_to_string(&secret).unwrap(), "secret");

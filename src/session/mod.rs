@@ -24,7 +24,9 @@
 //! - `record`: a session's record in the root — its owner, last use and uid — read without
 //!   trusting it and replaced whole;
 //! - `held`: one [`Session`] — its folder, lock, idle time, and reading its files;
-//! - `write`: creating and writing a file in a session within its quota;
+//! - `write`: writing a file into a session within its quota, into a temporary renamed over
+//!   the file's name once whole (so a failed write loses nothing), writers at once exact
+//!   against each other;
 //! - `store`: [`Sessions`] — making, holding, adopting and sweeping sessions.
 //!
 //! This file keeps what all of them share: [`SessionConfig`] and [`SessionError`].

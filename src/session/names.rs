@@ -3,7 +3,10 @@
 //! that keeps it inside (no `..`, no absolute path, no control character, bounded length and
 //! depth) is here, in one place, tested on exact strings.
 //!
-//! No file system call and no state (`new_id` only draws random bytes). It must not decide what
+//! Also the name a file has while it is being written ([`writing_name`]): one that no name
+//! [`check_name`] lets through can take, and no listing shows.
+//!
+//! No file system call and no state (`new_id` and `writing_name` only draw random bytes). It must not decide what
 //! a session holds or whether a file exists; `held` and `store` do, with the names this file
 //! lets through.
 
@@ -46,6 +49,25 @@ pub(super) fn shown(text: &str) -> String {
         Some((cut, _)) => format!("{}...", &text[..cut]),
         None => text.to_string(),
     }
+}
+
+/// What a file being written is called, in the folder of the name it will have, until it is
+/// whole and renamed over that name (`write`): this, then 16 random hex digits. The backslash
+/// is in no name [`check_name`] takes and in no component [`component_ok`] lets a listing show,
+/// so a user's file can never be given this name, nor a temporary be listed, served or opened
+/// by name. The '.' hides it from a plain `ls` of the run user.
+pub(super) const WRITING_PREFIX: &str = ".ptc-writing\\";
+
+/// A fresh name for a file being written ([`WRITING_PREFIX`] and 64 random bits).
+pub(super) fn writing_name() -> String {
+    let mut random = [0u8; 8];
+    rand::fill(&mut random);
+    format!("{WRITING_PREFIX}{}", crate::util::hex(&random))
+}
+
+/// Whether an entry's name is one [`writing_name`] gives.
+pub(super) fn is_writing(name: &[u8]) -> bool {
+    name.starts_with(WRITING_PREFIX.as_bytes())
 }
 
 /// A fresh session id: [`ID_LEN`] random characters of `[A-Za-z0-9_-]`, 126 bits.
@@ -337,6 +359,20 @@ mod tests {
             check_name("a\0b").unwrap_err().to_string(),
             r#"file name "a\0b": contains the control character '\0': name a file inside the session, like "out/report.csv""#
         );
+    }
+
+    /// Breaks when the prefix loses its backslash: a user's file could then take a temporary's
+    /// name, and a temporary would be listed.
+    #[test]
+    fn a_writing_name_is_no_name_a_user_or_a_listing_can_have() {
+        let name = writing_name();
+        assert!(is_writing(name.as_bytes()), "{name}");
+        assert_eq!(name.len(), WRITING_PREFIX.len() + 16);
+        assert_ne!(writing_name(), name);
+        assert!(check_name(&name).is_err(), "{name}");
+        assert!(check_name(&format!("out/{name}")).is_err(), "{name}");
+        assert!(!component_ok(&name), "{name}");
+        assert!(!is_writing(b".ptc-writing") && !is_writing(b"a.txt"));
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! The store: the session root and the sessions in it by id. Making a session's folder and
 //! its record, holding each [`Session`] while it exists, writing its uses to its record,
 //! adopting the folders a previous sidecar left at start (each as its record says, or held out
-//! when the record cannot be read), removing a session (renamed to trash first, so its id is
+//! when the record cannot be read; the files a crash left half written deleted from those
+//! adopted), removing a session (renamed to trash first, so its id is
 //! free at once), and the sweeper that removes idle ones.
 //!
 //! It owns the root and the `root/<id>` and `root/<id>.owner` entries, never what is inside a
@@ -210,7 +211,8 @@ impl Sessions {
     /// Opens the store at `cfg.root`, making the root (mode 0711) if it is missing. Adopts
     /// every session folder already there (a previous sidecar's) as its record says (owner,
     /// last use, uid), holds out those whose record cannot be read ([`unreadable`]), and
-    /// deletes trash a crash left behind.
+    /// deletes trash a crash left behind and the temporaries of writes a crash cut short in
+    /// the sessions it adopts.
     ///
     /// [`unreadable`]: Sessions::unreadable
     pub fn new(cfg: SessionConfig) -> io::Result<Sessions> {
@@ -553,8 +555,9 @@ fn make_root(root: &Path) -> io::Result<()> {
 }
 
 /// The session folders under the root, each as its record says or held out when the record
-/// cannot be read; trash, records whose folder is gone and records a crash left half written
-/// are deleted, anything else left alone.
+/// cannot be read; trash, records whose folder is gone, records a crash left half written and
+/// the temporaries of writes a crash cut short (in the sessions adopted) are deleted, anything
+/// else left alone.
 fn adopt(shared: &Arc<Shared>) -> io::Result<Map> {
     let root = shared.root.as_fd();
     let mut entries = fs::DirStream::new(fs::open_dir_at(root, c".")?)?;
@@ -581,17 +584,27 @@ fn adopt(shared: &Arc<Shared>) -> io::Result<Map> {
         }
         match fs::stat_at(root, &name) {
             Ok(st) if st.is_dir() => {
-                shared
-                    .stored
-                    .fetch_add(shared.bytes_in(&name), Ordering::Relaxed);
                 match adopt_one(shared, id, now) {
                     Ok(session) => {
+                        // Files a crash left half written: never the user's, gone before
+                        // the store counts what the session holds.
+                        let removed = session.remove_leftovers();
+                        if removed > 0 {
+                            tracing::info!(
+                                session = id,
+                                removed,
+                                "deleted files left half written by a crash"
+                            );
+                        }
                         map.held.insert(id.to_string(), Arc::new(session));
                     }
                     Err(why) => {
                         map.unreadable.insert(id.to_string(), why);
                     }
                 }
+                shared
+                    .stored
+                    .fetch_add(shared.bytes_in(&name), Ordering::Relaxed);
             }
             _ => tracing::warn!(
                 entry = id,
