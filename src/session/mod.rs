@@ -102,11 +102,13 @@ pub enum SessionError {
     /// folder should be, or something that is not a plain file.
     #[error("file name {name:?}: {why}")]
     BadName { name: String, why: String },
-    /// A write that would take the session past `max_bytes`.
+    /// A write that would take the session past `max_bytes` (`used`: what else it holds, a
+    /// file being replaced and other writes under way included).
     #[error(
         "writing {name:?} would take session {id} past its quota of {max_bytes} bytes \
-         (PTC_SESSION_MAX_MB): the session holds {used} bytes and the file has at least \
-         {incoming}; delete files from the session, or raise PTC_SESSION_MAX_MB"
+         (PTC_SESSION_MAX_MB): the session holds {used} bytes (a file being replaced counts \
+         until its replacement is whole, and so do other writes under way) and the file has \
+         at least {incoming}; delete files from the session, or raise PTC_SESSION_MAX_MB"
     )]
     Quota {
         id: String,
@@ -131,11 +133,12 @@ pub enum SessionError {
         id: String,
         why: crate::util::tree::Unmeasurable,
     },
-    /// A session with more entries than `max_files` (a walk stops there).
+    /// A session with more entries than `max_files` (a walk stops there), or a write that
+    /// would make it so (a file being written takes one until it is whole, replacing or not).
     #[error(
-        "session {id} holds more than {max_files} files, folders and links \
-         (PTC_SESSION_MAX_FILES): delete some, keep fewer larger files (an archive), or raise \
-         PTC_SESSION_MAX_FILES"
+        "session {id} holds more than {max_files} files, folders and links, or would with \
+         this file (one being written counts until it is whole) (PTC_SESSION_MAX_FILES): \
+         delete some, keep fewer larger files (an archive), or raise PTC_SESSION_MAX_FILES"
     )]
     TooManyFiles { id: String, max_files: u64 },
     /// The session (its id here) has no folder any more.
