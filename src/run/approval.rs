@@ -16,11 +16,11 @@
 //! Owns the waiting calls and the `approval.*` events. It must not know the doors' protocols
 //! or what the call does once allowed.
 
+use super::budget::{self, Account, Lender, Resource, Short};
 use crate::catalog::{Origin, Tool, glob_match};
 use crate::config::Control;
 use crate::events::{Event, Events};
 use crate::trace::SpanContext;
-use super::budget::{self, Account, Lender, Resource, Short};
 use crate::util::{cut, hex, lock, ms, now_ms};
 use serde::ser::SerializeMap;
 use serde::{Serialize, Serializer};

@@ -61,7 +61,10 @@ static REFUSED: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
 
 /// Counts one refusal of `resource`.
 pub fn refused(resource: Resource) {
-    let i = Resource::ALL.iter().position(|r| *r == resource).unwrap_or(0);
+    let i = Resource::ALL
+        .iter()
+        .position(|r| *r == resource)
+        .unwrap_or(0);
     REFUSED[i].fetch_add(1, Ordering::Relaxed);
 }
 
@@ -200,7 +203,13 @@ mod tests {
         for _ in 0..10 {
             lender.take(&greedy, 1).unwrap();
         }
-        assert_eq!(lender.take(&greedy, 1), Err(Short::Ceiling { ceiling: 10, held: 10 }));
+        assert_eq!(
+            lender.take(&greedy, 1),
+            Err(Short::Ceiling {
+                ceiling: 10,
+                held: 10
+            })
+        );
         assert_eq!(lender.left(), 0);
         // Another run still has its floor, and nothing past it.
         lender.take(&other, 2).unwrap();

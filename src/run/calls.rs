@@ -315,7 +315,10 @@ impl Calls {
         }
         let args = if backends.approvals.needs(tool) {
             let Some(waiting) = WaitingArgs::of(&args) else {
-                let e = CallError::Input(format!("the arguments of {} are not JSON", tool.python_name));
+                let e = CallError::Input(format!(
+                    "the arguments of {} are not JSON",
+                    tool.python_name
+                ));
                 return (Err(e), args);
             };
             drop(args);

@@ -189,12 +189,15 @@ impl Listening {
     }
 }
 
+/// The run a connection is of, once it is: its token, and what ends the run's connections.
+type Claimed = Option<(Arc<str>, CancellationToken)>;
+
 /// One connection to a run's [`Bridge`]: told, at its first request a run's token may make,
 /// what ends that run's connections.
 #[derive(Clone)]
 struct Claim {
     listening: Weak<Listening>,
-    claimed: Arc<watch::Sender<Option<(Arc<str>, CancellationToken)>>>,
+    claimed: Arc<watch::Sender<Claimed>>,
 }
 
 impl Claim {
@@ -381,7 +384,7 @@ async fn serve_connection(
     stream: tokio::net::TcpStream,
     router: Router,
     stop: CancellationToken,
-    claimed: Option<watch::Receiver<Option<(Arc<str>, CancellationToken)>>>,
+    claimed: Option<watch::Receiver<Claimed>>,
 ) {
     use hyper_util::rt::{TokioIo, TokioTimer};
     let service = hyper_util::service::TowerToHyperService::new(router);

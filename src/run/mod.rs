@@ -36,8 +36,8 @@
 //! Outside `run/`, use what this module re-exports rather than reaching into its submodules.
 
 pub mod approval;
-pub mod budget;
 pub mod bash;
+pub mod budget;
 pub mod calls;
 pub mod child;
 pub mod clock;

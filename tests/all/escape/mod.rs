@@ -54,6 +54,7 @@ mod resources;
 mod script;
 mod secrets;
 mod seen;
+mod shares;
 mod stage;
 mod works;
 
@@ -290,6 +291,8 @@ struct Opts {
     /// Another user in both roles: root's sidecar runs code as it (`PTC_SANDBOX_USER`), the
     /// unprivileged sidecar runs as it.
     user: Option<&'static str>,
+    /// More of the sidecar's environment, after (and over) the stage's own.
+    env: &'static [(&'static str, &'static str)],
 }
 
 impl Default for Opts {
@@ -298,6 +301,7 @@ impl Default for Opts {
             warm: 2,
             allow_subprocess: false,
             user: None,
+            env: &[],
         }
     }
 }

@@ -319,6 +319,7 @@ impl StageInner {
         if let (Who::Root, Some(user)) = (&who, opts.user) {
             cmd.env("PTC_SANDBOX_USER", user);
         }
+        cmd.envs(opts.env.iter().copied());
         let mut child = cmd
             .spawn()
             .map_err(|e| broken(format!("cannot start {}: {e}", sidecar.display())))?;
@@ -484,10 +485,31 @@ impl StageInner {
             .timeout(Duration::from_secs(10))
             .send()
             .await
-            .map_err(|e| broken(format!("GET {path}: {e}")))?;
+            .map_err(|e| {
+                broken(format!(
+                    "GET {path}: {e} ({:?})",
+                    std::error::Error::source(&e)
+                ))
+            })?;
         r.json()
             .await
             .map_err(|e| broken(format!("GET {path}: {e}")))
+    }
+
+    /// `POST path` with the API key and a JSON body: the status and the body (`null` when not
+    /// JSON).
+    pub async fn post(&self, path: &str, body: &Value) -> Result<(u16, Value), Failure> {
+        let r = self
+            .http
+            .post(self.url(path))
+            .header("X-API-Key", &self.secrets.api_key)
+            .json(body)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .map_err(|e| broken(format!("POST {path}: {e}")))?;
+        let status = r.status().as_u16();
+        Ok((status, r.json().await.unwrap_or(Value::Null)))
     }
 
     /// `GET /healthz` as anyone may (no key), raw text.

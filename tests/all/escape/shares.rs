@@ -1,0 +1,372 @@
+//! Issue 35's attacks on what runs share (`src/run/budget.rs`): the clock through an approval
+//! kept waiting for good, the approval table and the bytes it keeps, the IPC bridge's
+//! connections. Each test judges from outside: the attacker's wall time, what
+//! `GET /v1/approvals` holds, the sidecar's memory, and a victim run whose calls must answer,
+//! its latency within 2× of an idle sidecar's (or 300 ms more, whichever is larger: these runs
+//! take tens of milliseconds, and this machine is shared).
+
+use super::stage::StageInner;
+use super::{Failure, Opts, Verdict, against_both, attack, broken};
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+/// The run's own time and its share of waiting for people, in the clock attack.
+const TIMEOUT_SECS: u64 = 3;
+const APPROVAL_SECS: u64 = 4;
+
+/// A victim run: one gathered batch of plain calls, its latency.
+async fn victim(s: &StageInner, calls: usize) -> Result<Duration, Failure> {
+    let code = format!(
+        "r = await asyncio.gather(*[echo(text=str(i)) for i in range({calls})])\n\
+         print(len(r), r[-1]['text'])"
+    );
+    let started = Instant::now();
+    let r = s
+        .exec(&code)
+        .await
+        .map_err(|e| attack(format!("the victim's run got no answer: {e}")))?;
+    let took = started.elapsed();
+    let want = format!("{calls} {}\n", calls - 1);
+    if r["status"] != "ok" || r["stdout"] != want.as_str() {
+        return Err(attack(format!("the victim's calls failed: {r}")));
+    }
+    Ok(took)
+}
+
+/// The median of three victim runs.
+async fn victim_median(s: &StageInner, calls: usize) -> Result<Duration, Failure> {
+    let mut took = Vec::new();
+    for _ in 0..3 {
+        took.push(victim(s, calls).await?);
+    }
+    took.sort();
+    Ok(took[1])
+}
+
+/// A victim slowed past 2× of idle (and past idle + 300 ms) is an attack that got through.
+fn check_victim(idle: Duration, under: Duration, what: &str) -> Verdict {
+    let bound = (idle * 2).max(idle + Duration::from_millis(300));
+    if under > bound {
+        return Err(attack(format!(
+            "{what}: a victim run took {under:?}, {idle:?} on an idle sidecar (bound {bound:?})"
+        )));
+    }
+    eprintln!("{what}: victim {under:?} under attack, {idle:?} idle");
+    Ok(())
+}
+
+/// The sidecar's resident memory, KiB.
+fn rss_kib(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("VmRSS:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// The runs' calls waiting for a person now.
+async fn waiting(s: &StageInner) -> Result<Vec<Value>, Failure> {
+    let listed = s.get("/v1/approvals").await.map_err(|e| match e {
+        Failure::Broken(m) => broken(format!("{m}\nthe sidecar's log ends:\n{}", s.log_tail())),
+        other => other,
+    })?;
+    Ok(listed["approvals"].as_array().cloned().unwrap_or_default())
+}
+
+const CLOCK_ENV: &[(&str, &str)] = &[
+    ("PTC_TIMEOUT", "3"),
+    ("PTC_APPROVAL_TIMEOUT", "4"),
+    ("PTC_APPROVE_TOOLS", "noop"),
+];
+
+/// Code that keeps a call waiting for a person for good (two at once, each asked again as soon
+/// as it is denied), while a thread spins a core.
+const WAIT_FOREVER_PY: &str = r#"
+import sys, threading
+def spin():
+    while True:
+        pass
+threading.Thread(target=spin, daemon=True).start()
+async def ask():
+    while True:
+        try:
+            await noop()
+        except ToolDenied as e:
+            print("DENIED", e, flush=True)
+await asyncio.gather(ask(), ask())
+"#;
+
+const WAIT_FOREVER_SH: &str = r#"
+( while :; do :; done ) &
+ask() { while :; do r=$(noop '{}' 2>&1); echo "DENIED $r"; done; }
+ask & ask
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_kept_waiting_for_good_ends_by_the_timeout_and_the_approval_share() {
+    let opts = Opts {
+        env: CLOCK_ENV,
+        ..Opts::default()
+    };
+    against_both("shares_clock", opts, |s| async move {
+        let idle = victim_median(&s, 20).await?;
+        let cap = Duration::from_secs(TIMEOUT_SECS + APPROVAL_SECS);
+        for (lang, code) in [("python", WAIT_FOREVER_PY), ("bash", WAIT_FOREVER_SH)] {
+            let body = json!({"code": code, "lang": lang});
+            let started = Instant::now();
+            let attacker = {
+                let s = s.clone();
+                tokio::spawn(async move { s.exec_body(body).await })
+            };
+            // Midway through its share of waiting, a victim's calls answer as on an idle sidecar.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let under = victim_median(&s, 20).await?;
+            let r = attacker
+                .await
+                .map_err(|e| broken(format!("the attacker's task: {e}")))?
+                .map_err(|e| broken(format!("the attacker's run got no answer: {e}")))?;
+            let took = started.elapsed();
+            let stdout = r["stdout"].as_str().unwrap_or_default();
+            eprintln!(
+                "shares_clock {} {lang}: {took:?}, status {}, {} denials",
+                s.who.label(),
+                r["status"],
+                stdout.matches("DENIED").count()
+            );
+            // Attempted: its calls waited for a person until the share was spent.
+            if !stdout.contains("no one answered within 4 s") {
+                return Err(broken(format!(
+                    "no call of the {lang} run waited out the share: {r}"
+                )));
+            }
+            // Refused: later calls denied at once, and the run ended by its cap.
+            if !stdout.contains("its whole share") {
+                return Err(attack(format!(
+                    "the {lang} run's calls were still put to a person after its share: {r}"
+                )));
+            }
+            if r["status"] != "timeout" || took > cap + Duration::from_secs(3) {
+                return Err(attack(format!(
+                    "the {lang} run lasted {took:?} (PTC_TIMEOUT {TIMEOUT_SECS} s + \
+                     PTC_APPROVAL_TIMEOUT {APPROVAL_SECS} s): {}",
+                    r["status"]
+                )));
+            }
+            if took < cap - Duration::from_millis(500) {
+                return Err(broken(format!(
+                    "the {lang} run ended early, in {took:?}: {r}"
+                )));
+            }
+            check_victim(idle, under, &format!("shares_clock {lang}"))?;
+        }
+        s.check_healthy("a run kept a call waiting for good").await
+    })
+    .await;
+}
+
+const TABLE_ENV: &[(&str, &str)] = &[
+    ("PTC_APPROVAL_TIMEOUT", "30"),
+    ("PTC_APPROVE_TOOLS", "echo"),
+];
+
+/// Gathers 20 calls with 1 MiB of text each, all waiting for a person; prints how many were
+/// refused for the run's share.
+const FILL_TABLE_PY: &str = r#"
+big = "x" * (1 << 20)
+async def ask(i):
+    try:
+        await echo(text=big)
+        return "ok"
+    except ToolDenied as e:
+        return str(e)
+said = await asyncio.gather(*[ask(i) for i in range(20)])
+print("SHARE", sum("its share" in s for s in said), flush=True)
+print("OTHER", [s for s in said if "its share" not in s][:2])
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_approval_table_and_its_bytes_are_shared_per_run() {
+    let opts = Opts {
+        env: TABLE_ENV,
+        ..Opts::default()
+    };
+    against_both("shares_approvals", opts, |s| async move {
+        let before = rss_kib(s.pid);
+        // Three runs each try to keep 20 MiB waiting: 16 MiB each fit their share, and 48 MiB in
+        // all leaves a fourth run its floor only.
+        let attackers: Vec<_> = (0..3)
+            .map(|_| {
+                let s = s.clone();
+                tokio::spawn(async move { s.exec(FILL_TABLE_PY).await })
+            })
+            .collect();
+        // Wait until they wait: each run keeps its share (15 of the 1 MiB calls in 16 MiB).
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let mut listed = Vec::new();
+        while Instant::now() < deadline {
+            listed = waiting(&s).await?;
+            if listed.len() >= 45 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let mut runs = std::collections::HashMap::<String, usize>::new();
+        for a in &listed {
+            *runs
+                .entry(a["run"].as_str().unwrap_or_default().into())
+                .or_default() += 1;
+        }
+        if runs.len() != 3 || runs.values().any(|n| *n > 16) {
+            return Err(attack(format!("calls waiting by run: {runs:?}")));
+        }
+        // Listed as excerpts: the listing is small however big what waits.
+        for a in &listed {
+            let excerpt = a["args_excerpt"].as_str().unwrap_or_default();
+            if a["args_cut"] != true || excerpt.len() > 4200 || a.get("args").is_some() {
+                return Err(attack(format!(
+                    "a listing held more than an excerpt: {}",
+                    &a.to_string()[..200.min(a.to_string().len())]
+                )));
+            }
+        }
+        // The whole arguments, fetched one call at a time.
+        let id = listed[0]["id"].as_str().unwrap_or_default().to_string();
+        let whole = s.get(&format!("/v1/approvals/{id}/args")).await?;
+        if whole["text"].as_str().map(str::len) != Some(1 << 20) {
+            return Err(broken(
+                "GET /v1/approvals/{id}/args did not give the whole arguments",
+            ));
+        }
+        let peak = rss_kib(s.pid);
+        // A victim's gated call still waits for a person (its floor) and is answered.
+        let victim = {
+            let s = s.clone();
+            tokio::spawn(async move { s.exec("print((await echo(text='mine'))['text'])").await })
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut mine = None;
+        while mine.is_none() && Instant::now() < deadline {
+            mine = waiting(&s)
+                .await?
+                .into_iter()
+                .find(|a| a["args"]["text"] == "mine")
+                .and_then(|a| a["id"].as_str().map(str::to_string));
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let Some(mine) = mine else {
+            return Err(attack("the victim's call was not put to a person"));
+        };
+        s.post(&format!("/v1/approvals/{mine}"), &json!({"approved": true}))
+            .await?;
+        let r = victim
+            .await
+            .map_err(|e| broken(e.to_string()))?
+            .map_err(|e| attack(format!("the victim's run got no answer: {e}")))?;
+        if r["stdout"] != "mine\n" {
+            return Err(attack(format!("the victim's call failed: {r}")));
+        }
+        for a in waiting(&s).await? {
+            let id = a["id"].as_str().unwrap_or_default();
+            s.post(&format!("/v1/approvals/{id}"), &json!({"approved": false}))
+                .await?;
+        }
+        let mut refused = 0;
+        for attacker in attackers {
+            let r = attacker
+                .await
+                .map_err(|e| broken(e.to_string()))?
+                .map_err(|e| broken(format!("an attacker got no answer: {e}")))?;
+            let out = r["stdout"].as_str().unwrap_or_default();
+            refused += out
+                .lines()
+                .find_map(|l| l.strip_prefix("SHARE ")?.trim().parse::<usize>().ok())
+                .ok_or_else(|| broken(format!("an attacker did not finish: {r}")))?;
+        }
+        eprintln!(
+            "shares_approvals {}: {} waiting in {} runs, {refused} refused for their share; \
+             RSS {before} KiB before, {peak} KiB with them waiting",
+            s.who.label(),
+            listed.len(),
+            runs.len()
+        );
+        if refused < 3 * 4 {
+            return Err(attack(format!(
+                "only {refused} of the 15 calls past the shares were refused"
+            )));
+        }
+        // What waits is held once, as JSON: ~48 MiB, not a parsed copy per listing (what
+        // grows past it is the bodies parsed on their way in, which the allocator keeps).
+        if peak.saturating_sub(before) > 256 << 10 {
+            return Err(attack(format!(
+                "the sidecar grew from {before} KiB to {peak} KiB with 48 MiB waiting"
+            )));
+        }
+        s.check_healthy("runs filled the approval table").await
+    })
+    .await;
+}
+
+/// Holds as many connections to the run's own end of the bridge as it can open (its share is
+/// accepted, the rest waits in its backlog), for `hold` seconds.
+const HOLD_CONNECTIONS_PY: &str = r#"
+import socket, time, ptc_sdk
+host, port = ptc_sdk._client.host, ptc_sdk._client.port
+held = []
+for i in range(200):
+    try:
+        s = socket.socket()
+        s.settimeout(0.2)
+        s.connect((host, port))
+        held.append(s)
+    except OSError:
+        break
+print("HELD", len(held), flush=True)
+time.sleep(HOLD)
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_holding_every_connection_they_can_take_none_of_anothers() {
+    against_both("shares_connections", Opts::default(), |s| async move {
+        let idle = victim_median(&s, 20).await?;
+        // 17 runs of 64 and more connections each: more than 1,024 together.
+        let code = HOLD_CONNECTIONS_PY.replace("HOLD", "8");
+        let attackers: Vec<_> = (0..17)
+            .map(|_| {
+                let (s, code) = (s.clone(), code.clone());
+                tokio::spawn(async move { s.exec(&code).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let under = victim_median(&s, 20).await;
+        let mut held = Vec::new();
+        for attacker in attackers {
+            let r = attacker
+                .await
+                .map_err(|e| broken(e.to_string()))?
+                .map_err(|e| broken(format!("an attacker got no answer: {e}")))?;
+            let out = r["stdout"].as_str().unwrap_or_default();
+            held.push(
+                out.lines()
+                    .find_map(|l| l.strip_prefix("HELD ")?.trim().parse::<usize>().ok())
+                    .ok_or_else(|| broken(format!("an attacker did not hold: {r}")))?,
+            );
+        }
+        let total: usize = held.iter().sum();
+        eprintln!(
+            "shares_connections {}: attackers held {total} connections",
+            s.who.label()
+        );
+        if total <= 1024 {
+            return Err(broken(format!(
+                "the attackers held only {total} connections: {held:?}"
+            )));
+        }
+        check_victim(idle, under?, "shares_connections")?;
+        s.check_healthy("runs held every connection they could")
+            .await
+    })
+    .await;
+}
