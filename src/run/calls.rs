@@ -347,7 +347,7 @@ impl Calls {
         };
         let deadline = tokio::time::Instant::now() + backends.tool_timeout;
         let admitted = match counters {
-            Some(counters) => match counters.admit(&tool.python_name, deadline).await {
+            Some(counters) => match counters.admit(&tool.python_name, &run.id, deadline).await {
                 Ok(admitted) => Some(admitted),
                 Err(e) => return (Err(e.into()), args),
             },

@@ -370,3 +370,46 @@ async fn runs_holding_every_connection_they_can_take_none_of_anothers() {
     })
     .await;
 }
+
+const RATE_ENV: &[(&str, &str)] = &[("PTC_TOOL_LIMITS", r#"{"echo": {"per_second": 1}}"#)];
+
+/// Books 60 turns of a tool limited to one call a second, and ends after one second.
+const BOOK_TURNS_PY: &str = r#"
+calls = asyncio.gather(*[echo(text=str(i)) for i in range(60)])
+try:
+    await asyncio.wait_for(calls, 1.0)
+except (asyncio.TimeoutError, ToolError) as e:
+    print("GAVE UP", type(e).__name__, flush=True)
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn turns_of_a_rate_booked_by_a_run_that_ended_hold_up_no_other() {
+    let opts = Opts {
+        env: RATE_ENV,
+        ..Opts::default()
+    };
+    against_both("shares_rate", opts, |s| async move {
+        let r = s
+            .exec(BOOK_TURNS_PY)
+            .await
+            .map_err(|e| broken(format!("the attacker got no answer: {e}")))?;
+        if !r["stdout"].as_str().unwrap_or_default().contains("GAVE UP") {
+            return Err(broken(format!("the attacker did not book and give up: {r}")));
+        }
+        // Its 59 waiting calls went with it: the next run's one call waits a turn at most.
+        let started = Instant::now();
+        let v = s
+            .exec("print((await echo(text='mine'))['text'])")
+            .await
+            .map_err(|e| attack(format!("the victim's run got no answer: {e}")))?;
+        let took = started.elapsed();
+        eprintln!("shares_rate {}: the next run's call took {took:?}", s.who.label());
+        if v["stdout"] != "mine\n" || took > Duration::from_secs(3) {
+            return Err(attack(format!(
+                "after a run booked 60 turns and ended, the next run's call took {took:?}: {v}"
+            )));
+        }
+        Ok(())
+    })
+    .await;
+}
