@@ -66,6 +66,9 @@ struct Inner {
     stop: CancellationToken,
 }
 
+/// Vectors by the key of their text.
+type Vectors = HashMap<Key, Arc<[f32]>>;
+
 /// Who makes a catalog's matrix: a search, inline (a few new tools at most, never waiting
 /// for another catalog), or the background (every new tool).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -345,7 +348,7 @@ impl Embeddings {
         keys: &[Key],
         new: &mut Vec<usize>,
         how: Inline,
-    ) -> Result<Option<HashMap<Key, Arc<[f32]>>>, EmbedError> {
+    ) -> Result<Option<Vectors>, EmbedError> {
         let mut made = HashMap::new();
         if new.is_empty() {
             return Ok(Some(made));

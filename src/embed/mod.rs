@@ -30,10 +30,13 @@ use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 /// Tokens of one text the model sees (the package's `max_seq_length`); the rest is cut.
 pub const MAX_TOKENS: usize = 256;
 
-/// Tokens of a search query the model sees (about 45 words; the rest is cut): a pass costs
-/// about its tokens, and a query of 256 tokens took ten times one of a few words, so a run
-/// sending long queries would hold each turn ten times longer than one asking as users do.
-pub const MAX_QUERY_TOKENS: usize = 64;
+/// Tokens of a search query the model sees (about 28 words; the rest is cut). A pass costs
+/// about its tokens (one of 256 took ten times one of a few words), so a run sending long
+/// queries would hold each turn that much longer than one asking as users do; and under 42
+/// tokens no tensor of the pass reaches the 65,536 elements past which candle runs its
+/// elementwise kernels on its own threads, one per core (the widest layer is 1,536), so the
+/// queries' pool bounds the whole pass.
+pub const MAX_QUERY_TOKENS: usize = 40;
 
 /// Texts embedded in one forward pass: large enough to use both cores' matrix kernels, small
 /// enough that a batch's padding and activations stay a few megabytes.
