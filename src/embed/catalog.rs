@@ -8,9 +8,14 @@
 //! embedded, so only new or changed tools meet the model. One catalog is embedded at a time;
 //! queries do not wait for it.
 //!
+//! A query's vector is cached by its text ([`QueryCache`]); a query not cached takes a turn
+//! ([`Turns`]: at most one pass per asker, a bounded number at once, on a pool of a bounded
+//! number of threads), so a run that floods searches slows only itself.
+//!
 //! Owns when to embed and the catalog's matrix of vectors. It must not rank
 //! (`render::search::Index::rank` does) nor answer requests (the IPC bridge does).
 
+use super::share::{QueryCache, Turns};
 use super::store::{self, Key, Store};
 use super::{EmbedError, Model, ModelError};
 use crate::render::Snapshot;
@@ -19,7 +24,8 @@ use crate::util::lock;
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::Path;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, TryLockError, Weak};
 use std::time::Instant;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -49,10 +55,26 @@ struct Inner {
     embedding: Mutex<()>,
     /// What the last catalog embedded took (for `/healthz`).
     last: Mutex<Option<Value>>,
-    /// Queries embedded at once, one per core: a run sending searches as fast as it can takes
-    /// the cores' share of one, not every blocking thread.
-    queries: tokio::sync::Semaphore,
+    /// Whose query is embedded next, and on which threads.
+    turns: Turns,
+    /// The vectors of the latest queries.
+    cache: Mutex<QueryCache>,
+    /// Forward passes made for queries, and queries answered from the cache (for `/healthz`
+    /// and the tests).
+    passes: AtomicU64,
+    cached: AtomicU64,
     stop: CancellationToken,
+}
+
+/// Vectors by the key of their text.
+type Vectors = HashMap<Key, Arc<[f32]>>;
+
+/// Who makes a catalog's matrix: a search, inline (a few new tools at most, never waiting
+/// for another catalog), or the background (every new tool).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Inline {
+    Search,
+    Background,
 }
 
 /// What [`Inner::pending`] knows a catalog by.
@@ -97,6 +119,10 @@ impl Embeddings {
             what: format!("loading stopped: {e}"),
         })?;
         let (model, store) = loaded?;
+        let turns = Turns::new(super::share::threads()).map_err(|e| ModelError {
+            dir: model.dir.display().to_string(),
+            what: e.0,
+        })?;
         tracing::info!(
             "search model {} loaded in {} ms ({} dimensions, {} tool vectors kept{})",
             model.dir.display(),
@@ -109,15 +135,16 @@ impl Embeddings {
         );
         Ok(Embeddings {
             inner: Arc::new(Inner {
-                model,
                 store: Mutex::new(store),
                 ready: Mutex::new(VecDeque::new()),
                 pending: Mutex::new(HashSet::new()),
                 embedding: Mutex::new(()),
                 last: Mutex::new(None),
-                queries: tokio::sync::Semaphore::new(
-                    std::thread::available_parallelism().map_or(2, |n| n.get()),
-                ),
+                cache: Mutex::new(QueryCache::new(model.dims)),
+                model,
+                turns,
+                passes: AtomicU64::new(0),
+                cached: AtomicU64::new(0),
                 stop,
             }),
         })
@@ -139,19 +166,52 @@ impl Embeddings {
     }
 
     /// The cosine of `query` to each PTC tool of `snapshot` (in `Rendered::lines` order), or
-    /// `None` while the catalog's vectors are not ready (BM25F answers alone meanwhile).
+    /// `None` while the catalog's vectors are not ready (BM25F answers alone meanwhile), for
+    /// `asker` (a run's id): at most one of its queries is embedded at a time, and it waits
+    /// for its turn behind the askers already waiting (see [`Turns`]), so its own searches sent
+    /// at once wait behind each other, not other runs'. A query asked before (by anyone) is
+    /// answered from the cache at once.
+    pub async fn cosines_for(
+        &self,
+        asker: &str,
+        snapshot: &Arc<Snapshot>,
+        query: &str,
+    ) -> Option<Vec<f32>> {
+        self.search(Some(asker), snapshot, query).await
+    }
+
+    /// [`Self::cosines_for`] for a caller that is no run: it waits only for its place among
+    /// the passes at once.
     pub async fn cosines(&self, snapshot: &Arc<Snapshot>, query: &str) -> Option<Vec<f32>> {
+        self.search(None, snapshot, query).await
+    }
+
+    async fn search(
+        &self,
+        asker: Option<&str>,
+        snapshot: &Arc<Snapshot>,
+        query: &str,
+    ) -> Option<Vec<f32>> {
         // Being embedded in the background: nothing to look up until it is done (each search
         // would otherwise hash every tool's text again to find the catalog still unready).
         if lock(&self.inner.pending).contains(&address(snapshot)) {
             return None;
         }
-        let _turn = self.inner.queries.acquire().await.ok()?;
+        let key = store::key(query);
+        // Asked before and the catalog ready: no pass, so no turn to wait for.
+        let known = lock(&self.inner.cache).get(&key);
+        if let (Some(vector), Some(matrix)) = (known, self.ready(snapshot)) {
+            self.inner.cached.fetch_add(1, Ordering::Relaxed);
+            let cosines = tokio::task::spawn_blocking(move || matrix.cosines(&vector));
+            return cosines.await.ok();
+        }
+        let _turn = self.inner.turns.take(asker).await?;
         let (this, snap, query) = (self.clone(), snapshot.clone(), query.to_string());
         let found = tokio::task::spawn_blocking(move || {
-            let matrix = this.matrix(&snap, INLINE_TOOLS)?;
-            let mut vectors = this.inner.model.embed(&[&query]).ok()?;
-            Some(matrix.cosines(&vectors.pop()?))
+            this.inner.turns.run(|| {
+                let matrix = this.matrix(&snap, Inline::Search)?;
+                Some(matrix.cosines(&this.query_vector(&query, &key)?))
+            })
         })
         .await
         .ok()
@@ -171,8 +231,30 @@ impl Embeddings {
             return;
         }
         let this = self.clone();
-        let _ = tokio::task::spawn_blocking(move || this.matrix(&snapshot, usize::MAX)).await;
+        let _ =
+            tokio::task::spawn_blocking(move || this.matrix(&snapshot, Inline::Background)).await;
         lock(&self.inner.pending).remove(&address);
+    }
+
+    /// The vector of `query` (keyed `key`): cached (another search of it may have made it
+    /// while this one waited for its turn), else embedded and cached. Blocking.
+    fn query_vector(&self, query: &str, key: &Key) -> Option<Arc<[f32]>> {
+        if let Some(vector) = lock(&self.inner.cache).get(key) {
+            self.inner.cached.fetch_add(1, Ordering::Relaxed);
+            return Some(vector);
+        }
+        let vector: Arc<[f32]> = self.inner.model.embed_query(query).ok()?.into();
+        self.inner.passes.fetch_add(1, Ordering::Relaxed);
+        lock(&self.inner.cache).put(*key, vector.clone());
+        Some(vector)
+    }
+
+    /// Forward passes made for queries so far, and queries answered from the cache.
+    pub fn query_counts(&self) -> (u64, u64) {
+        (
+            self.inner.passes.load(Ordering::Relaxed),
+            self.inner.cached.load(Ordering::Relaxed),
+        )
     }
 
     /// The matrix of `snapshot` kept from before.
@@ -184,8 +266,9 @@ impl Embeddings {
     }
 
     /// The matrix of `snapshot`: kept, or made from the store after embedding the tools it
-    /// lacks, when they are at most `max_new`. Blocking.
-    fn matrix(&self, snapshot: &Arc<Snapshot>, max_new: usize) -> Option<Arc<Matrix>> {
+    /// lacks (for a search, only when they are few and no other catalog is being embedded).
+    /// Blocking.
+    fn matrix(&self, snapshot: &Arc<Snapshot>, how: Inline) -> Option<Arc<Matrix>> {
         if let Some(matrix) = self.ready(snapshot) {
             return Some(matrix);
         }
@@ -210,12 +293,13 @@ impl Embeddings {
                 .filter(|&i| store.get(&keys[i]).is_none() && seen.insert(keys[i]))
                 .collect()
         };
-        if new.len() > max_new {
+        if how == Inline::Search && new.len() > INLINE_TOOLS {
             return None;
         }
         let embedded = new.len();
-        let made = match self.embed_new(&texts, &keys, &mut new) {
-            Ok(made) => made,
+        let made = match self.embed_new(&texts, &keys, &mut new, how) {
+            Ok(Some(made)) => made,
+            Ok(None) => return None,
             Err(e) => {
                 tracing::warn!(
                     "search model: embedding the catalog's tools failed: {e}; BM25F ranks alone"
@@ -255,18 +339,26 @@ impl Embeddings {
     }
 
     /// Embeds the tools at `new` (indexes into `texts`), one catalog at a time, storing each
-    /// batch as it is done; returns what it made.
+    /// batch as it is done; returns what it made, or `None` for a search while another
+    /// catalog is being embedded (the search holds a turn every run may be waiting for, so it
+    /// must not wait minutes for a large catalog: the background embeds this one next).
     fn embed_new(
         &self,
         texts: &[String],
         keys: &[Key],
         new: &mut Vec<usize>,
-    ) -> Result<HashMap<Key, Arc<[f32]>>, EmbedError> {
+        how: Inline,
+    ) -> Result<Option<Vectors>, EmbedError> {
         let mut made = HashMap::new();
         if new.is_empty() {
-            return Ok(made);
+            return Ok(Some(made));
         }
-        let _one_catalog = lock(&self.inner.embedding);
+        let _one_catalog = match (how, self.inner.embedding.try_lock()) {
+            (_, Ok(guard)) => guard,
+            (_, Err(TryLockError::Poisoned(p))) => p.into_inner(),
+            (Inline::Search, Err(TryLockError::WouldBlock)) => return Ok(None),
+            (Inline::Background, Err(TryLockError::WouldBlock)) => lock(&self.inner.embedding),
+        };
         // Another catalog embedded meanwhile may have stored some of these.
         new.retain(|&i| lock(&self.inner.store).get(&keys[i]).is_none());
         let keep: HashSet<Key> = keys.iter().copied().collect();
@@ -282,12 +374,13 @@ impl Embeddings {
             }
             lock(&self.inner.store).add(pairs, &keep);
         }
-        Ok(made)
+        Ok(Some(made))
     }
 
     /// What `/healthz` says of search with a model.
     pub fn health(&self) -> Value {
         let model = &self.inner.model;
+        let cache = lock(&self.inner.cache);
         let store = lock(&self.inner.store);
         json!({
             "ranking": "bm25f+embeddings",
@@ -298,6 +391,193 @@ impl Embeddings {
                 "embedding": !lock(&self.inner.pending).is_empty(),
             },
             "last_embedded": *lock(&self.inner.last),
+            "queries": {
+                "passes": self.inner.passes.load(Ordering::Relaxed),
+                "from_cache": self.inner.cached.load(Ordering::Relaxed),
+                "cached": cache.len(),
+                "cache_capacity": cache.capacity(),
+                "passes_at_once": self.inner.turns.threads(),
+                "threads": self.inner.turns.threads(),
+                "askers": self.inner.turns.askers(),
+            },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::source::ToolDef;
+    use crate::catalog::{Catalog, CatalogInput, Policy, ServerTools};
+    use std::time::Duration;
+
+    fn tool(name: &str, description: &str) -> ToolDef {
+        ToolDef {
+            name: name.into(),
+            title: None,
+            description: description.into(),
+            input_schema: json!({"type": "object", "properties": {"path": {"type": "string"}}}),
+            output_schema: None,
+            annotations: None,
+        }
+    }
+
+    /// A small catalog, its vectors made.
+    async fn ready() -> Option<(Embeddings, Arc<Snapshot>)> {
+        let dir = super::super::model_dir_for_tests()?;
+        let embeddings = Embeddings::load(&dir, None, CancellationToken::new())
+            .await
+            .unwrap();
+        let input = CatalogInput {
+            servers: vec![ServerTools {
+                server: "fs".into(),
+                tools: vec![
+                    tool("read_file", "Read the complete contents of a file."),
+                    tool("list_directory", "List the entries of a directory."),
+                    tool("move_file", "Move or rename files and directories."),
+                ],
+            }],
+            ..CatalogInput::default()
+        };
+        let policy = Policy {
+            ptc_enabled: true,
+            ..Policy::default()
+        };
+        let snapshot = Arc::new(Snapshot::new(Catalog::build(input, &policy, 1)));
+        embeddings.prepare(snapshot.clone()).await;
+        assert!(embeddings.ready(&snapshot).is_some());
+        Some((embeddings, snapshot))
+    }
+
+    fn median(mut times: Vec<Duration>) -> Duration {
+        times.sort();
+        times[times.len() / 2]
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_repeated_query_costs_no_forward_pass() {
+        let Some((model, snap)) = ready().await else {
+            return;
+        };
+        let query = "what is in this folder";
+        let first = model.cosines(&snap, query).await.unwrap();
+        assert_eq!(first.len(), 3);
+        assert_eq!(model.query_counts(), (1, 0));
+        // Again, by a run and by no one: the cached vector, the same cosines.
+        assert_eq!(
+            model.cosines_for("run-1", &snap, query).await.unwrap(),
+            first
+        );
+        assert_eq!(model.cosines(&snap, query).await.unwrap(), first);
+        assert_eq!(model.query_counts(), (1, 2));
+        // Another text is another pass.
+        model
+            .cosines(&snap, "what is in this folder?")
+            .await
+            .unwrap();
+        assert_eq!(model.query_counts(), (2, 2));
+        let health = model.health();
+        assert_eq!(health["queries"]["cached"], 2, "{health}");
+        assert_eq!(health["queries"]["threads"], super::super::share::threads());
+    }
+
+    /// The review's attack: one run sends 16 searches at once; another run's one search
+    /// answers within twice an idle search (medians of tries, an idle search measured just
+    /// before each, so the machine's other load weighs on both alike), before the flood is
+    /// done. It waits for the pass running (half a pass on average: it comes at a different
+    /// moment of it each try), then makes its own. Without the turn per asker (the passes
+    /// served in the order the searches came), it waits for every pass of the flood ahead of
+    /// it, 16 and more times an idle search, and this fails.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_run_that_floods_searches_slows_only_itself() {
+        let Some((model, snap)) = ready().await else {
+            return;
+        };
+        // Queries of like length, each asked once (a cached one costs no pass).
+        let query = |who: &str, i: usize| format!("{who} looks for the file number {i}");
+        const TRIES: usize = 7;
+        let (mut idle, mut victim, mut flood_left) = (Vec::new(), Vec::new(), 0);
+        for attempt in 0..TRIES {
+            let t = Instant::now();
+            let q = query(&format!("idle {attempt}"), 0);
+            assert!(model.cosines_for("idle", &snap, &q).await.is_some());
+            let alone = t.elapsed();
+            idle.push(alone);
+            let flood: Vec<_> = (0..16)
+                .map(|i| {
+                    let (model, snap) = (model.clone(), snap.clone());
+                    let q = query(&format!("flood {attempt}"), i);
+                    tokio::spawn(async move { model.cosines_for("flood", &snap, &q).await })
+                })
+                .collect();
+            // The victim comes at a different moment of the flood's first pass each try.
+            tokio::time::sleep(alone * (2 * attempt as u32 + 1) / (2 * TRIES as u32)).await;
+            let t = Instant::now();
+            let q = query(&format!("victim {attempt}"), 0);
+            let mine = model.cosines_for("victim", &snap, &q).await;
+            victim.push(t.elapsed());
+            assert!(mine.is_some());
+            flood_left += flood.iter().filter(|f| !f.is_finished()).count();
+            for f in flood {
+                assert!(f.await.unwrap().is_some());
+            }
+        }
+        let (idle_median, victim_median) = (median(idle.clone()), median(victim.clone()));
+        println!("idle searches {idle:?}; the victim's during a flood {victim:?}");
+        assert!(
+            victim_median <= idle_median * 2,
+            "the victim's search took {victim_median:?} at the median ({victim:?}), an idle \
+             one {idle_median:?} ({idle:?})"
+        );
+        assert!(
+            flood_left >= TRIES * 8,
+            "the flood was mostly done before the victim's search answered ({flood_left} \
+             searches left over {TRIES} tries)"
+        );
+        assert_eq!(model.query_counts().0, TRIES as u64 * 18);
+    }
+
+    /// What queries take of the cores: 16 runs searching at once, the process's CPU time
+    /// over the wall time (printed; other tests share the process, so it is not asserted).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn queries_take_their_share_of_the_cores() {
+        let Some((model, snap)) = ready().await else {
+            return;
+        };
+        let cpu = || {
+            // SAFETY: a zeroed rusage is a valid one, and getrusage writes the struct it is
+            // given and nothing else.
+            let usage = unsafe {
+                let mut usage: libc::rusage = std::mem::zeroed();
+                libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+                usage
+            };
+            let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+            secs(usage.ru_utime) + secs(usage.ru_stime)
+        };
+        let (t, before) = (Instant::now(), cpu());
+        let searches: Vec<_> = (0..32)
+            .map(|i| {
+                let (model, snap) = (model.clone(), snap.clone());
+                tokio::spawn(async move {
+                    let q = format!("run {i} wants to read a file");
+                    model.cosines_for(&format!("run-{i}"), &snap, &q).await
+                })
+            })
+            .collect();
+        for s in searches {
+            assert!(s.await.unwrap().is_some());
+        }
+        let (wall, used) = (t.elapsed().as_secs_f64(), cpu() - before);
+        println!(
+            "32 searches of 32 runs: {wall:.2} s, {used:.2} s of CPU: {:.2} cores (share: {})",
+            used / wall,
+            super::super::share::threads()
+        );
+        assert_eq!(
+            model.inner.turns.askers(),
+            0,
+            "no asker is kept after its search"
+        );
     }
 }

@@ -7,13 +7,16 @@
 //! Owns loading a model directory (every file checked, each failure a clear [`ModelError`]) and
 //! turning texts into mean-pooled, L2-normalised vectors, as sentence-transformers does; `store`
 //! keeps vectors by the text embedded (memory and `PTC_STATE_DIR`), and `catalog` decides when
-//! a catalog's tools are embedded and gives a query's cosines to them. It must not rank
-//! (`render::search` does, on the cosines). `mod` and `store` import only [`crate::util`];
-//! `catalog` reads the rendered [`crate::render::Snapshot`].
+//! a catalog's tools are embedded and gives a query's cosines to them; `share` bounds what
+//! queries take of the cores (passes at once, threads, one pass per run at a time) and caches
+//! their vectors. It must not rank (`render::search` does, on the cosines). `mod`, `store`
+//! and `share` import only [`crate::util`]; `catalog` reads the rendered
+//! [`crate::render::Snapshot`].
 //!
 //! The model is blocking and CPU-bound: async code calls it through `spawn_blocking`.
 
 pub mod catalog;
+pub mod share;
 pub mod store;
 
 pub use catalog::Embeddings;
@@ -26,6 +29,14 @@ use tokenizers::{PaddingParams, PaddingStrategy, Tokenizer, TruncationParams};
 
 /// Tokens of one text the model sees (the package's `max_seq_length`); the rest is cut.
 pub const MAX_TOKENS: usize = 256;
+
+/// Tokens of a search query the model sees (about 28 words; the rest is cut). A pass costs
+/// about its tokens (one of 256 took ten times one of a few words), so a run sending long
+/// queries would hold each turn that much longer than one asking as users do; and under 42
+/// tokens no tensor of the pass reaches the 65,536 elements past which candle runs its
+/// elementwise kernels on its own threads, one per core (the widest layer is 1,536), so the
+/// queries' pool bounds the whole pass.
+pub const MAX_QUERY_TOKENS: usize = 40;
 
 /// Texts embedded in one forward pass: large enough to use both cores' matrix kernels, small
 /// enough that a batch's padding and activations stay a few megabytes.
@@ -40,6 +51,8 @@ const MAX_CONFIG_BYTES: u64 = 8 << 20;
 pub struct Model {
     bert: BertModel,
     tokenizer: Tokenizer,
+    /// The same, cutting at [`MAX_QUERY_TOKENS`].
+    query_tokenizer: Tokenizer,
     device: Device,
     /// Dimensions of a vector.
     pub dims: usize,
@@ -99,6 +112,13 @@ impl Model {
                 ..TruncationParams::default()
             }))
             .map_err(|e| err(format!("tokenizer.json: cannot truncate: {e}").into()))?;
+        let mut query_tokenizer = tokenizer.clone();
+        query_tokenizer
+            .with_truncation(Some(TruncationParams {
+                max_length: MAX_QUERY_TOKENS,
+                ..TruncationParams::default()
+            }))
+            .map_err(|e| err(format!("tokenizer.json: cannot truncate: {e}").into()))?;
         let weights = dir.join("model.safetensors");
         let id = model_id(&weights, &config_text, &tokenizer_text).map_err(&err)?;
         let device = Device::Cpu;
@@ -111,6 +131,7 @@ impl Model {
         let model = Model {
             bert,
             tokenizer,
+            query_tokenizer,
             device,
             dims: config.hidden_size,
             id,
@@ -133,7 +154,7 @@ impl Model {
         for batch in order.chunks(BATCH) {
             let these: Vec<&str> = batch.iter().map(|&i| texts[i]).collect();
             let vectors = self
-                .embed_batch(&these)
+                .embed_batch(&self.tokenizer, &these)
                 .map_err(|e| EmbedError(e.to_string()))?;
             for (&i, vector) in batch.iter().zip(vectors) {
                 out[i] = vector;
@@ -142,9 +163,23 @@ impl Model {
         Ok(out)
     }
 
-    fn embed_batch(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, Box<dyn std::error::Error>> {
-        let encodings = self
-            .tokenizer
+    /// The vector of a search query: as [`Self::embed`] gives, of its first
+    /// [`MAX_QUERY_TOKENS`] tokens.
+    pub fn embed_query(&self, query: &str) -> Result<Vec<f32>, EmbedError> {
+        let mut vectors = self
+            .embed_batch(&self.query_tokenizer, &[query])
+            .map_err(|e| EmbedError(e.to_string()))?;
+        vectors
+            .pop()
+            .ok_or_else(|| EmbedError("the model gave no vector".into()))
+    }
+
+    fn embed_batch(
+        &self,
+        tokenizer: &Tokenizer,
+        texts: &[&str],
+    ) -> Result<Vec<Vec<f32>>, Box<dyn std::error::Error>> {
+        let encodings = tokenizer
             .encode_batch(texts.to_vec(), true)
             .map_err(|e| format!("tokenizing: {e}"))?;
         let len = encodings.first().map_or(0, |e| e.get_ids().len());
@@ -324,6 +359,36 @@ mod tests {
                 "{a:?} / {b:?}: {got} against {want}"
             );
         }
+    }
+
+    /// A query is cut at [`MAX_QUERY_TOKENS`]: what follows changes nothing; a short one is
+    /// what `embed` gives.
+    #[test]
+    fn a_query_is_cut_at_its_tokens() {
+        let Some(dir) = model_dir_for_tests() else {
+            return;
+        };
+        let model = Model::load(&dir).unwrap();
+        let short = "find wiki pages about onboarding";
+        let (alone, batch) = (
+            model.embed_query(short).unwrap(),
+            model.embed(&[short]).unwrap(),
+        );
+        assert!(dot(&alone, &batch[0]) > 0.9999);
+        let long = "please find the wiki pages about onboarding new people ".repeat(8);
+        let tokens = model.tokenizer.encode(long.as_str(), true).unwrap().len();
+        assert!(tokens > MAX_QUERY_TOKENS + 16, "{tokens}");
+        let more = format!("{long} and then delete every file in the repository");
+        let (cut, cut_more) = (
+            model.embed_query(&long).unwrap(),
+            model.embed_query(&more).unwrap(),
+        );
+        assert!(
+            dot(&cut, &cut_more) > 0.9999,
+            "the words past the cut changed the vector"
+        );
+        let whole = model.embed(&[&more]).unwrap();
+        assert!(dot(&cut, &whole[0]) < 0.9999, "embed sees the whole text");
     }
 
     #[test]

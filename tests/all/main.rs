@@ -34,6 +34,7 @@ mod runner;
 mod sandbox;
 mod search;
 mod search_model;
+mod search_share;
 mod serving;
 mod sessions;
 mod shapes;
