@@ -124,6 +124,20 @@ impl RunCtx {
         Ok(info)
     }
 
+    /// Counts one more of the run's calls (`max_calls`: tool calls and searches alike), or
+    /// refuses it with `limit` when the run has made them all.
+    pub fn count_call(&self, what: &str) -> Result<usize, CallError> {
+        let n = self.started_calls.fetch_add(1, Ordering::Relaxed);
+        if n >= self.max_calls {
+            return Err(CallError::Limit(format!(
+                "{what}: this run already made {} tool calls and searches, its limit; batch the \
+                 work into fewer calls",
+                self.max_calls
+            )));
+        }
+        Ok(n)
+    }
+
     /// The calls made so far, in the order they finished.
     pub fn calls(&self) -> Vec<CallRecord> {
         lock(&self.calls).clone()
@@ -207,13 +221,7 @@ impl Calls {
 
     /// One tool call of a run: limits, lookup, argument check, backend.
     pub async fn call(&self, run: &RunCtx, tool: &str, args: Value) -> Result<Value, CallError> {
-        let n = run.started_calls.fetch_add(1, Ordering::Relaxed);
-        if n >= run.max_calls {
-            return Err(CallError::Limit(format!(
-                "this run already made {} tool calls, its limit; batch the work into fewer calls",
-                run.max_calls
-            )));
-        }
+        let n = run.count_call(tool)?;
         let id = format!("{}-{n}", run.id);
         let span = run.span.child();
         let events = self.events();

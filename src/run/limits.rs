@@ -154,7 +154,12 @@ impl Limiter {
 impl Counters {
     /// Waits for the call's turn, for the run `run`: a place among the tool's calls in flight,
     /// then its start time. Fails as `rate_limited` when the turn would come after `deadline`.
-    pub async fn admit(&self, tool: &str, run: &str, deadline: Instant) -> Result<Admitted, Refused> {
+    pub async fn admit(
+        &self,
+        tool: &str,
+        run: &str,
+        deadline: Instant,
+    ) -> Result<Admitted, Refused> {
         let began = Instant::now();
         let in_flight = match &self.in_flight {
             None => None,
@@ -225,7 +230,11 @@ impl Rate {
             key
         };
         // Leaves the queue however the wait ends: started, refused, or dropped with its run.
-        let _leave = Leave { rate: self, run, key };
+        let _leave = Leave {
+            rate: self,
+            run,
+            key,
+        };
         loop {
             let changed = self.changed.notified();
             tokio::pin!(changed);
@@ -372,7 +381,11 @@ mod tests {
         };
         tokio::task::yield_now().await;
         tokio::time::sleep(Duration::from_secs(3)).await;
-        assert!(fair.is_finished(), "b's call still waits after {:?}", t0.elapsed());
+        assert!(
+            fair.is_finished(),
+            "b's call still waits after {:?}",
+            t0.elapsed()
+        );
         assert!(fair.await.unwrap().unwrap() <= Duration::from_secs(2));
         // Run a ends: its waiting calls go, and the next call starts at the next token.
         for g in &greedy {

@@ -45,14 +45,23 @@ fn too_long() -> String {
 }
 
 /// The best `limit` tools of the run's catalog for `query`: fused with the search model's
-/// cosines when there is a model and the catalog's vectors are ready, else BM25F alone.
-async fn found(calls: &Calls, run: &RunCtx, query: &str, limit: usize) -> Vec<Found> {
+/// cosines when there is a model and the catalog's vectors are ready, else BM25F alone. A
+/// search is one of the run's calls (`max_calls`), and the model takes the run's queries one
+/// at a time, in turn with other runs' (`Embeddings::cosines_for`): a run that floods searches
+/// waits behind itself.
+async fn found(
+    calls: &Calls,
+    run: &RunCtx,
+    query: &str,
+    limit: usize,
+) -> Result<Vec<Found>, String> {
+    run.count_call("search_tools").map_err(|e| e.to_string())?;
     let snapshot = &run.snapshot;
     let cosines = match calls.embeddings() {
-        Some(model) => model.cosines(snapshot, query).await,
+        Some(model) => model.cosines_for(&run.id, snapshot, query).await,
         None => None,
     };
-    snapshot
+    Ok(snapshot
         .search
         .rank(query, cosines.as_deref(), limit)
         .into_iter()
@@ -71,7 +80,7 @@ async fn found(calls: &Calls, run: &RunCtx, query: &str, limit: usize) -> Vec<Fo
                 returns,
             })
         })
-        .collect()
+        .collect())
 }
 
 /// `POST /search {query, limit}` (the SDK's `search_tools`): `{ok, results}`, the best matches
@@ -90,8 +99,11 @@ pub(super) async fn search(State(calls): State<Calls>, request: Request) -> Resp
             return refuse(StatusCode::BAD_REQUEST, "input", &message);
         }
     };
-    let results: Vec<Value> = found(&calls, &run, &query.query, query.limit)
-        .await
+    let found = match found(&calls, &run, &query.query, query.limit).await {
+        Ok(found) => found,
+        Err(message) => return refuse(StatusCode::TOO_MANY_REQUESTS, "limit", &message),
+    };
+    let results: Vec<Value> = found
         .into_iter()
         .map(|f| {
             let mut result = json!({
@@ -148,8 +160,12 @@ pub(super) async fn bash_search(
             return plain(StatusCode::BAD_REQUEST, message.into());
         }
     };
+    let found = match found(&calls, &run, query, limit.limit.unwrap_or(default_limit())).await {
+        Ok(found) => found,
+        Err(message) => return plain(StatusCode::TOO_MANY_REQUESTS, format!("{message}\n")),
+    };
     let mut out = String::new();
-    for f in found(&calls, &run, query, limit.limit.unwrap_or(default_limit())).await {
+    for f in found {
         let _ = writeln!(out, "{}  # {}", bash_name(&f.tool), f.summary);
         let _ = writeln!(out, "    {}", f.signature);
         if let Some(returns) = f.returns {

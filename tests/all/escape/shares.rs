@@ -394,7 +394,9 @@ async fn turns_of_a_rate_booked_by_a_run_that_ended_hold_up_no_other() {
             .await
             .map_err(|e| broken(format!("the attacker got no answer: {e}")))?;
         if !r["stdout"].as_str().unwrap_or_default().contains("GAVE UP") {
-            return Err(broken(format!("the attacker did not book and give up: {r}")));
+            return Err(broken(format!(
+                "the attacker did not book and give up: {r}"
+            )));
         }
         // Its 59 waiting calls went with it: the next run's one call waits a turn at most.
         let started = Instant::now();
@@ -403,7 +405,10 @@ async fn turns_of_a_rate_booked_by_a_run_that_ended_hold_up_no_other() {
             .await
             .map_err(|e| attack(format!("the victim's run got no answer: {e}")))?;
         let took = started.elapsed();
-        eprintln!("shares_rate {}: the next run's call took {took:?}", s.who.label());
+        eprintln!(
+            "shares_rate {}: the next run's call took {took:?}",
+            s.who.label()
+        );
         if v["stdout"] != "mine\n" || took > Duration::from_secs(3) {
             return Err(attack(format!(
                 "after a run booked 60 turns and ended, the next run's call took {took:?}: {v}"
