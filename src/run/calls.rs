@@ -6,6 +6,7 @@
 //! start or stop processes, and must not know which protocol a call arrived by.
 
 use super::approval::{ApprovalShares, Approvals, Asker, Asking, WaitingArgs};
+use super::budget;
 use super::clock::RunClock;
 use super::dispatch::{self, Backends, CallError, PendingCall};
 use super::files::{FileError, Files, RunFile};
@@ -73,6 +74,10 @@ pub struct RunCtx {
     per_tool: RunCounts,
     /// What the run holds of the approval table and of the bytes waiting there.
     approval_shares: ApprovalShares,
+    /// The run's `save_file` bodies written at once ([`budget::SAVES_CEILING`]), and what it
+    /// holds of the threads that write them.
+    pub saves: Semaphore,
+    pub save_threads: budget::Account,
     calls: Mutex<Vec<CallRecord>>,
     started_calls: AtomicUsize,
     in_flight: Semaphore,
@@ -101,6 +106,8 @@ impl RunCtx {
             asker: None,
             per_tool: RunCounts::default(),
             approval_shares: ApprovalShares::default(),
+            saves: Semaphore::new(budget::SAVES_CEILING as usize),
+            save_threads: budget::Account::default(),
             calls: Mutex::new(Vec::new()),
             started_calls: AtomicUsize::new(0),
             in_flight: Semaphore::new(limits.max_in_flight.max(1)),

@@ -198,6 +198,53 @@ pub async fn watch(dir: PathBuf, quota: ScratchQuota) -> OverQuota {
     watch_as(dir, quota, &SCRATCH).await
 }
 
+/// The quota watch's own threads: a measure never waits for the runtime's blocking pool,
+/// which runs' saves and a flood of file requests share, so nothing a run does delays the
+/// watch of another (or its own).
+const WATCH_THREADS: usize = 2;
+
+/// A measure to take on a watch thread.
+type MeasureJob = Box<dyn FnOnce() + Send>;
+
+/// Runs `job` on one of the [`WATCH_THREADS`]; its answer, or `None` when no thread could
+/// take it (they could not be started).
+async fn on_watch_thread<T: Send + 'static>(job: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    static JOBS: std::sync::OnceLock<Option<std::sync::mpsc::SyncSender<MeasureJob>>> =
+        std::sync::OnceLock::new();
+    let jobs = JOBS.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::sync_channel::<MeasureJob>(1024);
+        let rx = std::sync::Arc::new(std::sync::Mutex::new(rx));
+        let mut started = 0;
+        for i in 0..WATCH_THREADS {
+            let rx = rx.clone();
+            let thread = std::thread::Builder::new()
+                .name(format!("ptc-quota-{i}"))
+                .spawn(move || {
+                    loop {
+                        let next = crate::util::lock(&rx).recv();
+                        match next {
+                            // A measure that panics answers nothing; the thread goes on.
+                            Ok(job) => {
+                                let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                            }
+                            Err(_) => return,
+                        }
+                    }
+                });
+            if thread.is_ok() {
+                started += 1;
+            }
+        }
+        (started > 0).then_some(tx)
+    });
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let job: MeasureJob = Box::new(move || {
+        let _ = tx.send(job());
+    });
+    jobs.as_ref()?.try_send(job).ok()?;
+    rx.await.ok()
+}
+
 /// [`watch`], in the words of another directory's quota.
 pub async fn watch_as(dir: PathBuf, quota: ScratchQuota, names: &'static QuotaNames) -> OverQuota {
     let mut wait = CHECK_EVERY;
@@ -206,17 +253,17 @@ pub async fn watch_as(dir: PathBuf, quota: ScratchQuota, names: &'static QuotaNa
         let started = std::time::Instant::now();
         let measured = {
             let dir = dir.clone();
-            tokio::task::spawn_blocking(move || measure(&dir, &quota)).await
+            on_watch_thread(move || measure(&dir, &quota)).await
         };
         match measured {
-            Ok(Ok(usage)) => {
+            Some(Ok(usage)) => {
                 if let Some(why) = quota.exceeded_as(usage, names) {
                     return why;
                 }
             }
-            Ok(Err(unmeasurable)) => return quota.unmeasurable(&unmeasurable, names),
-            // The measuring thread panicked: nothing was learned, measure again.
-            Err(_) => {}
+            Some(Err(unmeasurable)) => return quota.unmeasurable(&unmeasurable, names),
+            // The measure panicked, or its queue was full: nothing was learned, measure again.
+            None => {}
         }
         wait = (started.elapsed() * IDLE_PER_BUSY).clamp(CHECK_EVERY, CHECK_AT_LEAST_EVERY);
     }

@@ -418,3 +418,123 @@ async fn turns_of_a_rate_booked_by_a_run_that_ended_hold_up_no_other() {
     })
     .await;
 }
+
+/// Opens `N` saves whose bodies trickle in (a byte every 100 ms of a declared megabyte) on the
+/// run's own bridge, and holds them for `HOLD` seconds.
+const SLOW_SAVES_PY: &str = r#"
+import socket, time, ptc_sdk
+c = ptc_sdk._client
+held = []
+for i in range(N):
+    try:
+        s = socket.create_connection((c.host, c.port), timeout=1)
+        s.sendall(("POST /file?name=slow%d.bin HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                   "Content-Length: 1048576\r\n\r\n" % (i, c.token)).encode())
+        held.append(s)
+    except OSError:
+        break
+print("HELD", len(held), flush=True)
+end = time.time() + HOLD
+while time.time() < end:
+    for s in held:
+        try:
+            s.send(b"x")
+        except OSError:
+            pass
+    time.sleep(0.1)
+"#;
+
+/// Writes past the scratch quota quickly (files of 1 MiB: no one file may pass the quota),
+/// then sleeps: the watch must stop it.
+const PAST_QUOTA_PY: &str = r#"
+import time
+for i in range(40):
+    with open("big%d.bin" % i, "wb") as f:
+        f.write(b"q" * (1 << 20))
+print("WROTE 40 MiB", flush=True)
+time.sleep(20)
+"#;
+
+fn threads_of(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Threads:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_saves_hold_a_share_of_threads_and_silence_no_watch() {
+    against_both("shares_saves", Opts::default(), |s| async move {
+        let idle_threads = threads_of(s.pid);
+        let code = SLOW_SAVES_PY.replace("HOLD", "10").replace("N", "64");
+        // Eight runs in sessions of their own (where save_file writes), 64 slow saves each.
+        let attackers: Vec<_> = (0..8)
+            .map(|i| {
+                let (s, code) = (s.clone(), code.clone());
+                tokio::spawn(async move {
+                    s.exec_body(json!({"code": code, "session_id": format!("slow-{i}")}))
+                        .await
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let peak_threads = threads_of(s.pid);
+        // A file route answers at once.
+        let started = Instant::now();
+        s.get("/v1/sessions").await?;
+        let listing = started.elapsed();
+        // The quota watch still looks: a run past its scratch quota is stopped.
+        let started = Instant::now();
+        let r = s
+            .exec(PAST_QUOTA_PY)
+            .await
+            .map_err(|e| attack(format!("the quota run got no answer: {e}")))?;
+        let stopped = started.elapsed();
+        let mut held = 0;
+        for attacker in attackers {
+            let r = attacker
+                .await
+                .map_err(|e| broken(e.to_string()))?
+                .map_err(|e| broken(format!("an attacker got no answer: {e}")))?;
+            held += r["stdout"]
+                .as_str()
+                .unwrap_or_default()
+                .lines()
+                .find_map(|l| l.strip_prefix("HELD ")?.trim().parse::<usize>().ok())
+                .ok_or_else(|| broken(format!("an attacker did not hold: {r}")))?;
+        }
+        eprintln!(
+            "shares_saves {}: {held} slow saves; threads {idle_threads} idle, {peak_threads} \
+             with them; GET /v1/sessions {listing:?}; the quota run stopped after {stopped:?} \
+             ({})",
+            s.who.label(),
+            r["status"]
+        );
+        if held < 8 * 32 {
+            return Err(broken(format!("the attackers opened only {held} saves")));
+        }
+        if r["status"] == "ok" || !r["stderr"].as_str().unwrap_or_default().contains("quota") {
+            return Err(attack(format!(
+                "a run past its scratch quota was not stopped: {r}"
+            )));
+        }
+        if stopped > Duration::from_secs(10) || listing > Duration::from_secs(2) {
+            return Err(attack(format!(
+                "slow saves slowed the sidecar: the quota run took {stopped:?}, GET \
+                 /v1/sessions {listing:?}"
+            )));
+        }
+        // At most every run's floor and the pool: not a thread per save.
+        if peak_threads > idle_threads + 8 * 4 + 32 {
+            return Err(attack(format!(
+                "{held} slow saves took the sidecar from {idle_threads} to {peak_threads} threads"
+            )));
+        }
+        Ok(())
+    })
+    .await;
+}
