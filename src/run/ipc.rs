@@ -79,12 +79,22 @@ pub struct Bridges {
     shutdown: CancellationToken,
     /// The listeners accepted on now, by the socket's identity: a fork server's network
     /// namespace serves its runs in turn (`ptc_zygote._NetSlots`), each handed the same
-    /// listening socket, and one socket has one acceptor.
+    /// listening socket, and one socket has one acceptor. Kept [`LISTEN_GRACE`] after its last
+    /// run let go: the namespace's next run may have connected before its own handle came.
     listening: Arc<std::sync::Mutex<Acceptors>>,
 }
 
 /// The sockets accepted on, by (device, inode): duplicates of one socket share its acceptor.
-type Acceptors = HashMap<(u64, u64), Weak<Listening>>;
+type Acceptors = HashMap<(u64, u64), Arc<Listening>>;
+
+/// How long a listening socket no run holds is still accepted on: a fork server's namespace
+/// serves its next run on the same socket, whose code may connect before the sidecar has its
+/// handle; a socket of a run that had its own namespace just waits this long to be dropped.
+pub const LISTEN_GRACE: Duration = Duration::from_secs(10);
+
+/// How long a request through a run's bridge waits for its token to be the one the bridge
+/// answers: the run's code may call before the sidecar has bound the run to its bridge.
+pub const BIND_WAIT: Duration = Duration::from_secs(2);
 
 impl Bridges {
     /// The bridges of a sidecar that runs `max_runs` runs at once.
@@ -170,9 +180,16 @@ struct Listening {
     /// is not ended with the run before it (once, 2 to 3 runs in 100 under load lost a call
     /// that way, "ConnectionResetError").
     runs: std::sync::Mutex<HashMap<Arc<str>, CancellationToken>>,
+    /// When its last [`Bridge`] let go.
+    idle_since: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 impl Listening {
+    /// Whether no run held it for `grace` (it may have been taken again since).
+    fn idle_for(&self, grace: Duration) -> bool {
+        crate::util::lock(&self.idle_since).is_some_and(|t| t.elapsed() >= grace)
+    }
+
     /// Ends the connections of the run of `token`.
     fn end(&self, token: &str) {
         if let Some(ends) = crate::util::lock(&self.runs).remove(token) {
@@ -238,9 +255,9 @@ impl Bridge {
         let meta = file.metadata()?;
         let identity = (meta.dev(), meta.ino());
         let mut listening = crate::util::lock(&bridges.listening);
-        listening.retain(|_, l| l.strong_count() > 0);
-        if let Some(on) = listening.get(&identity).and_then(Weak::upgrade) {
-            return Ok(Bridge::on(on));
+        listening.retain(|_, l| Arc::strong_count(l) > 1 || !l.idle_for(LISTEN_GRACE));
+        if let Some(on) = listening.get(&identity) {
+            return Ok(Bridge::on(on.clone()));
         }
         let listener = std::net::TcpListener::from(OwnedFd::from(file));
         listener.set_nonblocking(true)?;
@@ -252,6 +269,7 @@ impl Bridge {
             token,
             stop: stop.clone(),
             runs: std::sync::Mutex::default(),
+            idle_since: std::sync::Mutex::new(None),
         });
         tokio::spawn(accept(
             listener,
@@ -260,11 +278,12 @@ impl Bridge {
             Some((run_connections, Arc::downgrade(&on))),
             stop,
         ));
-        listening.insert(identity, Arc::downgrade(&on));
+        listening.insert(identity, on.clone());
         Ok(Bridge::on(on))
     }
 
     fn on(listening: Arc<Listening>) -> Bridge {
+        *crate::util::lock(&listening.idle_since) = None;
         Bridge {
             listening,
             bound: std::sync::Mutex::new(None),
@@ -306,6 +325,7 @@ impl Drop for Bridge {
     /// on a socket stops accepting on it.
     fn drop(&mut self) {
         self.unbind();
+        *crate::util::lock(&self.listening.idle_since) = Some(std::time::Instant::now());
     }
 }
 
@@ -604,6 +624,7 @@ async fn authorized_within(
     request: Request,
     limit: usize,
 ) -> Result<(Arc<RunCtx>, Bytes), Refusal> {
+    bound_in_time(&request).await;
     let run = authorize(calls, &request)?;
     match tokio::time::timeout(BODY_TIMEOUT, to_bytes(request.into_body(), limit)).await {
         Ok(Ok(body)) => Ok((run, body)),
@@ -612,13 +633,38 @@ async fn authorized_within(
     }
 }
 
-/// The run a request's bearer token belongs to, before any of its body is read.
-fn authorize(calls: &Calls, request: &Request) -> Result<Arc<RunCtx>, Refusal> {
-    let token = request
+/// Through a run's bridge, waits (within [`BIND_WAIT`]) until the bridge answers the token the
+/// request presents: the run's code may have called before the sidecar bound the run there.
+/// [`authorize`] then decides.
+fn bound_in_time(request: &Request) -> impl std::future::Future<Output = ()> + Send + use<> {
+    let waiting = request
+        .extensions()
+        .get::<Binding>()
+        .zip(bearer(request))
+        .map(|(Binding(bound), token)| (bound.clone(), token.to_string()));
+    async move {
+        if let Some((mut bound, token)) = waiting {
+            let _ = tokio::time::timeout(
+                BIND_WAIT,
+                bound.wait_for(|now| now.as_deref() == Some(token.as_str())),
+            )
+            .await;
+        }
+    }
+}
+
+/// The request's bearer token.
+fn bearer(request: &Request) -> Option<&str> {
+    request
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(|v| v.strip_prefix("Bearer "))
+}
+
+/// The run a request's bearer token belongs to, before any of its body is read.
+fn authorize(calls: &Calls, request: &Request) -> Result<Arc<RunCtx>, Refusal> {
+    let token = bearer(request);
     // Through a run's own bridge, only that run's token while it goes on.
     let bound = request
         .extensions()

@@ -6,7 +6,9 @@
 use super::super::budget::{self, Lender, Resource};
 use super::super::calls::RunCtx;
 use super::super::files::{ChunkReader, FileError, MAX_SAVE_BYTES};
-use super::{BODY_TIMEOUT, Refusal, authorize, body_timeout, refuse, reply, too_large};
+use super::{
+    BODY_TIMEOUT, Refusal, authorize, body_timeout, bound_in_time, refuse, reply, too_large,
+};
 use crate::run::calls::Calls;
 use axum::body::Bytes;
 use axum::extract::{Query, Request, State};
@@ -97,6 +99,7 @@ pub(super) async fn save_file(
     request: Request,
 ) -> Response {
     let name = query.name.unwrap_or_default();
+    bound_in_time(&request).await;
     let run = match authorize(&calls, &request) {
         Ok(run) => run,
         Err(refused) => return refused.json(),
