@@ -68,6 +68,8 @@ pub struct Gauges {
     pub session_records_unreadable: i64,
     /// Calls waiting for a person now.
     pub approvals_waiting: i64,
+    /// What runs asked past their share, so far, by resource (`run::budget::refusals`).
+    pub share_refusals: Vec<(&'static str, u64)>,
 }
 
 /// The registry and every metric in it; cloneable handle.
@@ -138,6 +140,7 @@ struct Control {
     approval_wait: Histogram,
     waiting: Gauge,
     queued: Histogram,
+    share_refusals: Family<Labels, Counter>,
 }
 
 /// The live interpreters of sessions and the sessions held out, set at a scrape.
@@ -214,6 +217,16 @@ impl Metrics {
         m.sessions.max.set(now.sessions_max);
         m.sessions.unreadable.set(now.session_records_unreadable);
         m.control.waiting.set(now.approvals_waiting);
+        for (resource, total) in &now.share_refusals {
+            let counter = m
+                .control
+                .share_refusals
+                .get_or_create(&labels(&[("resource", resource)]));
+            let seen = counter.get();
+            if *total > seen {
+                counter.inc_by(total - seen);
+            }
+        }
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = encode(&mut out, &m.registry);
@@ -344,11 +357,19 @@ impl Control {
             Unit::Seconds,
             queued.clone(),
         );
+        let share_refusals = Family::<Labels, Counter>::default();
+        registry.register(
+            "run_share_refusals",
+            "what runs asked past their share, by resource (approval_time, approvals, \
+             approval_bytes, saves, calls, rate; docs/SECURITY.md, a run's budget)",
+            share_refusals.clone(),
+        );
         Control {
             approvals,
             approval_wait,
             waiting,
             queued,
+            share_refusals,
         }
     }
 
@@ -570,6 +591,7 @@ mod tests {
         metrics.observe(&decided);
         let now = Gauges {
             mcp_servers: vec![("s".into(), "ready", 0)],
+            share_refusals: vec![("rate", 1)],
             ..Gauges::default()
         };
         let text = metrics.render(&now);
@@ -626,6 +648,8 @@ mod tests {
                 "# HELP ptc_tool_call_queued_seconds how long a call waited for its turn under its tool's limits (PTC_TOOL_LIMITS).",
                 "# TYPE ptc_tool_call_queued_seconds histogram",
                 "# UNIT ptc_tool_call_queued_seconds seconds",
+                "# HELP ptc_run_share_refusals what runs asked past their share, by resource (approval_time, approvals, approval_bytes, saves, calls, rate; docs/SECURITY.md, a run's budget).",
+                "# TYPE ptc_run_share_refusals counter",
                 "# HELP ptc_librechat_tokens LibreChat tokens checked, by outcome (ok, or the check that refused it: missing, malformed, algorithm, kid, signature, expired, not_yet_valid, audience, issuer, claims).",
                 "# TYPE ptc_librechat_tokens counter",
                 "# HELP ptc_tenant_runs runs made for LibreChat users, by tenant (tenant_id).",

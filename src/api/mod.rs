@@ -167,6 +167,7 @@ async fn metrics(State(state): State<AppState>) -> Response {
         now.sessions_live = r.sessions().live() as i64;
         now.sessions_max = r.sessions().max as i64;
         now.approvals_waiting = r.approvals().waiting() as i64;
+        now.share_refusals = crate::run::budget::refusals();
     }
     if let Some(sessions) = &state.sessions {
         now.session_records_unreadable = sessions.unreadable().len() as i64;

@@ -3,8 +3,9 @@
 //! Every resource runs share has a bound overall and a share per run, so that no run can empty
 //! a pool the others need: the clock (a run waits for people `PTC_APPROVAL_TIMEOUT` in all,
 //! [`super::clock`]), the calls waiting for a person and the bytes of their arguments, the IPC
-//! bridge's connections, the `save_file` bodies being written, searches by meaning, the calls
-//! of a tool's `per_second` rate. What a run asks past its share is refused at once with a
+//! bridge's connections, the `save_file` bodies being written, its calls in all (searches
+//! included; the search model takes one query of a run at a time, `embed::share`), the calls of
+//! a tool's `per_second` rate. What a run asks past its share is refused at once with a
 //! message that names the share, and counted by resource ([`refusals`], the metric
 //! `ptc_run_share_refusals_total`).
 //!
@@ -27,8 +28,8 @@ pub enum Resource {
     ApprovalBytes,
     /// `save_file` bodies being written at once.
     Saves,
-    /// Searches by meaning at once.
-    Searches,
+    /// The run's calls in all, tool calls and searches (`max_calls`).
+    Calls,
     /// Calls of a tool with a `per_second` rate booked ahead.
     Rate,
 }
@@ -39,7 +40,7 @@ impl Resource {
         Resource::Approvals,
         Resource::ApprovalBytes,
         Resource::Saves,
-        Resource::Searches,
+        Resource::Calls,
         Resource::Rate,
     ];
 
@@ -50,7 +51,7 @@ impl Resource {
             Resource::Approvals => "approvals",
             Resource::ApprovalBytes => "approval_bytes",
             Resource::Saves => "saves",
-            Resource::Searches => "searches",
+            Resource::Calls => "calls",
             Resource::Rate => "rate",
         }
     }

@@ -136,6 +136,7 @@ impl RunCtx {
     pub fn count_call(&self, what: &str) -> Result<usize, CallError> {
         let n = self.started_calls.fetch_add(1, Ordering::Relaxed);
         if n >= self.max_calls {
+            budget::refused(budget::Resource::Calls);
             return Err(CallError::Limit(format!(
                 "{what}: this run already made {} tool calls and searches, its limit; batch the \
                  work into fewer calls",

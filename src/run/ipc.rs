@@ -801,9 +801,10 @@ mod tests {
         assert_eq!(bound(&after), None);
     }
 
-    /// The last handle on a socket stops its acceptor: a later duplicate gets a new one.
+    /// A socket no run holds is accepted on for [`LISTEN_GRACE`] (the namespace's next run
+    /// joins the same acceptor), and stopped once the grace is over and another bridge starts.
     #[tokio::test]
-    async fn the_last_handle_stops_accepting() {
+    async fn a_socket_no_run_holds_is_accepted_on_for_the_grace_then_stopped() {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let socket = OwnedFd::from(listener);
         let duplicate = socket.try_clone().unwrap();
@@ -811,8 +812,19 @@ mod tests {
         let first = Bridge::start(&bridges, socket).unwrap();
         let stop = first.listening.stop.clone();
         drop(first);
-        assert!(stop.is_cancelled());
+        assert!(!stop.is_cancelled());
         let second = Bridge::start(&bridges, duplicate).unwrap();
         assert!(!second.listening.stop.is_cancelled());
+        let listening = second.listening.clone();
+        drop(second);
+        drop(listening);
+        // Past the grace: the next bridge started (on another socket) stops it.
+        for l in crate::util::lock(&bridges.listening).values() {
+            *crate::util::lock(&l.idle_since) = Some(std::time::Instant::now() - LISTEN_GRACE);
+        }
+        let other = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let _third = Bridge::start(&bridges, OwnedFd::from(other)).unwrap();
+        assert!(stop.is_cancelled());
+        assert_eq!(crate::util::lock(&bridges.listening).len(), 1);
     }
 }
