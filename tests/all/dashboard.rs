@@ -221,7 +221,13 @@ async def ask(city):
         return (await get_weather(city=city))["city"]
     except ToolDenied as e:
         return str(e)
-print(await asyncio.gather(ask("Oslo"), ask("Lima")))
+async def big():
+    try:
+        await get_weather(city="Bergen" + "n" * 20000)
+        return "big approved"
+    except ToolDenied as e:
+        return "big denied"
+print(await asyncio.gather(ask("Oslo"), ask("Lima"), big()))
 "#;
         let run = {
             let (http, url) = (s.http.clone(), s.url("/v1/exec_code"));
@@ -244,13 +250,30 @@ print(await asyncio.gather(ask("Oslo"), ask("Lima")))
             rows = browser
                 .script("return [...document.querySelectorAll('.approval')].map(r => r.innerText)")
                 .await;
-            if rows.as_array().is_some_and(|r| r.len() == 2) {
+            if rows.as_array().is_some_and(|r| r.len() == 3) {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         let rows = rows.as_array().cloned().unwrap_or_default();
-        assert_eq!(rows.len(), 2, "{rows:?}");
+        assert_eq!(rows.len(), 3, "{rows:?}");
+        // The call whose arguments the listing cuts: shown whole (fetched) before Approve is on.
+        let big = r#"[...document.querySelectorAll('.approval')].find(r => r.innerText.includes('bytes of arguments') && r.querySelector('.args').textContent.includes('nnnn'))"#;
+        let mut shown = Value::Null;
+        for _ in 0..50 {
+            shown = browser
+                .script(&format!(
+                    "const r = {big}; return [r.querySelector('.args').textContent.length, r.querySelector('.approve').disabled, r.querySelector('.size').textContent]"
+                ))
+                .await;
+            if shown[1] == false {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert_eq!(shown[1], false, "Approve stayed off: {shown}");
+        assert!(shown[0].as_u64().unwrap_or(0) > 20000, "not whole: {shown}");
+        assert!(shown[2].as_str().unwrap_or("").starts_with("20,"), "{shown}");
         assert!(rows.iter().any(|r| r.as_str().unwrap().contains(r#"{"city":"Lima"}"#)), "{rows:?}");
         assert!(rows.iter().all(|r| r.as_str().unwrap().contains("get-weather")), "{rows:?}");
         // A reason typed for Lima's call, kept across two refreshes of the page.
@@ -265,10 +288,11 @@ print(await asyncio.gather(ask("Oslo"), ask("Lima")))
         browser.screenshot(&artifact).await;
         browser.script(&format!("{lima}.querySelector('.deny').click(); return 1")).await;
         browser.script(&format!("{oslo}.querySelector('.approve').click(); return 1")).await;
+        browser.script(&format!("{big}.querySelector('.deny').click(); return 1")).await;
         let result = run.await.unwrap();
         assert_eq!(
             result["stdout"],
-            "['Oslo', 'get_weather: a person denied this call: no trips to Lima']\n",
+            "['Oslo', 'get_weather: a person denied this call: no trips to Lima', 'big denied']\n",
             "{result}"
         );
         assert_eq!(host.calls.load(std::sync::atomic::Ordering::Relaxed), 1);
