@@ -89,8 +89,9 @@ type Acceptors = HashMap<(u64, u64), Arc<Listening>>;
 
 /// How long a listening socket no run holds is still accepted on: a fork server's namespace
 /// serves its next run on the same socket, whose code may connect before the sidecar has its
-/// handle; a socket of a run that had its own namespace just waits this long to be dropped.
-pub const LISTEN_GRACE: Duration = Duration::from_secs(10);
+/// handle (milliseconds); a socket of a run that had its own namespace is dropped this long
+/// after its run.
+pub const LISTEN_GRACE: Duration = Duration::from_secs(2);
 
 /// How long a request through a run's bridge waits for its token to be the one the bridge
 /// answers: the run's code may call before the sidecar has bound the run to its bridge.
@@ -163,6 +164,8 @@ pub fn run_share(max_runs: usize, descriptors: usize) -> usize {
 /// runs in turn, and to none between them).
 pub struct Bridge {
     listening: Arc<Listening>,
+    /// The sockets accepted on, to drop this one from once no run held it for the grace.
+    acceptors: Weak<std::sync::Mutex<Acceptors>>,
     /// The token this handle bound last: the one its `unbind` (and drop) may take back, and
     /// no other (the namespace may serve the next run by then).
     bound: std::sync::Mutex<Option<Arc<str>>>,
@@ -257,7 +260,7 @@ impl Bridge {
         let mut listening = crate::util::lock(&bridges.listening);
         listening.retain(|_, l| Arc::strong_count(l) > 1 || !l.idle_for(LISTEN_GRACE));
         if let Some(on) = listening.get(&identity) {
-            return Ok(Bridge::on(on.clone()));
+            return Ok(Bridge::on(on.clone(), &bridges.listening));
         }
         let listener = std::net::TcpListener::from(OwnedFd::from(file));
         listener.set_nonblocking(true)?;
@@ -279,13 +282,14 @@ impl Bridge {
             stop,
         ));
         listening.insert(identity, on.clone());
-        Ok(Bridge::on(on))
+        Ok(Bridge::on(on, &bridges.listening))
     }
 
-    fn on(listening: Arc<Listening>) -> Bridge {
+    fn on(listening: Arc<Listening>, acceptors: &Arc<std::sync::Mutex<Acceptors>>) -> Bridge {
         *crate::util::lock(&listening.idle_since) = None;
         Bridge {
             listening,
+            acceptors: Arc::downgrade(acceptors),
             bound: std::sync::Mutex::new(None),
         }
     }
@@ -326,6 +330,17 @@ impl Drop for Bridge {
     fn drop(&mut self) {
         self.unbind();
         *crate::util::lock(&self.listening.idle_since) = Some(std::time::Instant::now());
+        // Once the grace is over, the socket goes unless a run took it again meanwhile.
+        let acceptors = self.acceptors.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                tokio::time::sleep(LISTEN_GRACE).await;
+                if let Some(acceptors) = acceptors.upgrade() {
+                    crate::util::lock(&acceptors)
+                        .retain(|_, l| Arc::strong_count(l) > 1 || !l.idle_for(LISTEN_GRACE));
+                }
+            });
+        }
     }
 }
 

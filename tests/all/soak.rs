@@ -154,8 +154,10 @@ async fn hundreds_of_runs_give_back_fds_scratch_dirs_processes_and_memory() {
         let redis = TestRedis::any();
         let soaked = Soaked::start(&redis).await;
         soaked.runs(WARM_UP, 1).await;
-        // The warm pool refills after the last run: the baseline is what it holds once full.
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        // The warm pool refills after the last run, and a run's listening socket is kept for
+        // the bridge's grace (`run::ipc::LISTEN_GRACE`, 2 s) after it: the baseline is what the
+        // sidecar holds once both are done.
+        tokio::time::sleep(Duration::from_millis(2500)).await;
         let baseline = soaked.held();
         let started = Instant::now();
         for concurrency in [1, CONCURRENCY] {
