@@ -93,6 +93,12 @@ type Acceptors = HashMap<(u64, u64), Arc<Listening>>;
 /// after its run.
 pub const LISTEN_GRACE: Duration = Duration::from_secs(2);
 
+/// Drops the sockets no run held for [`LISTEN_GRACE`] (the map holds one reference; each
+/// run's [`Bridge`] another).
+fn prune(acceptors: &mut Acceptors) {
+    acceptors.retain(|_, l| Arc::strong_count(l) > 1 || !l.idle_for(LISTEN_GRACE));
+}
+
 /// How long a request through a run's bridge waits for its token to be the one the bridge
 /// answers: the run's code may call before the sidecar has bound the run to its bridge.
 pub const BIND_WAIT: Duration = Duration::from_secs(2);
@@ -258,7 +264,7 @@ impl Bridge {
         let meta = file.metadata()?;
         let identity = (meta.dev(), meta.ino());
         let mut listening = crate::util::lock(&bridges.listening);
-        listening.retain(|_, l| Arc::strong_count(l) > 1 || !l.idle_for(LISTEN_GRACE));
+        prune(&mut listening);
         if let Some(on) = listening.get(&identity) {
             return Ok(Bridge::on(on.clone(), &bridges.listening));
         }
@@ -336,8 +342,7 @@ impl Drop for Bridge {
             runtime.spawn(async move {
                 tokio::time::sleep(LISTEN_GRACE).await;
                 if let Some(acceptors) = acceptors.upgrade() {
-                    crate::util::lock(&acceptors)
-                        .retain(|_, l| Arc::strong_count(l) > 1 || !l.idle_for(LISTEN_GRACE));
+                    prune(&mut crate::util::lock(&acceptors));
                 }
             });
         }

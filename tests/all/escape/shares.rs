@@ -55,16 +55,21 @@ fn check_victim(idle: Duration, under: Duration, what: &str) -> Verdict {
     Ok(())
 }
 
-/// The sidecar's resident memory, KiB.
-fn rss_kib(pid: i32) -> u64 {
+/// A number of a process's `/proc/<pid>/status` (`field` with its colon), 0 when unreadable.
+fn status_field(pid: i32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
             s.lines()
-                .find(|l| l.starts_with("VmRSS:"))
+                .find(|l| l.starts_with(field))
                 .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
         })
         .unwrap_or(0)
+}
+
+/// The sidecar's resident memory, KiB.
+fn rss_kib(pid: i32) -> u64 {
+    status_field(pid, "VmRSS:")
 }
 
 /// The runs' calls waiting for a person now.
@@ -455,15 +460,9 @@ print("WROTE 40 MiB", flush=True)
 time.sleep(20)
 "#;
 
+/// The sidecar's threads.
 fn threads_of(pid: i32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Threads:"))
-                .and_then(|l| l.split_whitespace().nth(1)?.parse().ok())
-        })
-        .unwrap_or(0)
+    status_field(pid, "Threads:")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
