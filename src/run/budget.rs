@@ -32,16 +32,23 @@ pub enum Resource {
     Calls,
     /// Calls of a tool with a `per_second` rate booked ahead.
     Rate,
+    /// Connections to the IPC bridge at once (the loopback listener's; a run's own bridge
+    /// keeps the next one waiting in the run's backlog instead).
+    Connections,
+    /// CPU time of all the run's processes together.
+    Cpu,
 }
 
 impl Resource {
-    pub const ALL: [Resource; 6] = [
+    pub const ALL: [Resource; 8] = [
         Resource::ApprovalTime,
         Resource::Approvals,
         Resource::ApprovalBytes,
         Resource::Saves,
         Resource::Calls,
         Resource::Rate,
+        Resource::Connections,
+        Resource::Cpu,
     ];
 
     /// The metric's label.
@@ -53,12 +60,15 @@ impl Resource {
             Resource::Saves => "saves",
             Resource::Calls => "calls",
             Resource::Rate => "rate",
+            Resource::Connections => "connections",
+            Resource::Cpu => "cpu",
         }
     }
 }
 
 /// Refusals so far, by resource (in [`Resource::ALL`]'s order).
-static REFUSED: [AtomicU64; 6] = [const { AtomicU64::new(0) }; 6];
+static REFUSED: [AtomicU64; Resource::ALL.len()] =
+    [const { AtomicU64::new(0) }; Resource::ALL.len()];
 
 /// Counts one refusal of `resource`.
 pub fn refused(resource: Resource) {

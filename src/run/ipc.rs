@@ -20,6 +20,7 @@
 
 mod file;
 mod lookup;
+mod loopback;
 
 use super::bash;
 use super::calls::{Calls, RunCtx};
@@ -30,6 +31,7 @@ use axum::extract::{Path, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use loopback::{Loopback, Slot};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::collections::HashMap;
@@ -45,11 +47,6 @@ pub const MAX_CALL_BYTES: usize = 8 << 20;
 /// Largest `/search` and `/describe` body: a query of [`MAX_QUERY_CHARS`] or a tool name,
 /// with room for JSON escapes; anything bigger is not a question.
 pub const MAX_LOOKUP_BYTES: usize = 16 << 10;
-
-/// Connections to the sidecar's loopback listener at once (runs without a network namespace of
-/// their own): one more is closed as it is accepted (24,800 idle ones once took the sidecar to
-/// its descriptor limit). A run's own [`Bridge`] does not draw from it: each has its own share.
-pub const MAX_CONNECTIONS: usize = 1024;
 
 /// Connections to one run's [`Bridge`] at once (the SDK keeps at most 32; bash tool functions
 /// open one per call in flight); the next waits in the run's backlog. Every run has its
@@ -67,13 +64,13 @@ pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a request's body may take to arrive whole (8 MB over loopback takes milliseconds).
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Everything a listener of the bridge serves with: the routes, and the count of connections
-/// of every listener together. Cloneable.
+/// Everything a listener of the bridge serves with: the routes, and the loopback listener's
+/// connections by run. Cloneable.
 #[derive(Clone)]
 pub struct Bridges {
     router: Router,
-    /// The loopback listener's connections ([`MAX_CONNECTIONS`]).
-    connections: Arc<Semaphore>,
+    /// The loopback listener's connections ([`loopback_cap`]), a share of them per run.
+    loopback: Arc<Loopback>,
     /// Each run bridge's connections at once ([`run_share`]).
     run_share: usize,
     shutdown: CancellationToken,
@@ -117,7 +114,7 @@ impl Bridges {
         }
         Bridges {
             router: router(calls),
-            connections: Arc::new(Semaphore::new(connection_cap(descriptors))),
+            loopback: Loopback::new(loopback_cap(run_share, max_runs), run_share),
             run_share,
             shutdown,
             listening: Arc::default(),
@@ -146,14 +143,17 @@ fn descriptors() -> usize {
     // SAFETY: getrlimit with a valid pointer to a local.
     match unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } {
         0 => usize::try_from(limit.rlim_cur).unwrap_or(usize::MAX),
-        _ => 4 * MAX_CONNECTIONS,
+        _ => 1024,
     }
 }
 
-/// The loopback listener's connections: [`MAX_CONNECTIONS`], or a quarter of the descriptors
-/// when that is less.
-fn connection_cap(descriptors: usize) -> usize {
-    (descriptors / 4).clamp(MIN_RUN_CONNECTIONS, MAX_CONNECTIONS)
+/// The loopback listener's connections at once (runs without a network namespace of their
+/// own): every run's share, and one share more for connections no run has claimed yet. A
+/// sidecar's runs either all have namespaces or none do, so the loopback and the runs' own
+/// bridges never hold their bounds at once: half the descriptors ([`run_share`]), whichever
+/// serves (24,800 idle connections once took the sidecar to its descriptor limit).
+pub fn loopback_cap(run_share: usize, max_runs: usize) -> usize {
+    run_share * (max_runs.max(1) + 1)
 }
 
 /// Each run bridge's connections: [`MAX_RUN_CONNECTIONS`], or as many as half the descriptors
@@ -387,21 +387,20 @@ async fn accept(
                 }
             },
         };
-        let all = match &run {
-            Some(_) => None,
-            None => match bridges.connections.clone().try_acquire_owned() {
-                Ok(permit) => Some(permit),
-                Err(_) => {
-                    tracing::debug!(
-                        "IPC bridge: {MAX_CONNECTIONS} loopback connections open; one more closed"
-                    );
+        // The loopback's place: room is made by closing its oldest unclaimed connection.
+        let (all, evicted) = match &run {
+            Some(_) => (None, None),
+            None => match bridges.loopback.admit() {
+                Some((slot, close)) => (Some(Arc::new(slot)), Some(close)),
+                None => {
+                    tracing::debug!("IPC bridge: every loopback connection is a run's; one closed");
                     continue;
                 }
             },
         };
         let _ = stream.set_nodelay(true);
-        let (router, claimed) = match &run {
-            Some((_, listening)) => {
+        let (router, claimed) = match (&run, &all) {
+            (Some((_, listening)), _) => {
                 let (claimed, watching) = watch::channel(None);
                 let claim = Claim {
                     listening: listening.clone(),
@@ -409,15 +408,33 @@ async fn accept(
                 };
                 (router.clone().layer(axum::Extension(claim)), Some(watching))
             }
-            None => (router.clone(), None),
+            (None, Some(slot)) => {
+                let slot = LoopbackSlot(slot.clone());
+                (router.clone().layer(axum::Extension(slot)), None)
+            }
+            (None, None) => (router.clone(), None),
         };
         let stop = stop.clone();
         tokio::spawn(async move {
-            let _permits = (all, own);
-            serve_connection(stream, router, stop, claimed).await;
+            let _places = (all, own);
+            let evicted = async {
+                match evicted {
+                    Some(close) => close.cancelled().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                _ = serve_connection(stream, router, stop, claimed) => {}
+                _ = evicted => {}
+            }
         });
     }
 }
+
+/// A loopback connection's place ([`Loopback`]), claimed by the run whose token its requests
+/// present.
+#[derive(Clone)]
+struct LoopbackSlot(Arc<Slot>);
 
 /// One connection, until it closes, times out, `stop`, or the run that `claimed` it ends.
 async fn serve_connection(
@@ -700,13 +717,27 @@ fn authorize(calls: &Calls, request: &Request) -> Result<Arc<RunCtx>, Refusal> {
         (_, Some(_)) => None,
         (t, None) => t,
     };
-    token
-        .and_then(|t| calls.run_for_token(t))
+    let run = token
+        .and_then(|t| calls.run_for_token(t).map(|run| (t, run)))
         .ok_or_else(|| Refusal {
             status: StatusCode::UNAUTHORIZED,
             kind: "unauthorized",
             message: "missing or unknown run token (the run may be over)".into(),
-        })
+        });
+    let (token, run) = run?;
+    // Through the loopback, the connection is the run's now, within its share.
+    if let Some(LoopbackSlot(slot)) = request.extensions().get::<LoopbackSlot>() {
+        slot.claim(&Arc::from(token)).map_err(|over| Refusal {
+            status: StatusCode::TOO_MANY_REQUESTS,
+            kind: "limit",
+            message: format!(
+                "this run has {} connections to the sidecar open, its share: wait for a call to \
+                 answer before opening another",
+                over.share
+            ),
+        })?;
+    }
+    Ok(run)
 }
 
 fn too_large(limit: usize) -> Refusal {

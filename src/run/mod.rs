@@ -42,6 +42,7 @@ pub mod calls;
 pub mod child;
 pub mod clock;
 pub mod confine;
+pub mod cpu;
 pub mod dispatch;
 pub mod files;
 pub mod guards;

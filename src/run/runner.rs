@@ -14,6 +14,7 @@ use super::calls::{CallLimits, Calls, RunCtx};
 use super::child::SpawnSpec;
 use super::clock::RunClock;
 use super::confine;
+use super::cpu;
 use super::dispatch::Backends;
 use super::guards::{FinishGuard, Waiting};
 use super::ipc;
@@ -378,11 +379,17 @@ impl Runner {
                     cfg.scratch_quota,
                     req.workspace.as_ref().map(|w| (w.dir.as_path(), w.quota)),
                 );
+                // The CPU time of all the run's processes together (`RLIMIT_CPU` counts one).
+                let cpu = cpu::watch(turn.child().pid(), cfg.limits.cpu_secs);
                 let quota = async {
-                    let over = watch.await;
-                    let why = over.message.clone();
-                    watched = Some(over);
-                    why
+                    tokio::select! {
+                        over = watch => {
+                            let why = over.message.clone();
+                            watched = Some(over);
+                            why
+                        }
+                        why = cpu => why,
+                    }
                 };
                 let cancel = req.cancel.clone().unwrap_or_default();
                 let stop = async {

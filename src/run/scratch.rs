@@ -208,7 +208,9 @@ type MeasureJob = Box<dyn FnOnce() + Send>;
 
 /// Runs `job` on one of the [`WATCH_THREADS`]; its answer, or `None` when no thread could
 /// take it (they could not be started).
-async fn on_watch_thread<T: Send + 'static>(job: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+pub(super) async fn on_watch_thread<T: Send + 'static>(
+    job: impl FnOnce() -> T + Send + 'static,
+) -> Option<T> {
     static JOBS: std::sync::OnceLock<Option<std::sync::mpsc::SyncSender<MeasureJob>>> =
         std::sync::OnceLock::new();
     let jobs = JOBS.get_or_init(|| {

@@ -5,7 +5,7 @@
 
 use crate::common::{TEST_TIMEOUT, TempDir, TestRedis};
 use crate::serving::Serving;
-use ptc_sidecar::run::ipc::{HEADER_TIMEOUT, MAX_CONNECTIONS, MAX_RUN_CONNECTIONS};
+use ptc_sidecar::run::ipc::{HEADER_TIMEOUT, MAX_RUN_CONNECTIONS, loopback_cap};
 use std::io::Read;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -31,7 +31,14 @@ async fn idle_connections_are_capped_and_closed() {
     tokio::time::timeout(TEST_TIMEOUT, async {
         let dir = TempDir::new("bridge");
         let redis = TestRedis::any();
-        let s = Serving::start(&dir, &redis, &[("PTC_WARM_WORKERS", "1")]).await;
+        let s = Serving::start(
+            &dir,
+            &redis,
+            &[("PTC_WARM_WORKERS", "1"), ("PTC_MAX_RUNS", "4")],
+        )
+        .await;
+        // Every run's share of four runs, and one share more.
+        let cap = loopback_cap(MAX_RUN_CONNECTIONS, 4);
         // The loopback listener's port, as a run's SDK is told it.
         let (status, r) = s
             .exec("import ptc_sdk\nprint(ptc_sdk._client.port)")
@@ -42,24 +49,30 @@ async fn idle_connections_are_capped_and_closed() {
         let port: u16 = r["stdout"].as_str().unwrap().trim().parse().unwrap();
         let baseline = fds(s.pid);
 
-        // More connections than the cap, sending nothing: the ones past it are closed at once.
-        let attempted = MAX_CONNECTIONS + 300;
+        // More connections than the cap, sending nothing: each one past it takes the place of
+        // the oldest no run has claimed, which is closed.
+        let attempted = cap + 300;
         let held: Vec<TcpStream> = (0..attempted)
             .filter_map(|_| TcpStream::connect(("127.0.0.1", port)).ok())
             .collect();
         assert_eq!(held.len(), attempted, "the kernel took every connection");
         tokio::time::sleep(Duration::from_millis(500)).await;
-        let open = held
+        let open: Vec<bool> = held
             .iter()
-            .filter(|c| !closed_by_peer(c, Duration::from_millis(1)))
-            .count();
+            .map(|c| !closed_by_peer(c, Duration::from_millis(1)))
+            .collect();
+        let still_open = open.iter().filter(|o| **o).count();
         assert!(
-            (MAX_CONNECTIONS / 2..=MAX_CONNECTIONS).contains(&open),
-            "{open} of {attempted} idle connections stayed open (cap {MAX_CONNECTIONS})"
+            (cap - 8..=cap).contains(&still_open),
+            "{still_open} of {attempted} idle connections stayed open (cap {cap})"
+        );
+        assert!(
+            !open[0] && open[attempted - 1],
+            "the oldest were closed, the newest kept"
         );
         let peak = fds(s.pid);
         assert!(
-            peak <= baseline + MAX_CONNECTIONS + 64,
+            peak <= baseline + cap + 64,
             "the sidecar holds {peak} descriptors (baseline {baseline})"
         );
         // Idle past the header timeout: closed by the sidecar.

@@ -9,6 +9,7 @@ use super::stage::StageInner;
 use super::{Failure, Opts, Verdict, against_both, attack, broken};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
 
 /// The run's own time and its share of waiting for people, in the clock attack.
 const TIMEOUT_SECS: u64 = 3;
@@ -70,6 +71,22 @@ fn status_field(pid: i32, field: &str) -> u64 {
 /// The sidecar's resident memory, KiB.
 fn rss_kib(pid: i32) -> u64 {
     status_field(pid, "VmRSS:")
+}
+
+/// The sidecar's open descriptors.
+fn descriptors_of(pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
+}
+
+/// How often the sidecar refused a run past its share of `resource`, from `/metrics`.
+async fn share_refusals(s: &StageInner, resource: &str) -> Result<u64, Failure> {
+    let text = s.get_text("/metrics").await?;
+    let label = format!("resource=\"{resource}\"");
+    Ok(text
+        .lines()
+        .find(|l| l.starts_with("ptc_run_share_refusals_total") && l.contains(&label))
+        .and_then(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+        .map_or(0, |n| n as u64))
 }
 
 /// The runs' calls waiting for a person now.
@@ -344,7 +361,9 @@ async fn runs_holding_every_connection_they_can_take_none_of_anothers() {
                 tokio::spawn(async move { s.exec(&code).await })
             })
             .collect();
+        let idle_descriptors = descriptors_of(s.pid);
         tokio::time::sleep(Duration::from_secs(4)).await;
+        let peak_descriptors = descriptors_of(s.pid);
         let under = victim_median(&s, 20).await;
         let mut held = Vec::new();
         for attacker in attackers {
@@ -370,6 +389,25 @@ async fn runs_holding_every_connection_they_can_take_none_of_anothers() {
             )));
         }
         check_victim(idle, under?, "shares_connections")?;
+        // Accepted: each run's share, not what the runs asked for.
+        let bound = idle_descriptors + 17 * 64 + 64;
+        eprintln!(
+            "shares_connections {}: descriptors {idle_descriptors} idle, {peak_descriptors} \
+             held (bound {bound})",
+            s.who.label()
+        );
+        if peak_descriptors > bound {
+            return Err(attack(format!(
+                "17 runs took the sidecar from {idle_descriptors} to {peak_descriptors} \
+                 descriptors (their shares: {bound})"
+            )));
+        }
+        back_to_idle(
+            &s,
+            idle_descriptors,
+            "runs held every connection they could",
+        )
+        .await?;
         s.check_healthy("runs held every connection they could")
             .await
     })
@@ -469,6 +507,7 @@ fn threads_of(pid: i32) -> u64 {
 async fn slow_saves_hold_a_share_of_threads_and_silence_no_watch() {
     against_both("shares_saves", Opts::default(), |s| async move {
         let idle_threads = threads_of(s.pid);
+        let idle_descriptors = descriptors_of(s.pid);
         let code = SLOW_SAVES_PY.replace("HOLD", "10").replace("N", "64");
         // Eight runs in sessions of their own (where save_file writes), 64 slow saves each.
         let attackers: Vec<_> = (0..8)
@@ -482,6 +521,7 @@ async fn slow_saves_hold_a_share_of_threads_and_silence_no_watch() {
             .collect();
         tokio::time::sleep(Duration::from_secs(4)).await;
         let peak_threads = threads_of(s.pid);
+        let peak_descriptors = descriptors_of(s.pid);
         // A file route answers at once.
         let started = Instant::now();
         s.get("/v1/sessions").await?;
@@ -533,7 +573,271 @@ async fn slow_saves_hold_a_share_of_threads_and_silence_no_watch() {
                 "{held} slow saves took the sidecar from {idle_threads} to {peak_threads} threads"
             )));
         }
-        Ok(())
+        // A connection and a file per save at most, within each run's share of connections.
+        let bound = idle_descriptors + 8 * 64 * 2 + 64;
+        eprintln!(
+            "shares_saves {}: descriptors {idle_descriptors} idle, {peak_descriptors} with the \
+             saves (bound {bound})",
+            s.who.label()
+        );
+        if peak_descriptors > bound {
+            return Err(attack(format!(
+                "{held} slow saves took the sidecar from {idle_descriptors} to \
+                 {peak_descriptors} descriptors"
+            )));
+        }
+        // The sessions' interpreters stay (their pipes and bridges are theirs): once the
+        // sessions are deleted, nothing of the attack may stay.
+        for i in 0..8 {
+            s.delete(&format!("/v1/sessions/slow-{i}")).await?;
+        }
+        back_to_idle(&s, idle_descriptors, "slow saves").await
+    })
+    .await;
+}
+
+/// Once an attack is over (and the bridge's grace for idle sockets), the sidecar holds about
+/// the descriptors it held before it: nothing of the attack is kept.
+async fn back_to_idle(s: &StageInner, idle: usize, after: &str) -> Verdict {
+    let started = Instant::now();
+    let mut now = descriptors_of(s.pid);
+    while now > idle + 16 && started.elapsed() < Duration::from_secs(15) {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        now = descriptors_of(s.pid);
+    }
+    if now > idle + 16 {
+        return Err(attack(format!(
+            "after {after}, the sidecar still holds {now} descriptors ({idle} before)"
+        )));
+    }
+    Ok(())
+}
+
+const LOOPBACK_ENV: &[(&str, &str)] = &[("PTC_SANDBOX", "off")];
+
+/// Through the sidecar's loopback listener (runs without a network namespace): opens up to
+/// 200 connections and presents the run's token on each (a call whose body never comes), then
+/// reads what each got: a refusal for the run's share, a close, or nothing (held).
+const CLAIM_LOOPBACK_PY: &str = r#"
+import socket, time, ptc_sdk
+c = ptc_sdk._client
+socks, failed = [], None
+until = time.time() + 8
+while len(socks) < 200 and time.time() < until:
+    try:
+        s = socket.create_connection((c.host, c.port), timeout=1)
+        s.sendall(("POST /call HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                   "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n" % c.token).encode())
+        socks.append(s)
+    except OSError as e:
+        failed = failed or repr(e)
+        time.sleep(0.05)
+print("FIRST FAILURE", failed, flush=True)
+time.sleep(1.5)
+held = refused = closed = 0
+for s in socks:
+    s.settimeout(0.01)
+    try:
+        got = s.recv(64)
+        if got.startswith(b"HTTP/1.1 429"):
+            refused += 1
+        elif not got:
+            closed += 1
+        else:
+            held += 1
+    except socket.timeout:
+        held += 1
+    except OSError:
+        closed += 1
+print("CLAIMS", held, refused, closed, flush=True)
+time.sleep(HOLD)
+"#;
+
+/// Opens as many connections to the loopback as its descriptors allow and sends nothing, then
+/// counts those the sidecar closed.
+const FLOOD_LOOPBACK_PY: &str = r#"
+import socket, time, ptc_sdk
+c = ptc_sdk._client
+socks = []
+until = time.time() + 8
+while len(socks) < 240 and time.time() < until:
+    try:
+        socks.append(socket.create_connection((c.host, c.port), timeout=1))
+    except OSError:
+        time.sleep(0.05)
+time.sleep(HOLD)
+closed = 0
+for s in socks:
+    s.settimeout(0.01)
+    try:
+        if not s.recv(1):
+            closed += 1
+    except socket.timeout:
+        pass
+    except OSError:
+        closed += 1
+print("FLOOD", len(socks), closed, flush=True)
+"#;
+
+/// The figures a script printed after `prefix`.
+fn figures(r: &Value, prefix: &str) -> Result<Vec<usize>, Failure> {
+    let out = r["stdout"].as_str().unwrap_or_default();
+    out.lines()
+        .find_map(|l| l.strip_prefix(prefix))
+        .map(|l| {
+            l.split_whitespace()
+                .filter_map(|n| n.parse().ok())
+                .collect()
+        })
+        .ok_or_else(|| broken(format!("no {prefix} line: {r}")))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_on_the_loopback_hold_a_share_of_its_connections() {
+    let opts = Opts {
+        env: LOOPBACK_ENV,
+        ..Opts::default()
+    };
+    against_both("shares_loopback", opts, |s| async move {
+        let idle = victim_median(&s, 20).await?;
+        let refused_before = share_refusals(&s, "connections").await?;
+        // 17 runs claim 200 connections each, 8 more hold 240 each sending nothing: more than
+        // the loopback takes (64 per run of 32, and 64 more).
+        let claim = CLAIM_LOOPBACK_PY.replace("HOLD", "6");
+        let flood = FLOOD_LOOPBACK_PY.replace("HOLD", "6");
+        let attackers: Vec<_> = (0..25)
+            .map(|i| {
+                let s = s.clone();
+                let code = if i < 17 { claim.clone() } else { flood.clone() };
+                tokio::spawn(async move { s.exec(&code).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_secs(4)).await;
+        let under = victim_median(&s, 20).await;
+        let mut claims = Vec::new();
+        let (mut flooded, mut evicted) = (0, 0);
+        for (i, attacker) in attackers.into_iter().enumerate() {
+            let r = attacker
+                .await
+                .map_err(|e| broken(e.to_string()))?
+                .map_err(|e| broken(format!("an attacker got no answer: {e}")))?;
+            if i < 17 {
+                claims.push(figures(&r, "CLAIMS ")?);
+            } else {
+                let f = figures(&r, "FLOOD ")?;
+                flooded += f.first().copied().unwrap_or(0);
+                evicted += f.get(1).copied().unwrap_or(0);
+            }
+        }
+        let refused_after = share_refusals(&s, "connections").await?;
+        eprintln!(
+            "shares_loopback {}: claims (held, refused, closed) {claims:?}; {flooded} idle \
+             connections, {evicted} closed for room; {} refusals counted",
+            s.who.label(),
+            refused_after - refused_before
+        );
+        if claims
+            .iter()
+            .any(|c| c.len() != 3 || c[0] + c[1] + c[2] < 150)
+        {
+            return Err(broken(format!(
+                "an attacker did not open its connections: {claims:?}"
+            )));
+        }
+        // Refused: no run holds more than its share, and each was told.
+        if let Some(c) = claims.iter().find(|c| c[0] > 64 || c[1] == 0) {
+            return Err(attack(format!(
+                "a run held {} connections to the loopback (its share: 64), {} refused",
+                c[0], c[1]
+            )));
+        }
+        if refused_after <= refused_before {
+            return Err(attack(
+                "no refusal of a run's share of connections was counted",
+            ));
+        }
+        check_victim(idle, under?, "shares_loopback")?;
+        s.check_healthy("runs held every loopback connection they could")
+            .await
+    })
+    .await;
+}
+
+const CPU_ENV: &[(&str, &str)] = &[("PTC_TIMEOUT", "10")];
+
+/// A bash run whose work is spread over four processes, each under `RLIMIT_CPU` alone.
+const SPREAD_CPU_SH: &str = r#"
+for i in 1 2 3 4; do ( while :; do :; done ) & done
+wait
+"#;
+
+/// CPU ticks of every process under the sidecar, its reaped children's included.
+fn tree_ticks(pid: i32) -> u64 {
+    ptc_sidecar::run::cpu::tree_ticks(pid).unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bash_runs_processes_share_one_cpu_limit() {
+    let opts = Opts {
+        env: CPU_ENV,
+        ..Opts::default()
+    };
+    against_both("shares_cpu", opts, |s| async move {
+        // PTC_TIMEOUT 10 s: each process may use 15 s, the run 15 s in all. Four busy loops on
+        // this machine's two cores pass 15 s after ~7.5 s, before the clock ends the run; on a
+        // busier machine the clock comes first, and the run used less than that anyway.
+        let limit = 15.0;
+        // What the run's processes use, sampled from outside every 100 ms while it runs: the
+        // sidecar's whole process tree (what a killed tree's reaper adds up is not always
+        // there once it is gone).
+        let before = tree_ticks(s.pid);
+        let sampling = CancellationToken::new();
+        let sampler = {
+            let (pid, stop) = (s.pid, sampling.clone());
+            tokio::spawn(async move {
+                let mut most = 0;
+                while !stop.is_cancelled() {
+                    most = most.max(tree_ticks(pid));
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                most
+            })
+        };
+        let started = Instant::now();
+        let r = s
+            .exec_body(json!({"code": SPREAD_CPU_SH, "lang": "bash"}))
+            .await
+            .map_err(|e| broken(format!("the bash run got no answer: {e}")));
+        let took = started.elapsed();
+        sampling.cancel();
+        let most = sampler.await.map_err(|e| broken(e.to_string()))?;
+        let r = r?;
+        // SAFETY: sysconf only reads a system value.
+        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+        let used = most.saturating_sub(before) as f64 / hz;
+        let stderr = r["stderr"].as_str().unwrap_or_default();
+        eprintln!(
+            "shares_cpu {}: {used:.1} s of CPU in {took:?}, status {}: {}",
+            s.who.label(),
+            r["status"],
+            stderr.lines().last().unwrap_or_default()
+        );
+        if r["status"] == "ok" {
+            return Err(broken(format!("the busy loops ended by themselves: {r}")));
+        }
+        // Refused: the run's processes together stop at the run's limit (and a measure's
+        // interval of four loops).
+        if used > limit + 2.0 {
+            return Err(attack(format!(
+                "a bash run's four processes used {used:.1} s of CPU (the run's limit {limit} \
+                 s): {r}"
+            )));
+        }
+        if r["status"] != "timeout" && !stderr.contains("of CPU together") {
+            return Err(broken(format!("the run ended for another reason: {r}")));
+        }
+        s.check_healthy("a bash run spread its CPU over processes")
+            .await
     })
     .await;
 }

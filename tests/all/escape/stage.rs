@@ -512,6 +512,34 @@ impl StageInner {
         Ok((status, r.json().await.unwrap_or(Value::Null)))
     }
 
+    /// `DELETE path` with the API key: the status.
+    pub async fn delete(&self, path: &str) -> Result<u16, Failure> {
+        let r = self
+            .http
+            .delete(self.url(path))
+            .header("X-API-Key", &self.secrets.api_key)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .map_err(|e| broken(format!("DELETE {path}: {e}")))?;
+        Ok(r.status().as_u16())
+    }
+
+    /// `GET path` with the API key, raw text (`/metrics`).
+    pub async fn get_text(&self, path: &str) -> Result<String, Failure> {
+        let r = self
+            .http
+            .get(self.url(path))
+            .header("X-API-Key", &self.secrets.api_key)
+            .timeout(Duration::from_secs(10))
+            .send()
+            .await
+            .map_err(|e| broken(format!("GET {path}: {e}")))?;
+        r.text()
+            .await
+            .map_err(|e| broken(format!("GET {path}: {e}")))
+    }
+
     /// `GET /healthz` as anyone may (no key), raw text.
     pub async fn health_text(&self) -> Result<String, Failure> {
         let r = self
