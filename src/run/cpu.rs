@@ -81,12 +81,15 @@ pub fn tree_ticks(root: i32) -> Option<u64> {
 }
 
 /// Resolves, with the reason, once the processes under `root` used more than `limit_secs` of
-/// CPU since the watch began; never while they stay within, or once `root` is gone.
+/// CPU since the watch's first measure; never while they stay within, or once `root` is gone.
+/// The first measure comes one interval in, so a run shorter than that costs nothing (what it
+/// used before it counts for nothing: at most one interval of each process).
 pub async fn watch(root: i32, limit_secs: u64) -> String {
     let hz = ticks_per_second();
     let limit = limit_secs.saturating_mul(hz);
     let mut start = None;
     loop {
+        tokio::time::sleep(CHECK_EVERY).await;
         let measured = scratch::on_watch_thread(move || tree_ticks(root)).await;
         match measured {
             Some(Some(used)) => {
@@ -106,7 +109,6 @@ pub async fn watch(root: i32, limit_secs: u64) -> String {
             // The queue was full: measure again.
             None => {}
         }
-        tokio::time::sleep(CHECK_EVERY).await;
     }
 }
 
