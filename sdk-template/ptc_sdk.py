@@ -996,10 +996,15 @@ def _post_once(path, content_type, body, max_answer, timeout, what):
     return reply
 
 
-def _lookup(path, payload, what):
+# Longest wait for a search: the sidecar may wait up to 30 s for the search model to embed a
+# new catalog (embed::MODEL_WAIT) before it answers.
+_SEARCH_TIMEOUT = 45.0
+
+
+def _lookup(path, payload, what, timeout=None):
     """A `/search` or `/describe` request: `payload` as JSON, the answer's dict."""
     body = json.dumps(payload, ensure_ascii=False).encode("utf-8")
-    timeout = _client.timeout or _LOOKUP_TIMEOUT
+    timeout = timeout or _client.timeout or _LOOKUP_TIMEOUT
     return _post_once(path, "application/json", body, _MAX_LOOKUP_ANSWER, timeout, what)
 
 
@@ -1011,7 +1016,12 @@ def search_tools(query, limit=5):
         raise ToolInputError("search_tools(query, limit=5): query must be a non-empty str")
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise ToolInputError("search_tools(query, limit=5): limit must be a positive int")
-    return _lookup("/search", {"query": query, "limit": limit}, "search_tools").get("results") or []
+    answer = _lookup("/search", {"query": query, "limit": limit}, "search_tools",
+                     max(_client.timeout or 0, _SEARCH_TIMEOUT))
+    if answer.get("note"):
+        # The search model did not rank these (its vectors were not ready): say so.
+        print("search_tools: %s" % answer["note"], file=sys.stderr)
+    return answer.get("results") or []
 
 
 # Longest answer to a `save_file` request read: a file entry, not a file.

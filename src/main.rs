@@ -88,7 +88,8 @@ fn main() -> ExitCode {
     // catalog's, so it shows only warnings unless RUST_LOG asks for more.
     let default = match cli.command {
         Command::Serve => "info,rmcp=warn",
-        _ => "warn,rmcp=error",
+        // The search model's progress embedding a catalog before a search answers.
+        _ => "warn,rmcp=error,ptc_sidecar::embed::progress=info",
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));

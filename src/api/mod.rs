@@ -101,7 +101,18 @@ async fn not_found() -> ApiError {
     ApiError::NotFound("no such endpoint; see README.md for the API".into())
 }
 
-async fn healthz(State(state): State<AppState>) -> Response {
+/// `GET /healthz?ready=search`: also 503 until the search model has the published catalog's
+/// vectors (a readiness probe that keeps a fresh sidecar out of rotation until its first
+/// searches rank with the model).
+#[derive(serde::Deserialize)]
+struct HealthQuery {
+    ready: Option<String>,
+}
+
+async fn healthz(
+    State(state): State<AppState>,
+    axum::extract::Query(query): axum::extract::Query<HealthQuery>,
+) -> Response {
     let snap = state.current();
     let reload = lock(&state.reload).clone();
     // Shutting down: a readiness probe takes the sidecar out of rotation while its runs finish.
@@ -109,7 +120,9 @@ async fn healthz(State(state): State<AppState>) -> Response {
         .runner
         .as_ref()
         .is_some_and(|r| r.check_open().is_err());
-    let status = match closing {
+    let search_ready = state.runner.as_ref().is_none_or(|r| r.search_ready(&snap));
+    let unready = query.ready.as_deref() == Some("search") && !search_ready;
+    let status = match closing || unready {
         true => StatusCode::SERVICE_UNAVAILABLE,
         false => StatusCode::OK,
     };
@@ -135,7 +148,11 @@ async fn healthz(State(state): State<AppState>) -> Response {
         "sandbox": state.runner.as_ref().map(|r| r.sandbox_status()),
         // How search_tools ranks: bm25f, or bm25f+embeddings with PTC_SEARCH_MODEL (the
         // model, the vectors kept, the last catalog embedded); null with PTC off.
-        "search": state.runner.as_ref().map(|r| r.search_health()),
+        "search": state.runner.as_ref().map(|r| {
+            let mut health = r.search_health();
+            health["ready"] = json!(search_ready);
+            health
+        }),
         // Live session interpreters (PTC_MAX_SESSIONS at most); null with PTC off.
         "sessions": state.runner.as_ref().map(|r| json!({
             "live": r.sessions().live(),

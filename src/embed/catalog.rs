@@ -4,9 +4,10 @@
 //! A published catalog (the first, each reload) is embedded as soon as it is published
 //! ([`Embeddings::follow`]); a catalog a request brings (LibreChat's, the MCP front door's) at
 //! its first search, inline when few of its tools are new ([`INLINE_TOOLS`]), else in the
-//! background while BM25F answers alone. Vectors come from the [`Store`] by the text
-//! embedded, so only new or changed tools meet the model. One catalog is embedded at a time;
-//! queries do not wait for it.
+//! background. A search whose catalog's vectors are not ready waits for them, within what its
+//! caller allows ([`MODEL_WAIT`] and the run's time left); only past that does BM25F answer
+//! alone, and the search says why. Vectors come from the [`Store`] by the text embedded, so
+//! only new or changed tools meet the model. One catalog is embedded at a time.
 //!
 //! A query's vector is cached by its text ([`QueryCache`]); a query not cached takes a turn
 //! ([`Turns`]: at most one pass per asker, a bounded number at once, on a pool of a bounded
@@ -26,13 +27,19 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, TryLockError, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 /// New tools a search embeds itself before answering: a request's catalog of a few dozen
 /// tools costs about a second at most; more wait for the background while BM25F answers.
 pub const INLINE_TOOLS: usize = 64;
+
+/// How long a search waits for its catalog's vectors at most (a run's search waits no longer
+/// than the run's time left, less a second): 330 new tools take a few seconds on two cores;
+/// a catalog of thousands takes minutes, and its searches rank by words alone until then,
+/// saying so.
+pub const MODEL_WAIT: Duration = Duration::from_secs(30);
 
 /// Catalog versions whose matrices are kept (the published one, the one before while its
 /// runs finish, and a few of the requests').
@@ -55,6 +62,12 @@ struct Inner {
     embedding: Mutex<()>,
     /// What the last catalog embedded took (for `/healthz`).
     last: Mutex<Option<Value>>,
+    /// The catalog being embedded now: tools done and in all (for a search that could not
+    /// wait, and `/healthz`).
+    progress: Mutex<Option<(usize, usize)>>,
+    /// Bumped each time a catalog's embedding ends, made or failed: what searches waiting
+    /// for their catalog's vectors wake on.
+    finished: watch::Sender<u64>,
     /// Whose query is embedded next, and on which threads.
     turns: Turns,
     /// The vectors of the latest queries.
@@ -81,6 +94,68 @@ enum Inline {
 fn address(snapshot: &Arc<Snapshot>) -> usize {
     Arc::as_ptr(snapshot) as usize
 }
+
+/// A catalog's embedding under way: how far it is, in [`Inner::progress`] and (every few
+/// seconds once it takes more than one) in the log, which `exec` shows on stderr.
+struct Progress<'a> {
+    at: &'a Mutex<Option<(usize, usize)>>,
+    started: Instant,
+    said: std::cell::Cell<Instant>,
+}
+
+/// How often a long embedding says how far it is.
+const PROGRESS_EVERY: Duration = Duration::from_secs(3);
+
+impl<'a> Progress<'a> {
+    fn begin(at: &'a Mutex<Option<(usize, usize)>>, tools: usize) -> Progress<'a> {
+        *lock(at) = Some((0, tools));
+        let now = Instant::now();
+        Progress {
+            at,
+            started: now,
+            said: std::cell::Cell::new(now),
+        }
+    }
+
+    /// `tools` more are being embedded now.
+    fn advance(&self, tools: usize) {
+        let mut at = lock(self.at);
+        let Some((done, of)) = at.as_mut() else {
+            return;
+        };
+        let now = Instant::now();
+        if now - self.said.get() >= PROGRESS_EVERY
+            || (*done == 0 && now - self.started >= Duration::from_secs(1))
+        {
+            self.said.set(now);
+            tracing::info!(
+                target: PROGRESS,
+                "search model: embedding the catalog's new tools, {done} of {of} done ({} s)",
+                self.started.elapsed().as_secs()
+            );
+        }
+        *done = (*done + tools).min(*of);
+    }
+}
+
+impl Drop for Progress<'_> {
+    fn drop(&mut self) {
+        let at = lock(self.at).take();
+        let took = self.started.elapsed();
+        if let Some((done, of)) = at
+            && took >= Duration::from_secs(1)
+        {
+            tracing::info!(
+                target: PROGRESS,
+                "search model: {done} of {of} new tools embedded in {:.1} s",
+                took.as_secs_f64()
+            );
+        }
+    }
+}
+
+/// The log target of an embedding's progress: `exec` shows it on stderr.
+const PROGRESS: &str = "ptc_sidecar::embed::progress";
 
 /// One catalog's vectors, a row per tool in the order of `Rendered::lines`.
 pub struct Matrix {
@@ -140,6 +215,8 @@ impl Embeddings {
                 pending: Mutex::new(HashSet::new()),
                 embedding: Mutex::new(()),
                 last: Mutex::new(None),
+                progress: Mutex::new(None),
+                finished: watch::Sender::new(0),
                 cache: Mutex::new(QueryCache::new(model.dims)),
                 model,
                 turns,
@@ -165,28 +242,54 @@ impl Embeddings {
         });
     }
 
-    /// The cosine of `query` to each PTC tool of `snapshot` (in `Rendered::lines` order), or
-    /// `None` while the catalog's vectors are not ready (BM25F answers alone meanwhile), for
+    /// The cosine of `query` to each PTC tool of `snapshot` (in `Rendered::lines` order), for
     /// `asker` (a run's id): at most one of its queries is embedded at a time, and it waits
     /// for its turn behind the askers already waiting (see [`Turns`]), so its own searches sent
     /// at once wait behind each other, not other runs'. A query asked before (by anyone) is
-    /// answered from the cache at once.
+    /// answered from the cache at once. When the catalog's vectors are not ready it waits for
+    /// them up to `wait`; past that, or when they cannot be made, why BM25F ranks alone.
     pub async fn cosines_for(
         &self,
         asker: &str,
         snapshot: &Arc<Snapshot>,
         query: &str,
-    ) -> Option<Vec<f32>> {
-        self.search(Some(asker), snapshot, query).await
+        wait: Duration,
+    ) -> Result<Vec<f32>, String> {
+        self.search(Some(asker), snapshot, query, wait).await
     }
 
     /// [`Self::cosines_for`] for a caller that is no run: it waits only for its place among
     /// the passes at once.
-    pub async fn cosines(&self, snapshot: &Arc<Snapshot>, query: &str) -> Option<Vec<f32>> {
-        self.search(None, snapshot, query).await
+    pub async fn cosines(
+        &self,
+        snapshot: &Arc<Snapshot>,
+        query: &str,
+        wait: Duration,
+    ) -> Result<Vec<f32>, String> {
+        self.search(None, snapshot, query, wait).await
     }
 
     async fn search(
+        &self,
+        asker: Option<&str>,
+        snapshot: &Arc<Snapshot>,
+        query: &str,
+        wait: Duration,
+    ) -> Result<Vec<f32>, String> {
+        if let Some(cosines) = self.try_search(asker, snapshot, query).await {
+            return Ok(cosines);
+        }
+        if !self.ready_within(snapshot, wait).await {
+            return Err(self.why_not_ready());
+        }
+        self.try_search(asker, snapshot, query)
+            .await
+            .ok_or_else(|| self.why_not_ready())
+    }
+
+    /// The cosines, when the catalog's vectors are ready or a few new tools can be embedded
+    /// now; else `None`, its embedding under way in the background.
+    async fn try_search(
         &self,
         asker: Option<&str>,
         snapshot: &Arc<Snapshot>,
@@ -223,6 +326,63 @@ impl Embeddings {
         found
     }
 
+    /// Waits up to `wait` for `snapshot`'s vectors, its embedding started if it is not under
+    /// way; whether they are ready. A catalog whose embedding ended without them (the model
+    /// failed) is not waited for.
+    async fn ready_within(&self, snapshot: &Arc<Snapshot>, wait: Duration) -> bool {
+        let mut finished = self.inner.finished.subscribe();
+        if self.ready(snapshot).is_some() {
+            return true;
+        }
+        if wait.is_zero() || self.inner.stop.is_cancelled() {
+            return false;
+        }
+        if !lock(&self.inner.pending).contains(&address(snapshot)) {
+            let (this, snap) = (self.clone(), snapshot.clone());
+            tokio::spawn(async move { this.prepare(snap).await });
+        }
+        let until = tokio::time::Instant::now() + wait;
+        loop {
+            match tokio::time::timeout_at(until, finished.changed()).await {
+                Ok(Ok(())) => {}
+                _ => return self.ready(snapshot).is_some(),
+            }
+            if self.ready(snapshot).is_some() {
+                return true;
+            }
+            // Ended without its vectors, and not started again: they will not come.
+            if !lock(&self.inner.pending).contains(&address(snapshot)) {
+                tokio::task::yield_now().await;
+                if !lock(&self.inner.pending).contains(&address(snapshot)) {
+                    return self.ready(snapshot).is_some();
+                }
+            }
+        }
+    }
+
+    /// Why a search ranks by words alone: its catalog still being embedded (how far), or the
+    /// model's failure.
+    fn why_not_ready(&self) -> String {
+        if let Some((done, of)) = *lock(&self.inner.progress) {
+            return format!(
+                "ranked by words alone: the search model is still embedding this catalog \
+                 ({done} of {of} new tools)"
+            );
+        }
+        let failed = lock(&self.inner.last)
+            .as_ref()
+            .and_then(|l| l.get("error").and_then(Value::as_str).map(str::to_string));
+        match failed {
+            Some(error) => format!("ranked by words alone: the search model failed: {error}"),
+            None => "ranked by words alone: this catalog's vectors are not ready yet".into(),
+        }
+    }
+
+    /// Whether `snapshot`'s vectors are ready: every search of it ranks with the model.
+    pub fn is_ready(&self, snapshot: &Arc<Snapshot>) -> bool {
+        self.ready(snapshot).is_some()
+    }
+
     /// Embeds `snapshot`'s catalog off the async workers (the tools the store lacks), unless
     /// it is ready or under way; returns when done.
     pub async fn prepare(&self, snapshot: Arc<Snapshot>) {
@@ -234,6 +394,7 @@ impl Embeddings {
         let _ =
             tokio::task::spawn_blocking(move || this.matrix(&snapshot, Inline::Background)).await;
         lock(&self.inner.pending).remove(&address);
+        self.inner.finished.send_modify(|n| *n += 1);
     }
 
     /// The vector of `query` (keyed `key`): cached (another search of it may have made it
@@ -362,10 +523,12 @@ impl Embeddings {
         // Another catalog embedded meanwhile may have stored some of these.
         new.retain(|&i| lock(&self.inner.store).get(&keys[i]).is_none());
         let keep: HashSet<Key> = keys.iter().copied().collect();
+        let progress = Progress::begin(&self.inner.progress, new.len());
         for chunk in new.chunks(4 * super::BATCH) {
             if self.inner.stop.is_cancelled() {
                 return Err(EmbedError("the sidecar is shutting down".into()));
             }
+            progress.advance(chunk.len());
             let batch: Vec<&str> = chunk.iter().map(|&i| texts[i].as_str()).collect();
             let vectors = self.inner.model.embed(&batch)?;
             let pairs: Vec<(Key, Vec<f32>)> = chunk.iter().map(|&i| keys[i]).zip(vectors).collect();
@@ -389,6 +552,7 @@ impl Embeddings {
                 "known": store.len(),
                 "file": store.path(),
                 "embedding": !lock(&self.inner.pending).is_empty(),
+                "progress": lock(&self.inner.progress).map(|(done, of)| json!({"done": done, "of": of})),
             },
             "last_embedded": *lock(&self.inner.last),
             "queries": {
@@ -460,19 +624,25 @@ mod tests {
             return;
         };
         let query = "what is in this folder";
-        let first = model.cosines(&snap, query).await.unwrap();
+        let first = model.cosines(&snap, query, Duration::ZERO).await.unwrap();
         assert_eq!(first.len(), 3);
         assert_eq!(model.query_counts(), (1, 0));
         // Again, by a run and by no one: the cached vector, the same cosines.
         assert_eq!(
-            model.cosines_for("run-1", &snap, query).await.unwrap(),
+            model
+                .cosines_for("run-1", &snap, query, Duration::ZERO)
+                .await
+                .unwrap(),
             first
         );
-        assert_eq!(model.cosines(&snap, query).await.unwrap(), first);
+        assert_eq!(
+            model.cosines(&snap, query, Duration::ZERO).await.unwrap(),
+            first
+        );
         assert_eq!(model.query_counts(), (1, 2));
         // Another text is another pass.
         model
-            .cosines(&snap, "what is in this folder?")
+            .cosines(&snap, "what is in this folder?", Duration::ZERO)
             .await
             .unwrap();
         assert_eq!(model.query_counts(), (2, 2));
@@ -500,26 +670,33 @@ mod tests {
         for attempt in 0..TRIES {
             let t = Instant::now();
             let q = query(&format!("idle {attempt}"), 0);
-            assert!(model.cosines_for("idle", &snap, &q).await.is_some());
+            assert!(
+                model
+                    .cosines_for("idle", &snap, &q, Duration::ZERO)
+                    .await
+                    .is_ok()
+            );
             let alone = t.elapsed();
             idle.push(alone);
             let flood: Vec<_> = (0..16)
                 .map(|i| {
                     let (model, snap) = (model.clone(), snap.clone());
                     let q = query(&format!("flood {attempt}"), i);
-                    tokio::spawn(async move { model.cosines_for("flood", &snap, &q).await })
+                    tokio::spawn(async move {
+                        model.cosines_for("flood", &snap, &q, Duration::ZERO).await
+                    })
                 })
                 .collect();
             // The victim comes at a different moment of the flood's first pass each try.
             tokio::time::sleep(alone * (2 * attempt as u32 + 1) / (2 * TRIES as u32)).await;
             let t = Instant::now();
             let q = query(&format!("victim {attempt}"), 0);
-            let mine = model.cosines_for("victim", &snap, &q).await;
+            let mine = model.cosines_for("victim", &snap, &q, Duration::ZERO).await;
             victim.push(t.elapsed());
-            assert!(mine.is_some());
+            assert!(mine.is_ok());
             flood_left += flood.iter().filter(|f| !f.is_finished()).count();
             for f in flood {
-                assert!(f.await.unwrap().is_some());
+                assert!(f.await.unwrap().is_ok());
             }
         }
         let (idle_median, victim_median) = (median(idle.clone()), median(victim.clone()));
@@ -561,12 +738,14 @@ mod tests {
                 let (model, snap) = (model.clone(), snap.clone());
                 tokio::spawn(async move {
                     let q = format!("run {i} wants to read a file");
-                    model.cosines_for(&format!("run-{i}"), &snap, &q).await
+                    model
+                        .cosines_for(&format!("run-{i}"), &snap, &q, Duration::ZERO)
+                        .await
                 })
             })
             .collect();
         for s in searches {
-            assert!(s.await.unwrap().is_some());
+            assert!(s.await.unwrap().is_ok());
         }
         let (wall, used) = (t.elapsed().as_secs_f64(), cpu() - before);
         println!(
@@ -579,5 +758,48 @@ mod tests {
             0,
             "no asker is kept after its search"
         );
+    }
+
+    /// A catalog too large to embed inline: a search that may wait ranks with the model on
+    /// its very first try; one that may not says why it ranks by words alone.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_first_search_of_a_large_catalog_waits_for_its_vectors() {
+        let Some(dir) = super::super::model_dir_for_tests() else {
+            return;
+        };
+        let embeddings = Embeddings::load(&dir, None, CancellationToken::new())
+            .await
+            .unwrap();
+        let many = |n: usize, what: &str| -> Arc<Snapshot> {
+            let tools = (0..n)
+                .map(|i| tool(&format!("{what}_{i}"), &format!("Tool {i} about {what}.")))
+                .collect();
+            let input = CatalogInput {
+                servers: vec![ServerTools {
+                    server: "big".into(),
+                    tools,
+                }],
+                ..CatalogInput::default()
+            };
+            let policy = Policy {
+                ptc_enabled: true,
+                ..Policy::default()
+            };
+            Arc::new(Snapshot::new(Catalog::build(input, &policy, 1)))
+        };
+        let n = INLINE_TOOLS + 40;
+        let impatient = many(n, "weather");
+        let why = embeddings
+            .cosines(&impatient, "rain tomorrow", Duration::ZERO)
+            .await
+            .unwrap_err();
+        assert!(why.starts_with("ranked by words alone"), "{why}");
+        let patient = many(n, "invoices");
+        let cosines = embeddings
+            .cosines(&patient, "unpaid bills", MODEL_WAIT)
+            .await
+            .unwrap();
+        assert_eq!(cosines.len(), n);
+        assert!(embeddings.is_ready(&patient));
     }
 }

@@ -19,7 +19,7 @@ pub mod catalog;
 pub mod share;
 pub mod store;
 
-pub use catalog::Embeddings;
+pub use catalog::{Embeddings, MODEL_WAIT};
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;

@@ -68,6 +68,12 @@ impl RunClock {
         self.budget.saturating_sub(self.paused())
     }
 
+    /// The run's time left if its clock runs from now on (what a wait inside the run may
+    /// take at most).
+    pub fn left(&self) -> Duration {
+        self.current().saturating_duration_since(Instant::now())
+    }
+
     /// The pause budget: what the clock may stand still in all.
     pub fn budget(&self) -> Duration {
         self.budget

@@ -238,6 +238,15 @@ impl Runner {
         }
     }
 
+    /// Whether `search_tools` ranks `snapshot`'s catalog with the search model now (always,
+    /// without a model: BM25F is ready at once).
+    pub fn search_ready(&self, snapshot: &Arc<Snapshot>) -> bool {
+        self.inner
+            .calls
+            .embeddings()
+            .is_none_or(|embeddings| embeddings.is_ready(snapshot))
+    }
+
     /// The calls that wait for a person, for the doors that answer them.
     pub fn approvals(&self) -> &super::Approvals {
         self.inner.calls.approvals()

@@ -4,6 +4,7 @@
 //! own checks (the token, the body's bounds) are the parent's.
 
 use super::{MAX_LOOKUP_BYTES, authorized_within, plain, refuse, reply};
+use crate::embed::MODEL_WAIT;
 use crate::render::search::{HIT_SUMMARY_CHARS, MAX_QUERY_CHARS};
 use crate::render::signature::summary;
 use crate::run::bash::bash_name;
@@ -14,6 +15,7 @@ use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use std::fmt::Write as _;
+use std::time::Duration;
 
 #[derive(Deserialize)]
 pub(super) struct SearchBody {
@@ -44,24 +46,35 @@ fn too_long() -> String {
     )
 }
 
+/// What a search found, and, when a search model is set but did not rank it, why (the
+/// catalog's vectors were not ready within the wait).
+struct Searched {
+    found: Vec<Found>,
+    words_alone: Option<String>,
+}
+
 /// The best `limit` tools of the run's catalog for `query`: fused with the search model's
-/// cosines when there is a model and the catalog's vectors are ready, else BM25F alone. A
-/// search is one of the run's calls (`max_calls`), and the model takes the run's queries one
-/// at a time, in turn with other runs' (`Embeddings::cosines_for`): a run that floods searches
-/// waits behind itself.
-async fn found(
-    calls: &Calls,
-    run: &RunCtx,
-    query: &str,
-    limit: usize,
-) -> Result<Vec<Found>, String> {
+/// cosines when there is a model, else BM25F alone. A catalog whose vectors are not ready is
+/// waited for, up to `embed::MODEL_WAIT` and the run's time left less a second; past that,
+/// BM25F answers and says why. A search is one of the run's calls (`max_calls`), and the model
+/// takes the run's queries one at a time, in turn with other runs' (`Embeddings::cosines_for`):
+/// a run that floods searches waits behind itself.
+async fn found(calls: &Calls, run: &RunCtx, query: &str, limit: usize) -> Result<Searched, String> {
     run.count_call("search_tools").map_err(|e| e.to_string())?;
     let snapshot = &run.snapshot;
-    let cosines = match calls.embeddings() {
-        Some(model) => model.cosines_for(&run.id, snapshot, query).await,
-        None => None,
+    let wait = run
+        .clock
+        .left()
+        .saturating_sub(Duration::from_secs(1))
+        .min(MODEL_WAIT);
+    let (cosines, words_alone) = match calls.embeddings() {
+        Some(model) => match model.cosines_for(&run.id, snapshot, query, wait).await {
+            Ok(cosines) => (Some(cosines), None),
+            Err(why) => (None, Some(why)),
+        },
+        None => (None, None),
     };
-    Ok(snapshot
+    let found = snapshot
         .search
         .rank(query, cosines.as_deref(), limit)
         .into_iter()
@@ -80,7 +93,8 @@ async fn found(
                 returns,
             })
         })
-        .collect())
+        .collect();
+    Ok(Searched { found, words_alone })
 }
 
 /// `POST /search {query, limit}` (the SDK's `search_tools`): `{ok, results}`, the best matches
@@ -99,11 +113,12 @@ pub(super) async fn search(State(calls): State<Calls>, request: Request) -> Resp
             return refuse(StatusCode::BAD_REQUEST, "input", &message);
         }
     };
-    let found = match found(&calls, &run, &query.query, query.limit).await {
-        Ok(found) => found,
+    let searched = match found(&calls, &run, &query.query, query.limit).await {
+        Ok(searched) => searched,
         Err(message) => return refuse(StatusCode::TOO_MANY_REQUESTS, "limit", &message),
     };
-    let results: Vec<Value> = found
+    let results: Vec<Value> = searched
+        .found
         .into_iter()
         .map(|f| {
             let mut result = json!({
@@ -118,7 +133,11 @@ pub(super) async fn search(State(calls): State<Calls>, request: Request) -> Resp
             result
         })
         .collect();
-    reply(StatusCode::OK, json!({"ok": true, "results": results}))
+    let mut answer = json!({"ok": true, "results": results});
+    if let Some(why) = searched.words_alone {
+        answer["note"] = json!(why);
+    }
+    reply(StatusCode::OK, answer)
 }
 
 #[derive(Deserialize)]
@@ -160,12 +179,16 @@ pub(super) async fn bash_search(
             return plain(StatusCode::BAD_REQUEST, message.into());
         }
     };
-    let found = match found(&calls, &run, query, limit.limit.unwrap_or(default_limit())).await {
-        Ok(found) => found,
+    let limit = limit.limit.unwrap_or(default_limit());
+    let searched = match found(&calls, &run, query, limit).await {
+        Ok(searched) => searched,
         Err(message) => return plain(StatusCode::TOO_MANY_REQUESTS, format!("{message}\n")),
     };
     let mut out = String::new();
-    for f in found {
+    if let Some(why) = searched.words_alone {
+        let _ = writeln!(out, "# {why}");
+    }
+    for f in searched.found {
         let _ = writeln!(out, "{}  # {}", bash_name(&f.tool), f.summary);
         let _ = writeln!(out, "    {}", f.signature);
         if let Some(returns) = f.returns {
