@@ -18,6 +18,16 @@
 //! is due before the call's deadline (`PTC_TOOL_TIMEOUT`) and fails as `unavailable` when that
 //! start fails; a call that would outwait its deadline is `unavailable` at once.
 //!
+//! # Servers that are not running (for the description)
+//!
+//! Each server's status keeps its outage ([`Down`]: since when, how it died, the last error,
+//! the next attempt). [`Hub::unavailable`] gives the ones the model is told of: a server whose
+//! start failed before it ever ran (since it was configured), and one that died and whose
+//! restart failed too. A server back at its first restart is never named, so a crash costs no
+//! catalog change; and a server's entry changes only when what failed changes, not at each
+//! retry, so the description stays byte-identical while the retries go on. `tools_changed`
+//! also moves when that list changes, so the reloader rebuilds the catalog.
+//!
 //! # Reconfiguring (for hot reload of `PTC_MCP_CONFIG`)
 //!
 //! [`Hub::reconfigure`] takes the servers the file lists now: new names start, missing names
@@ -39,8 +49,8 @@ pub use config::{
 pub use connect::{ConnectError, ListError, MAX_TOOL_PAGES, MAX_TOOLS};
 pub use server::{BACKOFF_MAX, BACKOFF_MIN, CALL_QUEUE, backoff};
 
-use crate::catalog::ServerTools;
 use crate::catalog::source::{Problem, ToolDef};
+use crate::catalog::{ServerTools, Unavailable};
 use crate::config::{Config, DEFAULT_PATH};
 use crate::run::CallError;
 use crate::run::McpCaller;
@@ -114,6 +124,23 @@ impl fmt::Display for ServerState {
     }
 }
 
+/// A server's outage: from the failed start or the death that began it until it is ready again.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Down {
+    /// When it began, in milliseconds since the Unix epoch.
+    pub since_ms: u64,
+    /// How it went away, when it was running before this outage; `None`: it has not run since
+    /// it was configured.
+    pub died: Option<String>,
+    /// Why the last attempt failed (the death itself, until a restart has failed).
+    pub error: String,
+    /// Starts that failed in this outage.
+    pub failed_starts: u32,
+    /// When the next start begins, in milliseconds since the Unix epoch; `None` while one is
+    /// under way.
+    pub next_attempt_ms: Option<u64>,
+}
+
 /// One server as the hub sees it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ServerStatus {
@@ -126,6 +153,8 @@ pub struct ServerStatus {
     pub restarts: u32,
     /// The first attempt has finished, one way or the other.
     pub settled: bool,
+    /// The outage it is in; `None` while it runs (or before its first attempt ends).
+    pub down: Option<Down>,
 }
 
 impl ServerStatus {
@@ -136,7 +165,21 @@ impl ServerStatus {
             problems: Arc::default(),
             restarts: 0,
             settled: false,
+            down: None,
         }
+    }
+
+    /// The server as the model is told of it, when it is told (see the module docs): its first
+    /// start failed, or it died and a restart failed too. Depends on what failed only, never on
+    /// the time or the attempt, so retries leave it as it is.
+    pub fn unavailable(&self, server: &str) -> Option<Unavailable> {
+        let down = self.down.as_ref()?;
+        let error = match &down.died {
+            None => down.error.clone(),
+            Some(_) if down.failed_starts == 0 => return None,
+            Some(died) => format!("died ({died}); restart failed: {}", down.error),
+        };
+        Some(Unavailable::new(server, &error, BACKOFF_MAX))
     }
 
     /// Replaces the tool list only when it differs, so `tools_changed` moves on real changes.
@@ -167,9 +210,10 @@ impl StatusBoard {
                 return;
             }
             if let Some(s) = all.get_mut(server) {
-                let before = s.tools.clone();
+                let before = (s.tools.clone(), s.unavailable(server));
                 f(s);
-                tools_changed = !Arc::ptr_eq(&before, &s.tools);
+                tools_changed =
+                    !Arc::ptr_eq(&before.0, &s.tools) || before.1 != s.unavailable(server);
             }
         });
         if tools_changed {
@@ -410,7 +454,8 @@ impl Hub {
         self.inner.board.status.borrow().clone()
     }
 
-    /// Goes up each time any server's tool list changes (see the module docs).
+    /// Goes up each time any server's tool list changes, or whether the model is told it is
+    /// not running (see the module docs).
     pub fn tools_changed(&self) -> watch::Receiver<u64> {
         self.inner.board.tools_changed.subscribe()
     }
@@ -440,7 +485,19 @@ impl Hub {
         (servers, problems)
     }
 
-    /// `/healthz`'s view: each server's state, tool count, restarts and error.
+    /// The servers the model is told are not running (see the module docs), by name.
+    pub fn unavailable(&self) -> Vec<Unavailable> {
+        self.inner
+            .board
+            .status
+            .borrow()
+            .iter()
+            .filter_map(|(name, s)| s.unavailable(name))
+            .collect()
+    }
+
+    /// `/healthz`'s view: each server's state, tool count, restarts and error; whether the
+    /// description names it as not running, and its outage's times.
     pub fn health(&self) -> Value {
         let servers: serde_json::Map<String, Value> = self
             .status()
@@ -450,7 +507,17 @@ impl Hub {
                     "state": s.state.name(),
                     "tools": s.tools.len(),
                     "restarts": s.restarts,
+                    "unavailable": s.unavailable(&name).is_some(),
                 });
+                if let Some(down) = &s.down {
+                    entry["down_since_ms"] = json!(down.since_ms);
+                    if let Some(died) = &down.died {
+                        entry["died"] = json!(died);
+                    }
+                    if let Some(at) = down.next_attempt_ms {
+                        entry["next_attempt_ms"] = json!(at);
+                    }
+                }
                 match &s.state {
                     // The actor redacts reasons (URLs may carry a token) before they get here.
                     ServerState::Failed { reason, retry_in } => {

@@ -15,9 +15,9 @@ use super::config::ServerSpec;
 use super::connect::{ConnectError, Connection, Relist, connect, relist_tools};
 use super::result::map_result;
 use super::stdio::{STOP_GRACE, describe_exit, wait_child};
-use super::{HubOptions, ServerState, ServerStatus, StatusBoard};
+use super::{Down, HubOptions, ServerState, ServerStatus, StatusBoard};
 use crate::run::CallError;
-use crate::util::redact_urls;
+use crate::util::{now_ms, redact_urls};
 use rmcp::ServiceError;
 use rmcp::model::{CallToolRequestParams, JsonObject, RequestMetaObject};
 use rmcp::service::{Peer, QuitReason, RoleClient};
@@ -132,6 +132,9 @@ impl Actor {
                     },
                     _ => ServerState::Starting,
                 };
+                if let Some(down) = &mut s.down {
+                    down.next_attempt_ms = None;
+                }
             });
             let timeout = self.options.start_timeout;
             let (tools_tx, mut tools_rx) = mpsc::channel(1);
@@ -142,9 +145,10 @@ impl Actor {
             let Some(started) = self.until(connecting, Pending::Attempt).await else {
                 break;
             };
-            let reason = match started {
-                Err(_) => ConnectError::Timeout(timeout).to_string(),
-                Ok(Err(e)) => e.to_string(),
+            // `died`: it was serving and went away (not a start that failed).
+            let (reason, died) = match started {
+                Err(_) => (ConnectError::Timeout(timeout).to_string(), false),
+                Ok(Err(e)) => (e.to_string(), false),
                 Ok(Ok(connection)) => {
                     let up_since = Instant::now();
                     match self.serve(connection, &mut tools_rx).await {
@@ -153,7 +157,7 @@ impl Actor {
                             if answered || up_since.elapsed() >= BACKOFF_RESET_AFTER {
                                 failures = 0;
                             }
-                            reason
+                            (reason, true)
                         }
                     }
                 }
@@ -178,6 +182,7 @@ impl Actor {
                     reason: reason.clone(),
                     retry_in,
                 };
+                note_down(&mut s.down, &reason, died, retry_in);
             });
             let retry_at = tokio::time::Instant::now() + retry_in;
             let backoff = tokio::time::sleep_until(retry_at);
@@ -239,6 +244,7 @@ impl Actor {
         self.set(|s| {
             s.settled = true;
             s.state = ServerState::Ready;
+            s.down = None;
             s.set_tools(tools, problems);
         });
         tracing::info!(server = %self.name(), tools = count, "MCP server ready");
@@ -330,6 +336,29 @@ impl Actor {
     }
 }
 
+/// Records a failed start, or the death of a serving server (`died`), in the server's outage:
+/// a death begins a new one; a failed start begins one or adds to it.
+fn note_down(down: &mut Option<Down>, reason: &str, died: bool, retry_in: Duration) {
+    let now = now_ms();
+    let next_attempt_ms = Some(now.saturating_add(retry_in.as_millis() as u64));
+    match down {
+        Some(d) if !died => {
+            d.error = reason.to_string();
+            d.failed_starts = d.failed_starts.saturating_add(1);
+            d.next_attempt_ms = next_attempt_ms;
+        }
+        _ => {
+            *down = Some(Down {
+                since_ms: now,
+                died: died.then(|| reason.to_string()),
+                error: reason.to_string(),
+                failed_starts: u32::from(!died),
+                next_attempt_ms,
+            });
+        }
+    }
+}
+
 /// Awaits the future when there is one; never resolves otherwise.
 async fn poll_some<F: Future + Unpin>(f: &mut Option<F>) -> F::Output {
     match f {
@@ -416,6 +445,57 @@ fn transport_failure(e: &ServiceError) -> String {
 mod tests {
     use super::*;
     use crate::mcp::Transport;
+
+    /// Which outages the model is told of: a first start that failed, a death whose restart
+    /// failed too; never a death alone, and the same text at every retry.
+    #[test]
+    fn the_model_is_told_of_failed_starts_and_of_deaths_a_restart_did_not_mend() {
+        let told = |down: &Option<Down>| {
+            let status = ServerStatus {
+                down: down.clone(),
+                ..ServerStatus::new()
+            };
+            status.unavailable("gh").map(|u| u.error)
+        };
+        let wait = Duration::from_millis(500);
+        let mut down = None;
+        note_down(&mut down, "cannot start \"gh\": not found", false, wait);
+        let first = told(&down);
+        assert_eq!(first.as_deref(), Some("cannot start \"gh\": not found"));
+        let since = down.as_ref().unwrap().since_ms;
+        note_down(&mut down, "cannot start \"gh\": not found", false, wait);
+        assert_eq!(
+            told(&down),
+            first,
+            "a retry that fails the same way changes nothing"
+        );
+        let d = down.as_ref().unwrap();
+        assert_eq!((d.since_ms, d.failed_starts), (since, 2));
+        assert!(d.next_attempt_ms.unwrap() >= since + 500);
+
+        let mut down = None;
+        note_down(
+            &mut down,
+            "the server process exited (killed by signal 9)",
+            true,
+            wait,
+        );
+        assert_eq!(told(&down), None, "a death alone: the restart may mend it");
+        assert_eq!(down.as_ref().unwrap().failed_starts, 0);
+        note_down(
+            &mut down,
+            "initialize failed: closed (exit status 3)",
+            false,
+            wait,
+        );
+        assert_eq!(
+            told(&down).as_deref(),
+            Some(
+                "died (the server process exited (killed by signal 9)); restart failed: \
+                 initialize failed: closed (exit status 3)"
+            )
+        );
+    }
 
     #[test]
     fn backoff_doubles_and_is_capped() {
