@@ -20,12 +20,12 @@
 //!
 //! # Servers that are not running (for the description)
 //!
-//! Each server's status keeps its outage ([`Down`]: since when, how it died, the last error,
-//! the next attempt). [`Hub::unavailable`] gives the ones the model is told of: a server whose
-//! start failed before it ever ran (since it was configured), and one that died and whose
-//! restart failed too. A server back at its first restart is never named, so a crash costs no
-//! catalog change; and a server's entry changes only when what failed changes, not at each
-//! retry, so the description stays byte-identical while the retries go on. `tools_changed`
+//! Each server's status keeps its outage ([`Down`]: since when, how it died, why its first
+//! start failed, the next attempt). [`Hub::unavailable`] gives the ones the model is told of: a
+//! server whose start failed before it ever ran (since it was configured), and one that died
+//! and whose restart failed too. A server back at its first restart is never named, so a crash
+//! costs no catalog change; and what the model is told is the outage's first failed start, not
+//! the latest, so the description stays byte-identical while the retries go on. `tools_changed`
 //! also moves when that list changes, so the reloader rebuilds the catalog.
 //!
 //! # Reconfiguring (for hot reload of `PTC_MCP_CONFIG`)
@@ -40,6 +40,7 @@ mod connect;
 mod http;
 pub mod result;
 mod server;
+mod status;
 mod stdio;
 
 pub use config::{
@@ -48,16 +49,17 @@ pub use config::{
 };
 pub use connect::{ConnectError, ListError, MAX_TOOL_PAGES, MAX_TOOLS};
 pub use server::{BACKOFF_MAX, BACKOFF_MIN, CALL_QUEUE, backoff};
+pub use status::{Down, ServerState, ServerStatus};
 
-use crate::catalog::source::{Problem, ToolDef};
+use crate::catalog::source::Problem;
 use crate::catalog::{ServerTools, Unavailable};
 use crate::config::{Config, DEFAULT_PATH};
 use crate::run::CallError;
 use crate::run::McpCaller;
 use serde_json::{Value, json};
 use server::{Actor, CallRequest, ServerHandle};
+use status::StatusBoard;
 use std::collections::BTreeMap;
-use std::fmt;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -74,165 +76,6 @@ pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(20);
 pub const MAX_RESULT_BYTES: usize = 8 << 20;
 /// Bound on connecting to a streamable HTTP server: an unroutable address fails fast.
 pub const HTTP_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Where one server is.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ServerState {
-    /// First attempt under way.
-    Starting,
-    Ready,
-    /// The last attempt failed, or the server went away; the next one starts after `retry_in`.
-    Failed {
-        reason: String,
-        retry_in: Duration,
-    },
-    /// Starting again after a failure.
-    Restarting {
-        attempt: u32,
-        last_error: String,
-    },
-    /// The hub has stopped.
-    Stopped,
-}
-
-impl ServerState {
-    pub fn name(&self) -> &'static str {
-        match self {
-            ServerState::Starting => "starting",
-            ServerState::Ready => "ready",
-            ServerState::Failed { .. } => "failed",
-            ServerState::Restarting { .. } => "restarting",
-            ServerState::Stopped => "stopped",
-        }
-    }
-}
-
-impl fmt::Display for ServerState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ServerState::Failed { reason, retry_in } => write!(
-                f,
-                "failed: {reason}; next attempt in {:.1} s",
-                retry_in.as_secs_f64()
-            ),
-            ServerState::Restarting {
-                attempt,
-                last_error,
-            } => write!(f, "restarting (attempt {attempt}) after: {last_error}"),
-            other => f.write_str(other.name()),
-        }
-    }
-}
-
-/// A server's outage: from the failed start or the death that began it until it is ready again.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Down {
-    /// When it began, in milliseconds since the Unix epoch.
-    pub since_ms: u64,
-    /// How it went away, when it was running before this outage; `None`: it has not run since
-    /// it was configured.
-    pub died: Option<String>,
-    /// Why the last attempt failed (the death itself, until a restart has failed).
-    pub error: String,
-    /// Starts that failed in this outage.
-    pub failed_starts: u32,
-    /// When the next start begins, in milliseconds since the Unix epoch; `None` while one is
-    /// under way.
-    pub next_attempt_ms: Option<u64>,
-}
-
-/// One server as the hub sees it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ServerStatus {
-    pub state: ServerState,
-    /// The tools it listed last (kept while it restarts).
-    pub tools: Arc<Vec<ToolDef>>,
-    /// What was wrong with single tools of that list.
-    pub problems: Arc<Vec<Problem>>,
-    /// Times it failed or went away.
-    pub restarts: u32,
-    /// The first attempt has finished, one way or the other.
-    pub settled: bool,
-    /// The outage it is in; `None` while it runs (or before its first attempt ends).
-    pub down: Option<Down>,
-}
-
-impl ServerStatus {
-    fn new() -> ServerStatus {
-        ServerStatus {
-            state: ServerState::Starting,
-            tools: Arc::default(),
-            problems: Arc::default(),
-            restarts: 0,
-            settled: false,
-            down: None,
-        }
-    }
-
-    /// The server as the model is told of it, when it is told (see the module docs): its first
-    /// start failed, or it died and a restart failed too. Depends on what failed only, never on
-    /// the time or the attempt, so retries leave it as it is.
-    pub fn unavailable(&self, server: &str) -> Option<Unavailable> {
-        let down = self.down.as_ref()?;
-        let error = match &down.died {
-            None => down.error.clone(),
-            Some(_) if down.failed_starts == 0 => return None,
-            Some(died) => format!("died ({died}); restart failed: {}", down.error),
-        };
-        Some(Unavailable::new(server, &error, BACKOFF_MAX))
-    }
-
-    /// Replaces the tool list only when it differs, so `tools_changed` moves on real changes.
-    fn set_tools(&mut self, tools: Vec<ToolDef>, problems: Vec<Problem>) {
-        if *self.tools != tools || *self.problems != problems {
-            self.tools = Arc::new(tools);
-            self.problems = Arc::new(problems);
-        }
-    }
-}
-
-/// Every server's status, shared by the actors (each writes only its own entry).
-#[derive(Clone)]
-pub(crate) struct StatusBoard {
-    status: Arc<watch::Sender<BTreeMap<String, ServerStatus>>>,
-    tools_changed: Arc<watch::Sender<u64>>,
-}
-
-impl StatusBoard {
-    /// Applies `f` to `server`'s entry, unless `retired` is set: an actor the hub has stopped
-    /// (removed, or replaced by one with a new spec) must not write over its successor's entry.
-    /// The flag is read under the board's lock, and [`Hub::reconfigure`] sets it before it
-    /// replaces the entry, so a late write of a stopped actor is either overwritten or skipped.
-    fn update(&self, server: &str, retired: &AtomicBool, f: impl FnOnce(&mut ServerStatus)) {
-        let mut tools_changed = false;
-        self.status.send_modify(|all| {
-            if retired.load(Ordering::SeqCst) {
-                return;
-            }
-            if let Some(s) = all.get_mut(server) {
-                let before = (s.tools.clone(), s.unavailable(server));
-                f(s);
-                tools_changed =
-                    !Arc::ptr_eq(&before.0, &s.tools) || before.1 != s.unavailable(server);
-            }
-        });
-        if tools_changed {
-            self.tools_changed.send_modify(|n| *n += 1);
-        }
-    }
-
-    fn bump_tools_changed(&self) {
-        self.tools_changed.send_modify(|n| *n += 1);
-    }
-
-    fn state(&self, server: &str) -> ServerState {
-        self.status
-            .borrow()
-            .get(server)
-            .map(|s| s.state.clone())
-            .unwrap_or(ServerState::Stopped)
-    }
-}
 
 /// Settings of the hub.
 #[derive(Clone)]
@@ -496,8 +339,8 @@ impl Hub {
             .collect()
     }
 
-    /// `/healthz`'s view: each server's state, tool count, restarts and error; whether the
-    /// description names it as not running, and its outage's times.
+    /// `/healthz`'s view: each server's state, tool count, restarts and error; `unavailable`
+    /// when the description names it as not running, and its outage's times.
     pub fn health(&self) -> Value {
         let servers: serde_json::Map<String, Value> = self
             .status()
@@ -507,8 +350,10 @@ impl Hub {
                     "state": s.state.name(),
                     "tools": s.tools.len(),
                     "restarts": s.restarts,
-                    "unavailable": s.unavailable(&name).is_some(),
                 });
+                if s.unavailable(&name).is_some() {
+                    entry["unavailable"] = json!(true);
+                }
                 if let Some(down) = &s.down {
                     entry["down_since_ms"] = json!(down.since_ms);
                     if let Some(died) = &down.died {

@@ -14,10 +14,11 @@
 use super::config::ServerSpec;
 use super::connect::{ConnectError, Connection, Relist, connect, relist_tools};
 use super::result::map_result;
+use super::status::{Down, ServerStatus, StatusBoard};
 use super::stdio::{STOP_GRACE, describe_exit, wait_child};
-use super::{Down, HubOptions, ServerState, ServerStatus, StatusBoard};
+use super::{HubOptions, ServerState};
 use crate::run::CallError;
-use crate::util::{now_ms, redact_urls};
+use crate::util::redact_urls;
 use rmcp::ServiceError;
 use rmcp::model::{CallToolRequestParams, JsonObject, RequestMetaObject};
 use rmcp::service::{Peer, QuitReason, RoleClient};
@@ -182,7 +183,7 @@ impl Actor {
                     reason: reason.clone(),
                     retry_in,
                 };
-                note_down(&mut s.down, &reason, died, retry_in);
+                Down::note(&mut s.down, &reason, died, retry_in);
             });
             let retry_at = tokio::time::Instant::now() + retry_in;
             let backoff = tokio::time::sleep_until(retry_at);
@@ -241,12 +242,7 @@ impl Actor {
             problems,
         } = connection;
         let count = tools.len();
-        self.set(|s| {
-            s.settled = true;
-            s.state = ServerState::Ready;
-            s.down = None;
-            s.set_tools(tools, problems);
-        });
+        self.set(|s| s.ready(tools, problems));
         tracing::info!(server = %self.name(), tools = count, "MCP server ready");
         let peer = service.peer().clone();
         let stop = service.cancellation_token();
@@ -332,29 +328,6 @@ impl Actor {
         match down {
             None => Ended::Stop,
             Some(reason) => Ended::Down { reason, answered },
-        }
-    }
-}
-
-/// Records a failed start, or the death of a serving server (`died`), in the server's outage:
-/// a death begins a new one; a failed start begins one or adds to it.
-fn note_down(down: &mut Option<Down>, reason: &str, died: bool, retry_in: Duration) {
-    let now = now_ms();
-    let next_attempt_ms = Some(now.saturating_add(retry_in.as_millis() as u64));
-    match down {
-        Some(d) if !died => {
-            d.error = reason.to_string();
-            d.failed_starts = d.failed_starts.saturating_add(1);
-            d.next_attempt_ms = next_attempt_ms;
-        }
-        _ => {
-            *down = Some(Down {
-                since_ms: now,
-                died: died.then(|| reason.to_string()),
-                error: reason.to_string(),
-                failed_starts: u32::from(!died),
-                next_attempt_ms,
-            });
         }
     }
 }
@@ -447,7 +420,8 @@ mod tests {
     use crate::mcp::Transport;
 
     /// Which outages the model is told of: a first start that failed, a death whose restart
-    /// failed too; never a death alone, and the same text at every retry.
+    /// failed too; never a death alone, and the same text at every retry, even one that fails
+    /// in other words.
     #[test]
     fn the_model_is_told_of_failed_starts_and_of_deaths_a_restart_did_not_mend() {
         let told = |down: &Option<Down>| {
@@ -459,42 +433,50 @@ mod tests {
         };
         let wait = Duration::from_millis(500);
         let mut down = None;
-        note_down(&mut down, "cannot start \"gh\": not found", false, wait);
+        Down::note(&mut down, "cannot start \"gh\": not found", false, wait);
         let first = told(&down);
         assert_eq!(first.as_deref(), Some("cannot start \"gh\": not found"));
         let since = down.as_ref().unwrap().since_ms;
-        note_down(&mut down, "cannot start \"gh\": not found", false, wait);
-        assert_eq!(
-            told(&down),
-            first,
-            "a retry that fails the same way changes nothing"
-        );
+        Down::note(&mut down, "did not start within 20 s", false, wait);
+        assert_eq!(told(&down), first, "a retry changes nothing the model sees");
         let d = down.as_ref().unwrap();
-        assert_eq!((d.since_ms, d.failed_starts), (since, 2));
+        assert_eq!(d.since_ms, since);
         assert!(d.next_attempt_ms.unwrap() >= since + 500);
 
         let mut down = None;
-        note_down(
+        Down::note(
             &mut down,
             "the server process exited (killed by signal 9)",
             true,
             wait,
         );
         assert_eq!(told(&down), None, "a death alone: the restart may mend it");
-        assert_eq!(down.as_ref().unwrap().failed_starts, 0);
-        note_down(
+        Down::note(
             &mut down,
             "initialize failed: closed (exit status 3)",
             false,
             wait,
         );
-        assert_eq!(
-            told(&down).as_deref(),
-            Some(
-                "died (the server process exited (killed by signal 9)); restart failed: \
-                 initialize failed: closed (exit status 3)"
-            )
+        let said = Some(
+            "died (the server process exited (killed by signal 9)); restart failed: \
+             initialize failed: closed (exit status 3)"
+                .to_string(),
         );
+        assert_eq!(told(&down), said);
+        Down::note(
+            &mut down,
+            "initialize failed: Broken pipe (exit status 3)",
+            false,
+            wait,
+        );
+        assert_eq!(told(&down), said);
+
+        let mut status = ServerStatus {
+            down: down.clone(),
+            ..ServerStatus::new()
+        };
+        status.ready(Vec::new(), Vec::new());
+        assert_eq!((status.down, status.state), (None, ServerState::Ready));
     }
 
     #[test]

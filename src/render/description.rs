@@ -12,6 +12,7 @@ use super::lower::{Shapes, is_reserved, shape_name};
 use super::signature::{rich_summary, signature};
 use super::tokens;
 use super::ty::{Params, Signature, Ty};
+use super::unavailable::note as unavailable_note;
 use crate::catalog::Catalog;
 use crate::catalog::names::is_identifier;
 use std::collections::HashMap;
@@ -44,10 +45,6 @@ listed name is callable.";
 
 /// Starts the line of a section's tools listed by name only.
 pub const MORE: &str = "more: ";
-
-/// Most MCP servers the note on servers not running names one by one (the rest are counted):
-/// the note is paid on every turn, however many servers are down.
-pub const MAX_UNAVAILABLE_NAMED: usize = 5;
 
 /// The catalog as the model reads it.
 #[derive(Debug, Clone, PartialEq)]
@@ -136,36 +133,6 @@ fn rich(catalog: &Catalog, full: &Rendered, sections: &[Section], sigs: &[Signat
         &lines,
         &unavailable_note(catalog),
     )
-}
-
-/// The note on the configured MCP servers that are not running, empty when none: the model
-/// learns which tools are missing (or fail) and why, instead of meeting a `NameError`. Each
-/// server's line is its name and what failed (one bounded line, [`Unavailable::new`]); when it
-/// is tried again is said as the longest wait, not a time, so the text stays the same while
-/// the retries go on. Said after the preamble, before the first `## `, where nothing reads it
-/// as a signature.
-///
-/// [`Unavailable::new`]: crate::catalog::Unavailable::new
-pub fn unavailable_note(catalog: &Catalog) -> String {
-    let down = &catalog.unavailable;
-    let Some(within) = down.iter().map(|u| u.retry_within).max() else {
-        return String::new();
-    };
-    let mut out = format!(
-        "MCP servers not running now, so their tools are missing or raise ToolError (each is \
-         tried again within {} s):",
-        within.as_secs()
-    );
-    for u in down.iter().take(MAX_UNAVAILABLE_NAMED) {
-        out.push_str(&format!("\n- {}: {}", u.server, u.error));
-    }
-    if down.len() > MAX_UNAVAILABLE_NAMED {
-        out.push_str(&format!(
-            "\n- and {} more servers",
-            down.len() - MAX_UNAVAILABLE_NAMED
-        ));
-    }
-    out
 }
 
 /// Appends `note` as a paragraph of its own, unless it is empty.
@@ -626,6 +593,7 @@ mod tests {
     use super::*;
     use crate::catalog::source::ToolDef;
     use crate::catalog::{CatalogInput, Policy, ServerTools, Unavailable};
+    use crate::render::unavailable::MAX_UNAVAILABLE_NAMED;
     use pretty_assertions::assert_eq;
     use serde_json::json;
 
