@@ -11,6 +11,12 @@
 //! A change to `PTC_MCP_CONFIG` also reconfigures the hub: added servers start, removed ones
 //! stop, changed ones restart (see [`Hub::reconfigure`]); a broken file changes nothing.
 //!
+//! A configured MCP server that stops or starts running, as the description tells the model
+//! (`mcp` module docs), is a change too: the hub moves `tools_changed`, the catalog is rebuilt
+//! and its `catalog.reloaded` event lists the servers not running (`unavailable`). When the
+//! first catalog already names some, the reloader says so at its start with one such event for
+//! that catalog's version, so a server that could not start is in the events too.
+//!
 //! Reads the sources exactly as startup does, through [`sources`]; must not build catalogs
 //! any other way.
 
@@ -24,7 +30,7 @@ use crate::run::Limiter;
 use crate::sources::{self, SavedCatalog};
 use crate::util::{lock, redact_urls};
 use notify::Watcher;
-use serde_json::json;
+use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -172,6 +178,7 @@ impl Reloader {
             });
         }
         drop(tx);
+        self.announce_unavailable();
         tokio::spawn(async move {
             // The watcher lives as long as this task.
             let _watcher = watcher;
@@ -223,9 +230,12 @@ impl Reloader {
         let d = diff(&current.catalog, &catalog);
         let snapshot = Arc::new(Snapshot::new(catalog));
         sources::log_report(&snapshot);
+        let down: Vec<&str> = (snapshot.catalog.unavailable.iter())
+            .map(|u| u.server.as_str())
+            .collect();
         tracing::info!(
             version = snapshot.catalog.version,
-            added = ?d.added, removed = ?d.removed, changed = ?d.changed,
+            added = ?d.added, removed = ?d.removed, changed = ?d.changed, unavailable = ?down,
             "catalog reloaded"
         );
         let mut event = Event::new("catalog.reloaded");
@@ -234,8 +244,49 @@ impl Reloader {
         event.added = Some(d.added);
         event.removed = Some(d.removed);
         event.changed = Some(d.changed);
+        event.unavailable = Some(self.unavailable(&snapshot.catalog));
         self.snapshots.send_replace(snapshot);
         status.reloads += 1;
+        self.events.emit(event);
+    }
+
+    /// The servers `catalog` names as not running, as a `catalog.reloaded` event lists them:
+    /// what the description says, and the outage's times from the hub.
+    fn unavailable(&self, catalog: &Catalog) -> Vec<Value> {
+        let status = self.mcp.as_ref().map(Hub::status).unwrap_or_default();
+        catalog
+            .unavailable
+            .iter()
+            .map(|u| {
+                let mut entry = json!({"server": u.server, "error": u.error});
+                if let Some(down) = status.get(&u.server).and_then(|s| s.down.as_ref()) {
+                    entry["down_since_ms"] = json!(down.since_ms);
+                    if let Some(at) = down.next_attempt_ms {
+                        entry["next_attempt_ms"] = json!(at);
+                    }
+                    if let Some(died) = &down.died {
+                        entry["died"] = json!(died);
+                    }
+                }
+                entry
+            })
+            .collect()
+    }
+
+    /// At the start: when the first catalog names servers that are not running, one
+    /// `catalog.reloaded` for its version lists them (nothing added, removed or changed).
+    fn announce_unavailable(&self) {
+        let current = self.snapshots.borrow().clone();
+        if current.catalog.unavailable.is_empty() {
+            return;
+        }
+        let mut event = Event::new("catalog.reloaded");
+        event.ok = Some(true);
+        event.version = Some(current.catalog.version);
+        event.added = Some(Vec::new());
+        event.removed = Some(Vec::new());
+        event.changed = Some(Vec::new());
+        event.unavailable = Some(self.unavailable(&current.catalog));
         self.events.emit(event);
     }
 

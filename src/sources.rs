@@ -91,6 +91,7 @@ pub fn build_catalog(
             .retain(|s| !servers.iter().any(|live| live.server == s.server));
         input.servers.extend(servers);
         input.problems.extend(problems);
+        input.unavailable = hub.unavailable();
     }
     Catalog::build(input, &Policy::from(config), version)
 }

@@ -13,6 +13,7 @@ use serde_json::Value;
 use source::{Callback, Problem, ToolDef};
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
+use std::time::Duration;
 
 pub use names::Rename;
 
@@ -95,6 +96,39 @@ pub struct ServerTools {
     pub tools: Vec<ToolDef>,
 }
 
+/// Longest error an [`Unavailable`] server carries, in characters: the description pays for it
+/// on every turn, and one line says what failed.
+pub const MAX_UNAVAILABLE_ERROR: usize = 200;
+
+/// A configured MCP server that is not running, as the model is told: its tools are missing
+/// (it never started) or fail (it died and could not be started again).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Unavailable {
+    pub server: String,
+    /// What failed, one line of at most [`MAX_UNAVAILABLE_ERROR`] characters (`…` where cut).
+    pub error: String,
+    /// The longest wait until it is tried again.
+    pub retry_within: Duration,
+}
+
+impl Unavailable {
+    /// `error` made one line (whitespace runs become one space) and cut to
+    /// [`MAX_UNAVAILABLE_ERROR`] characters: the same error always gives the same text, so the
+    /// description (and its fingerprint) changes only when what failed changes.
+    pub fn new(server: &str, error: &str, retry_within: Duration) -> Unavailable {
+        let line = error.split_whitespace().collect::<Vec<_>>().join(" ");
+        let error = match line.char_indices().nth(MAX_UNAVAILABLE_ERROR) {
+            Some((end, _)) => format!("{}…", line[..end].trim_end()),
+            None => line,
+        };
+        Unavailable {
+            server: server.to_string(),
+            error,
+            retry_within,
+        }
+    }
+}
+
 /// Everything the catalog is built from, already parsed.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct CatalogInput {
@@ -103,6 +137,8 @@ pub struct CatalogInput {
     pub servers: Vec<ServerTools>,
     /// Problems found while reading the sources, carried into the catalog for reporting.
     pub problems: Vec<Problem>,
+    /// Configured MCP servers that are not running (the hub decides which).
+    pub unavailable: Vec<Unavailable>,
 }
 
 /// Which tools are direct and which PTC tools code may call.
@@ -208,6 +244,8 @@ pub struct Catalog {
     pub excluded: Vec<Excluded>,
     pub renames: Vec<Rename>,
     pub problems: Vec<Problem>,
+    /// MCP servers that are not running, by name: the description names them.
+    pub unavailable: Vec<Unavailable>,
     /// [`Policy::description_budget`].
     pub description_budget: Option<usize>,
     /// A hash of everything the model sees; equal catalogs have equal fingerprints.
@@ -222,8 +260,10 @@ impl Catalog {
             callback,
             mut servers,
             mut problems,
+            mut unavailable,
         } = input;
         servers.sort_by(|a, b| a.server.cmp(&b.server));
+        unavailable.sort_by(|a, b| a.server.cmp(&b.server));
         for s in &mut servers {
             // Stable: of two tools of one name the first listed is still the one kept.
             s.tools.sort_by(|a, b| a.name.cmp(&b.name));
@@ -286,7 +326,7 @@ impl Catalog {
             tool.python_name = names::python_name(&tool.name);
         }
 
-        let fingerprint = fingerprint(&tools, policy);
+        let fingerprint = fingerprint(&tools, &unavailable, policy);
         Catalog {
             version,
             ptc_enabled: policy.ptc_enabled,
@@ -297,6 +337,7 @@ impl Catalog {
             excluded,
             renames,
             problems,
+            unavailable,
             description_budget: policy.description_budget,
             fingerprint,
         }
@@ -387,10 +428,11 @@ fn origin_label(origin: &Origin) -> String {
     }
 }
 
-fn fingerprint(tools: &[Tool], policy: &Policy) -> u64 {
+fn fingerprint(tools: &[Tool], unavailable: &[Unavailable], policy: &Policy) -> u64 {
     // serde_json renders a Value the same way every time (preserve_order keeps the source's).
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
     (policy.ptc_enabled, policy.description_budget).hash(&mut hasher);
+    unavailable.hash(&mut hasher);
     for t in tools {
         (&t.name, &t.python_name, &t.description, t.class).hash(&mut hasher);
         t.input_schema.to_string().hash(&mut hasher);
@@ -548,6 +590,41 @@ mod tests {
         i.host_tools[1].description = "changed".into();
         assert_ne!(Catalog::build(i, &policy(true), 1).etag(), a.etag());
         assert_ne!(Catalog::build(input(), &policy(false), 1).etag(), a.etag());
+        // A server not running is part of what the model sees.
+        let mut i = input();
+        let minute = Duration::from_secs(60);
+        i.unavailable = vec![Unavailable::new("gh", "cannot start", minute)];
+        let down = Catalog::build(i.clone(), &policy(true), 1);
+        assert_ne!(down.etag(), a.etag());
+        assert_eq!(
+            Catalog::build(i.clone(), &policy(true), 2).etag(),
+            down.etag()
+        );
+        i.unavailable[0].error = "did not start within 20 s".into();
+        assert_ne!(Catalog::build(i, &policy(true), 1).etag(), down.etag());
+    }
+
+    #[test]
+    fn an_unavailable_servers_error_is_one_bounded_line() {
+        let minute = Duration::from_secs(60);
+        let u = Unavailable::new(
+            "gh",
+            "initialize failed:\n  connection closed\t(exit status 1)",
+            minute,
+        );
+        assert_eq!(
+            u.error,
+            "initialize failed: connection closed (exit status 1)"
+        );
+        let long = format!("cannot start \"{}\": No such file", "é".repeat(300));
+        let u = Unavailable::new("gh", &long, minute);
+        assert_eq!(u.error.chars().count(), MAX_UNAVAILABLE_ERROR + 1);
+        assert!(u.error.ends_with("éé…"), "{}", u.error);
+        assert_eq!(
+            Unavailable::new("gh", &long, minute),
+            u,
+            "the same error, the same text"
+        );
     }
 
     #[test]

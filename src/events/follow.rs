@@ -76,6 +76,10 @@ pub fn readable(event: &Value) -> String {
                 line.push_str(&format!(" {key}: {}", names.join(",")));
             }
         }
+        if let Some(down) = event["unavailable"].as_array().filter(|a| !a.is_empty()) {
+            let names: Vec<&str> = down.iter().filter_map(|u| u["server"].as_str()).collect();
+            line.push_str(&format!(" not running: {}", names.join(",")));
+        }
     }
     line
 }
@@ -235,6 +239,11 @@ mod tests {
         assert_eq!(
             readable(&e),
             "00:00:00.000 a1 catalog.reloaded v4 added: x changed: y,z"
+        );
+        let e = serde_json::json!({"type": "catalog.reloaded", "ts": 0, "agent_id": "a1", "ok": true, "version": 1, "added": [], "unavailable": [{"server": "gh", "error": "cannot start"}]});
+        assert_eq!(
+            readable(&e),
+            "00:00:00.000 a1 catalog.reloaded ok v1 not running: gh"
         );
     }
 }

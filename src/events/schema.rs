@@ -21,6 +21,10 @@ pub const MAX_EVENT_TEXT: usize = 1024;
 /// Most names a `catalog.reloaded` list carries (the rest counted in one last entry).
 pub const MAX_EVENT_NAMES: usize = 256;
 
+/// Most servers a `catalog.reloaded`'s `unavailable` carries (the rest counted in one last
+/// entry): each entry may hold an error of [`MAX_EVENT_TEXT`], and an event stays small.
+pub const MAX_EVENT_SERVERS: usize = 32;
+
 /// Largest body (`args`, `result` with `PTC_EVENTS_BODIES`) an event carries as JSON: past it
 /// the body is an excerpt of its JSON text, [`MAX_EVENT_TEXT`] long.
 pub const MAX_EVENT_BODY: usize = 64 << 10;
@@ -95,6 +99,10 @@ pub struct Event {
     pub removed: Option<Vec<String>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub changed: Option<Vec<String>>,
+    /// catalog.reloaded: the configured MCP servers the new catalog names as not running, each
+    /// `{server, error, down_since_ms, next_attempt_ms?, died?}` (`[]` when every one runs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unavailable: Option<Vec<Value>>,
     /// approval.*: the approval's id; approval.decided: the answer, the door it came through
     /// (`http`, `mcp`, `timeout`, `shutdown`, `run_ended`), who (as the door says), the
     /// reason and how long the call waited for it.
@@ -177,6 +185,9 @@ impl Event {
         if let Some(error) = &mut self.error {
             bound_strings(error);
         }
+        if let Some(servers) = &mut self.unavailable {
+            bound_list(servers);
+        }
         for body in [&mut self.args, &mut self.result].into_iter().flatten() {
             bound_body(body);
         }
@@ -197,6 +208,17 @@ fn bound_names(names: &mut Vec<String>) {
         names.push(format!("… [cut: {more} more names]"));
     }
     names.iter_mut().for_each(bound_text);
+}
+
+/// A list of servers cut to [`MAX_EVENT_SERVERS`] entries (the rest counted in one last entry),
+/// every string in them cut to [`MAX_EVENT_TEXT`].
+fn bound_list(items: &mut Vec<Value>) {
+    if items.len() > MAX_EVENT_SERVERS {
+        let more = items.len() - MAX_EVENT_SERVERS;
+        items.truncate(MAX_EVENT_SERVERS);
+        items.push(Value::String(format!("… [cut: {more} more]")));
+    }
+    items.iter_mut().for_each(bound_strings);
 }
 
 /// Every string in `value`, keys included, cut to [`MAX_EVENT_TEXT`].
@@ -278,5 +300,13 @@ mod tests {
         assert!(args.len() < 1100 && args.ends_with("more bytes]"), "{args}");
         assert_eq!(e.result, Some(json!("ok")));
         assert!(serde_json::to_string(&e).unwrap().len() < 8 << 10);
+
+        let mut e = Event::new("catalog.reloaded");
+        e.unavailable = Some(vec![json!({"server": "gh", "error": huge}); 300]);
+        let e = e.bounded();
+        let down = e.unavailable.as_ref().unwrap();
+        assert_eq!(down.len(), MAX_EVENT_SERVERS + 1);
+        assert_eq!(down[0], json!({"server": "gh", "error": said}));
+        assert_eq!(down[MAX_EVENT_SERVERS], "… [cut: 268 more]");
     }
 }

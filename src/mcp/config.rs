@@ -3,6 +3,11 @@
 //!
 //! Owns reading and checking that file into [`ServerSpec`]s. Every error names the file, the
 //! server and what is wrong, and stops startup; nothing here starts a process or opens a socket.
+//!
+//! A relative `command` with a `/` in it (`bin/server`, `./run.sh`, `../target/release/x`) is
+//! the file's: it is resolved against the directory of the config file, so the file works
+//! from any working directory. A bare name (`npx`, `uvx`) is looked up in `PATH` as a shell
+//! would. `args` and `env` are passed as written.
 
 use crate::catalog::source::{self, SourceError, kind};
 use crate::util::redact_urls;
@@ -16,6 +21,7 @@ use std::path::{Path, PathBuf};
 pub enum Transport {
     /// A child process speaking MCP on stdin/stdout.
     Stdio {
+        /// As the file gives it, a relative path with a `/` joined to the file's directory.
         command: String,
         args: Vec<String>,
         /// The child's whole environment besides `PATH` and `HOME`.
@@ -148,6 +154,7 @@ pub fn parse(path: &Path, value: &Value) -> Result<Vec<ServerSpec>, McpConfigErr
         },
         other => return Err(shape(ShapeError::NotObject(kind(other)))),
     };
+    let base = config_dir(path);
     let mut specs = Vec::new();
     for (name, entry) in servers {
         let server_err = |problem: ServerError| McpConfigError::Server {
@@ -164,7 +171,10 @@ pub fn parse(path: &Path, value: &Value) -> Result<Vec<ServerSpec>, McpConfigErr
             Some(Value::Bool(true)) => continue,
             Some(other) => return Err(server_err(ServerError::Disabled(kind(other)))),
         }
-        let transport = parse_transport(entry).map_err(server_err)?;
+        let mut transport = parse_transport(entry).map_err(server_err)?;
+        if let Transport::Stdio { command, .. } = &mut transport {
+            *command = resolve_command(&base, command);
+        }
         specs.push(ServerSpec {
             name: name.clone(),
             transport,
@@ -172,6 +182,26 @@ pub fn parse(path: &Path, value: &Value) -> Result<Vec<ServerSpec>, McpConfigErr
     }
     specs.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(specs)
+}
+
+/// The directory relative commands are resolved against: the config file's, made absolute
+/// (the working directory when it cannot be, which only a deleted working directory makes so).
+fn config_dir(path: &Path) -> PathBuf {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf())
+}
+
+/// `command` as the sidecar starts it: a relative path with a `/` joined to `base` (the config
+/// file's directory); an absolute path or a bare name (looked up in `PATH`) as written.
+fn resolve_command(base: &Path, command: &str) -> String {
+    let path = Path::new(command);
+    if path.is_absolute() || !command.contains('/') {
+        return command.to_string();
+    }
+    base.join(path).to_string_lossy().into_owned()
 }
 
 fn parse_transport(entry: &Map<String, Value>) -> Result<Transport, ServerError> {
@@ -281,6 +311,45 @@ mod tests {
                 },
             ]
         );
+    }
+
+    #[test]
+    fn relative_commands_are_the_config_files() {
+        let file = json!({"mcpServers": {
+            "rel": {"command": "../target/release/ptc-demo-mcp"},
+            "dot": {"command": "./run.sh", "args": ["data/x.json"]},
+            "bare": {"command": "npx"},
+            "abs": {"command": "/usr/bin/server"},
+        }});
+        let commands = |path: &Path| -> Vec<(String, String)> {
+            parse(path, &file)
+                .unwrap()
+                .into_iter()
+                .map(|s| match s.transport {
+                    Transport::Stdio { command, .. } => (s.name, command),
+                    Transport::Http { url, .. } => (s.name, url),
+                })
+                .collect()
+        };
+        assert_eq!(
+            commands(Path::new("/etc/ptc/mcp.json")),
+            [
+                ("abs".to_string(), "/usr/bin/server".to_string()),
+                ("bare".into(), "npx".into()),
+                ("dot".into(), "/etc/ptc/./run.sh".into()),
+                (
+                    "rel".into(),
+                    "/etc/ptc/../target/release/ptc-demo-mcp".into()
+                ),
+            ]
+        );
+        // A relative config path: its directory under the working directory, made absolute.
+        let cwd = std::env::current_dir().unwrap();
+        let rel = commands(Path::new("examples/mcp.json"));
+        let want = cwd.join("examples/../target/release/ptc-demo-mcp");
+        assert_eq!(rel[3].1, want.to_string_lossy());
+        let here = commands(Path::new("mcp.json"));
+        assert_eq!(here[2].1, cwd.join("./run.sh").to_string_lossy());
     }
 
     #[test]

@@ -18,6 +18,16 @@
 //! is due before the call's deadline (`PTC_TOOL_TIMEOUT`) and fails as `unavailable` when that
 //! start fails; a call that would outwait its deadline is `unavailable` at once.
 //!
+//! # Servers that are not running (for the description)
+//!
+//! Each server's status keeps its outage ([`Down`]: since when, how it died, why its first
+//! start failed, the next attempt). [`Hub::unavailable`] gives the ones the model is told of: a
+//! server whose start failed before it ever ran (since it was configured), and one that died
+//! and whose restart failed too. A server back at its first restart is never named, so a crash
+//! costs no catalog change; and what the model is told is the outage's first failed start, not
+//! the latest, so the description stays byte-identical while the retries go on. `tools_changed`
+//! also moves when that list changes, so the reloader rebuilds the catalog.
+//!
 //! # Reconfiguring (for hot reload of `PTC_MCP_CONFIG`)
 //!
 //! [`Hub::reconfigure`] takes the servers the file lists now: new names start, missing names
@@ -30,6 +40,7 @@ mod connect;
 mod http;
 pub mod result;
 mod server;
+mod status;
 mod stdio;
 
 pub use config::{
@@ -38,16 +49,17 @@ pub use config::{
 };
 pub use connect::{ConnectError, ListError, MAX_TOOL_PAGES, MAX_TOOLS};
 pub use server::{BACKOFF_MAX, BACKOFF_MIN, CALL_QUEUE, backoff};
+pub use status::{Down, ServerState, ServerStatus};
 
-use crate::catalog::ServerTools;
-use crate::catalog::source::{Problem, ToolDef};
+use crate::catalog::source::Problem;
+use crate::catalog::{ServerTools, Unavailable};
 use crate::config::{Config, DEFAULT_PATH};
 use crate::run::CallError;
 use crate::run::McpCaller;
 use serde_json::{Value, json};
 use server::{Actor, CallRequest, ServerHandle};
+use status::StatusBoard;
 use std::collections::BTreeMap;
-use std::fmt;
 use std::future::Future;
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -64,131 +76,6 @@ pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(20);
 pub const MAX_RESULT_BYTES: usize = 8 << 20;
 /// Bound on connecting to a streamable HTTP server: an unroutable address fails fast.
 pub const HTTP_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Where one server is.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ServerState {
-    /// First attempt under way.
-    Starting,
-    Ready,
-    /// The last attempt failed, or the server went away; the next one starts after `retry_in`.
-    Failed {
-        reason: String,
-        retry_in: Duration,
-    },
-    /// Starting again after a failure.
-    Restarting {
-        attempt: u32,
-        last_error: String,
-    },
-    /// The hub has stopped.
-    Stopped,
-}
-
-impl ServerState {
-    pub fn name(&self) -> &'static str {
-        match self {
-            ServerState::Starting => "starting",
-            ServerState::Ready => "ready",
-            ServerState::Failed { .. } => "failed",
-            ServerState::Restarting { .. } => "restarting",
-            ServerState::Stopped => "stopped",
-        }
-    }
-}
-
-impl fmt::Display for ServerState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ServerState::Failed { reason, retry_in } => write!(
-                f,
-                "failed: {reason}; next attempt in {:.1} s",
-                retry_in.as_secs_f64()
-            ),
-            ServerState::Restarting {
-                attempt,
-                last_error,
-            } => write!(f, "restarting (attempt {attempt}) after: {last_error}"),
-            other => f.write_str(other.name()),
-        }
-    }
-}
-
-/// One server as the hub sees it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ServerStatus {
-    pub state: ServerState,
-    /// The tools it listed last (kept while it restarts).
-    pub tools: Arc<Vec<ToolDef>>,
-    /// What was wrong with single tools of that list.
-    pub problems: Arc<Vec<Problem>>,
-    /// Times it failed or went away.
-    pub restarts: u32,
-    /// The first attempt has finished, one way or the other.
-    pub settled: bool,
-}
-
-impl ServerStatus {
-    fn new() -> ServerStatus {
-        ServerStatus {
-            state: ServerState::Starting,
-            tools: Arc::default(),
-            problems: Arc::default(),
-            restarts: 0,
-            settled: false,
-        }
-    }
-
-    /// Replaces the tool list only when it differs, so `tools_changed` moves on real changes.
-    fn set_tools(&mut self, tools: Vec<ToolDef>, problems: Vec<Problem>) {
-        if *self.tools != tools || *self.problems != problems {
-            self.tools = Arc::new(tools);
-            self.problems = Arc::new(problems);
-        }
-    }
-}
-
-/// Every server's status, shared by the actors (each writes only its own entry).
-#[derive(Clone)]
-pub(crate) struct StatusBoard {
-    status: Arc<watch::Sender<BTreeMap<String, ServerStatus>>>,
-    tools_changed: Arc<watch::Sender<u64>>,
-}
-
-impl StatusBoard {
-    /// Applies `f` to `server`'s entry, unless `retired` is set: an actor the hub has stopped
-    /// (removed, or replaced by one with a new spec) must not write over its successor's entry.
-    /// The flag is read under the board's lock, and [`Hub::reconfigure`] sets it before it
-    /// replaces the entry, so a late write of a stopped actor is either overwritten or skipped.
-    fn update(&self, server: &str, retired: &AtomicBool, f: impl FnOnce(&mut ServerStatus)) {
-        let mut tools_changed = false;
-        self.status.send_modify(|all| {
-            if retired.load(Ordering::SeqCst) {
-                return;
-            }
-            if let Some(s) = all.get_mut(server) {
-                let before = s.tools.clone();
-                f(s);
-                tools_changed = !Arc::ptr_eq(&before, &s.tools);
-            }
-        });
-        if tools_changed {
-            self.tools_changed.send_modify(|n| *n += 1);
-        }
-    }
-
-    fn bump_tools_changed(&self) {
-        self.tools_changed.send_modify(|n| *n += 1);
-    }
-
-    fn state(&self, server: &str) -> ServerState {
-        self.status
-            .borrow()
-            .get(server)
-            .map(|s| s.state.clone())
-            .unwrap_or(ServerState::Stopped)
-    }
-}
 
 /// Settings of the hub.
 #[derive(Clone)]
@@ -410,7 +297,8 @@ impl Hub {
         self.inner.board.status.borrow().clone()
     }
 
-    /// Goes up each time any server's tool list changes (see the module docs).
+    /// Goes up each time any server's tool list changes, or whether the model is told it is
+    /// not running (see the module docs).
     pub fn tools_changed(&self) -> watch::Receiver<u64> {
         self.inner.board.tools_changed.subscribe()
     }
@@ -440,7 +328,19 @@ impl Hub {
         (servers, problems)
     }
 
-    /// `/healthz`'s view: each server's state, tool count, restarts and error.
+    /// The servers the model is told are not running (see the module docs), by name.
+    pub fn unavailable(&self) -> Vec<Unavailable> {
+        self.inner
+            .board
+            .status
+            .borrow()
+            .iter()
+            .filter_map(|(name, s)| s.unavailable(name))
+            .collect()
+    }
+
+    /// `/healthz`'s view: each server's state, tool count, restarts and error; `unavailable`
+    /// when the description names it as not running, and its outage's times.
     pub fn health(&self) -> Value {
         let servers: serde_json::Map<String, Value> = self
             .status()
@@ -451,6 +351,18 @@ impl Hub {
                     "tools": s.tools.len(),
                     "restarts": s.restarts,
                 });
+                if s.unavailable(&name).is_some() {
+                    entry["unavailable"] = json!(true);
+                }
+                if let Some(down) = &s.down {
+                    entry["down_since_ms"] = json!(down.since_ms);
+                    if let Some(died) = &down.died {
+                        entry["died"] = json!(died);
+                    }
+                    if let Some(at) = down.next_attempt_ms {
+                        entry["next_attempt_ms"] = json!(at);
+                    }
+                }
                 match &s.state {
                     // The actor redacts reasons (URLs may carry a token) before they get here.
                     ServerState::Failed { reason, retry_in } => {

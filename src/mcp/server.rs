@@ -14,8 +14,9 @@
 use super::config::ServerSpec;
 use super::connect::{ConnectError, Connection, Relist, connect, relist_tools};
 use super::result::map_result;
+use super::status::{Down, ServerStatus, StatusBoard};
 use super::stdio::{STOP_GRACE, describe_exit, wait_child};
-use super::{HubOptions, ServerState, ServerStatus, StatusBoard};
+use super::{HubOptions, ServerState};
 use crate::run::CallError;
 use crate::util::redact_urls;
 use rmcp::ServiceError;
@@ -132,6 +133,9 @@ impl Actor {
                     },
                     _ => ServerState::Starting,
                 };
+                if let Some(down) = &mut s.down {
+                    down.next_attempt_ms = None;
+                }
             });
             let timeout = self.options.start_timeout;
             let (tools_tx, mut tools_rx) = mpsc::channel(1);
@@ -142,9 +146,10 @@ impl Actor {
             let Some(started) = self.until(connecting, Pending::Attempt).await else {
                 break;
             };
-            let reason = match started {
-                Err(_) => ConnectError::Timeout(timeout).to_string(),
-                Ok(Err(e)) => e.to_string(),
+            // `died`: it was serving and went away (not a start that failed).
+            let (reason, died) = match started {
+                Err(_) => (ConnectError::Timeout(timeout).to_string(), false),
+                Ok(Err(e)) => (e.to_string(), false),
                 Ok(Ok(connection)) => {
                     let up_since = Instant::now();
                     match self.serve(connection, &mut tools_rx).await {
@@ -153,7 +158,7 @@ impl Actor {
                             if answered || up_since.elapsed() >= BACKOFF_RESET_AFTER {
                                 failures = 0;
                             }
-                            reason
+                            (reason, true)
                         }
                     }
                 }
@@ -178,6 +183,7 @@ impl Actor {
                     reason: reason.clone(),
                     retry_in,
                 };
+                Down::note(&mut s.down, &reason, died, retry_in);
             });
             let retry_at = tokio::time::Instant::now() + retry_in;
             let backoff = tokio::time::sleep_until(retry_at);
@@ -236,11 +242,7 @@ impl Actor {
             problems,
         } = connection;
         let count = tools.len();
-        self.set(|s| {
-            s.settled = true;
-            s.state = ServerState::Ready;
-            s.set_tools(tools, problems);
-        });
+        self.set(|s| s.ready(tools, problems));
         tracing::info!(server = %self.name(), tools = count, "MCP server ready");
         let peer = service.peer().clone();
         let stop = service.cancellation_token();
@@ -416,6 +418,66 @@ fn transport_failure(e: &ServiceError) -> String {
 mod tests {
     use super::*;
     use crate::mcp::Transport;
+
+    /// Which outages the model is told of: a first start that failed, a death whose restart
+    /// failed too; never a death alone, and the same text at every retry, even one that fails
+    /// in other words.
+    #[test]
+    fn the_model_is_told_of_failed_starts_and_of_deaths_a_restart_did_not_mend() {
+        let told = |down: &Option<Down>| {
+            let status = ServerStatus {
+                down: down.clone(),
+                ..ServerStatus::new()
+            };
+            status.unavailable("gh").map(|u| u.error)
+        };
+        let wait = Duration::from_millis(500);
+        let mut down = None;
+        Down::note(&mut down, "cannot start \"gh\": not found", false, wait);
+        let first = told(&down);
+        assert_eq!(first.as_deref(), Some("cannot start \"gh\": not found"));
+        let since = down.as_ref().unwrap().since_ms;
+        Down::note(&mut down, "did not start within 20 s", false, wait);
+        assert_eq!(told(&down), first, "a retry changes nothing the model sees");
+        let d = down.as_ref().unwrap();
+        assert_eq!(d.since_ms, since);
+        assert!(d.next_attempt_ms.unwrap() >= since + 500);
+
+        let mut down = None;
+        Down::note(
+            &mut down,
+            "the server process exited (killed by signal 9)",
+            true,
+            wait,
+        );
+        assert_eq!(told(&down), None, "a death alone: the restart may mend it");
+        Down::note(
+            &mut down,
+            "initialize failed: closed (exit status 3)",
+            false,
+            wait,
+        );
+        let said = Some(
+            "died (the server process exited (killed by signal 9)); restart failed: \
+             initialize failed: closed (exit status 3)"
+                .to_string(),
+        );
+        assert_eq!(told(&down), said);
+        Down::note(
+            &mut down,
+            "initialize failed: Broken pipe (exit status 3)",
+            false,
+            wait,
+        );
+        assert_eq!(told(&down), said);
+
+        let mut status = ServerStatus {
+            down: down.clone(),
+            ..ServerStatus::new()
+        };
+        status.ready(Vec::new(), Vec::new());
+        assert_eq!((status.down, status.state), (None, ServerState::Ready));
+    }
 
     #[test]
     fn backoff_doubles_and_is_capped() {

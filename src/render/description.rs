@@ -1,5 +1,6 @@
-//! The `exec_code` description: a short fixed preamble, the named shapes, then one signature line
-//! per PTC tool, grouped by MCP server (host tools first).
+//! The `exec_code` description: a short fixed preamble, a note on the configured MCP servers
+//! that are not running (when any is not), the named shapes, then one signature line per PTC
+//! tool, grouped by MCP server (host tools first).
 //!
 //! Every token here is paid on every LLM turn, so the text is tight: shapes that repeat across
 //! tools are named once (`Entity = {…}`) where that is shorter than writing them out, and the
@@ -11,6 +12,7 @@ use super::lower::{Shapes, is_reserved, shape_name};
 use super::signature::{rich_summary, signature};
 use super::tokens;
 use super::ty::{Params, Signature, Ty};
+use super::unavailable::note as unavailable_note;
 use crate::catalog::Catalog;
 use crate::catalog::names::is_identifier;
 use std::collections::HashMap;
@@ -96,7 +98,8 @@ pub fn render(catalog: &Catalog) -> Rendered {
     // The compact whole first: the rich one says all it says and more, so when the compact one
     // is over, the rich one is too, and a large catalog is counted once, not twice.
     if !tokens::within(&rendered.description, budget) {
-        let (description, listed) = budgeted(&rendered, &sections, budget);
+        let note = unavailable_note(catalog);
+        let (description, listed) = budgeted(&rendered, &sections, budget, &note);
         rendered.description = description;
         rendered.listed = listed;
     } else {
@@ -124,16 +127,36 @@ fn rich(catalog: &Catalog, full: &Rendered, sections: &[Section], sigs: &[Signat
             .to_string()
         })
         .collect();
-    whole(&full.definitions, sections, &lines)
+    whole(
+        &full.definitions,
+        sections,
+        &lines,
+        &unavailable_note(catalog),
+    )
 }
 
-/// A whole description: the preamble, the named shapes, every section with every line.
-fn whole(definitions: &[(String, Ty)], sections: &[Section], lines: &[String]) -> String {
+/// Appends `note` as a paragraph of its own, unless it is empty.
+fn push_note(out: &mut String, note: &str) {
+    if !note.is_empty() {
+        out.push_str("\n\n");
+        out.push_str(note);
+    }
+}
+
+/// A whole description: the preamble, the note on servers not running, the named shapes, every
+/// section with every line.
+fn whole(
+    definitions: &[(String, Ty)],
+    sections: &[Section],
+    lines: &[String],
+    note: &str,
+) -> String {
     let mut out = String::from(PREAMBLE);
     if lines.is_empty() {
         out.push_str("\n\n");
         out.push_str(NO_TOOLS);
     }
+    push_note(&mut out, note);
     if !definitions.is_empty() {
         out.push_str("\n\n");
         out.push_str(TYPES_HEADER);
@@ -202,7 +225,7 @@ fn render_full(catalog: &Catalog) -> (Rendered, Vec<Section>, Vec<Signature>) {
     }
     let texts: Vec<String> = lines.iter().map(|(_, line)| line.clone()).collect();
     let rendered = Rendered {
-        description: whole(&definitions, &sections, &texts),
+        description: whole(&definitions, &sections, &texts, &unavailable_note(catalog)),
         listed: lines.len(),
         lines,
         definitions,
@@ -212,16 +235,17 @@ fn render_full(catalog: &Catalog) -> (Rendered, Vec<Section>, Vec<Signature>) {
 }
 
 /// The description within `budget` tokens, and how many signatures it shows. Always: the
-/// preamble, [`SEARCH_NOTE`], every section's header with its tool count. Then, while they
+/// preamble, [`SEARCH_NOTE`], the note on servers not running (`note`), every section's header
+/// with its tool count. Then, while they
 /// fit, every section's tool names (`more: a, b`); then full signatures in catalog order (so
 /// the text depends on the catalog alone, never on usage), each with the named shapes it
 /// uses. When not even the names fit, the sections keep their names in order while they fit;
 /// when not even the headers fit, the last line counts the sections left out. The preamble, the
-/// note and that line are the floor: a budget under it gets them anyway (the configuration
+/// notes and that line are the floor: a budget under it gets them anyway (the configuration
 /// allows no budget that small).
-fn budgeted(full: &Rendered, sections: &[Section], budget: usize) -> (String, usize) {
+fn budgeted(full: &Rendered, sections: &[Section], budget: usize, note: &str) -> (String, usize) {
     let refs = references(full);
-    let fits = |plan: &Plan| tokens::within(&plan.assemble(full, sections, &refs), budget);
+    let fits = |plan: &Plan| tokens::within(&plan.assemble(full, sections, &refs, note), budget);
     // Each step is the largest that fits, found by bisection on the real count (more shown is
     // more tokens); whatever it settles on was measured to fit, or is the floor.
     let largest = |most: usize, plan: &dyn Fn(usize) -> Plan| -> usize {
@@ -265,7 +289,7 @@ fn budgeted(full: &Rendered, sections: &[Section], budget: usize) -> (String, us
         names,
         signatures,
     };
-    (plan.assemble(full, sections, &refs), plan.signatures)
+    (plan.assemble(full, sections, &refs, note), plan.signatures)
 }
 
 /// How much of the catalog a budgeted description shows: the first `headers` sections, the
@@ -277,7 +301,13 @@ struct Plan {
 }
 
 impl Plan {
-    fn assemble(&self, full: &Rendered, sections: &[Section], refs: &References) -> String {
+    fn assemble(
+        &self,
+        full: &Rendered,
+        sections: &[Section],
+        refs: &References,
+        note: &str,
+    ) -> String {
         let mut shown = vec![false; full.definitions.len()];
         for i in 0..self.signatures {
             for d in refs.of_line(i) {
@@ -285,6 +315,7 @@ impl Plan {
             }
         }
         let mut out = format!("{PREAMBLE}\n\n{SEARCH_NOTE}");
+        push_note(&mut out, note);
         if shown.iter().any(|&s| s) {
             out.push_str("\n\n");
             out.push_str(TYPES_HEADER);
@@ -561,11 +592,17 @@ impl ShapeCounts {
 mod tests {
     use super::*;
     use crate::catalog::source::ToolDef;
-    use crate::catalog::{CatalogInput, Policy, ServerTools};
+    use crate::catalog::{CatalogInput, Policy, ServerTools, Unavailable};
+    use crate::render::unavailable::MAX_UNAVAILABLE_NAMED;
     use pretty_assertions::assert_eq;
     use serde_json::json;
 
     fn catalog(budget: Option<usize>) -> Catalog {
+        catalog_down(budget, Vec::new())
+    }
+
+    /// The test catalog with these servers not running.
+    fn catalog_down(budget: Option<usize>, unavailable: Vec<Unavailable>) -> Catalog {
         let def = |name: &str, description: &str| ToolDef {
             name: name.into(),
             title: None,
@@ -605,9 +642,64 @@ mod tests {
         };
         let input = CatalogInput {
             servers,
+            unavailable,
             ..CatalogInput::default()
         };
         Catalog::build(input, &policy, 1)
+    }
+
+    #[test]
+    fn servers_not_running_are_named_after_the_preamble_at_every_level() {
+        let _vocabulary = tokens::scope();
+        let minute = std::time::Duration::from_secs(60);
+        let down = |n: usize| -> Vec<Unavailable> {
+            (0..n)
+                .map(|i| Unavailable::new(&format!("s{i}"), "cannot start \"x\": gone", minute))
+                .collect()
+        };
+        let note = "MCP servers not running now, so their tools are missing or raise ToolError \
+                    (each is tried again within 60 s):\n- s0: cannot start \"x\": gone\n\
+                    - s1: cannot start \"x\": gone";
+        let whole = render(&catalog(None)).description;
+        let c = catalog_down(None, down(2));
+        let r = render(&c);
+        let rest = whole.strip_prefix(PREAMBLE).unwrap();
+        assert_eq!(r.description, format!("{PREAMBLE}\n\n{note}{rest}"));
+        // Before the first `## `: the description still reads back whole.
+        assert_eq!(
+            super::super::lossless::check_catalog(&c, &r.description),
+            Vec::<String>::new()
+        );
+        // Budgeted, it is part of the floor, after the search note.
+        let r = render(&catalog_down(Some(1), down(2)));
+        assert!(
+            r.description
+                .starts_with(&format!("{PREAMBLE}\n\n{SEARCH_NOTE}\n\n{note}\n\n")),
+            "{}",
+            r.description
+        );
+        // With no tool at all, after the line that says so.
+        let empty = Catalog::build(
+            CatalogInput {
+                unavailable: down(1),
+                ..CatalogInput::default()
+            },
+            &Policy {
+                ptc_enabled: true,
+                ..Policy::default()
+            },
+            1,
+        );
+        let first = note.split("\n- s1").next().unwrap();
+        assert_eq!(
+            render(&empty).description,
+            format!("{PREAMBLE}\n\n{NO_TOOLS}\n\n{first}")
+        );
+        // Bounded: five named, the rest counted.
+        let many = unavailable_note(&catalog_down(None, down(9)));
+        assert_eq!(many.lines().count(), 1 + MAX_UNAVAILABLE_NAMED + 1);
+        assert!(many.ends_with("\n- s4: cannot start \"x\": gone\n- and 4 more servers"));
+        assert_eq!(unavailable_note(&catalog(None)), "");
     }
 
     /// The description after the preamble and, when budgeted, the search note.

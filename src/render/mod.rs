@@ -3,7 +3,7 @@
 //! `ty` is the signature language (`parse` reads it back), `lower` turns JSON Schema into it
 //! (`schema` holds the JSON Schema look-ups it needs), `signature` makes one
 //! line per tool (`notes` the parameter notes of its rich form), `description` the whole `exec_code` description (within the catalog's token
-//! budget, counted by `tokens`), `llm` the provider-shaped tool list, `search` the index behind
+//! budget, counted by `tokens`; `unavailable` its note on MCP servers not running), `llm` the provider-shaped tool list, `search` the index behind
 //! `search_tools`, and `lossless` checks that nothing a call needs was lost. All pure.
 
 pub mod description;
@@ -17,6 +17,7 @@ pub mod search;
 pub mod signature;
 pub mod tokens;
 pub mod ty;
+pub mod unavailable;
 
 pub use description::{Rendered, render};
 pub use llm::{EXEC_CODE, Format, SESSIONS_NOTE, llm_tools, note_sessions};

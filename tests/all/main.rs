@@ -24,6 +24,7 @@ mod librechat;
 mod librechat_users;
 mod limits;
 mod mcp;
+mod mcp_failed;
 mod metrics;
 use common::support::procs;
 
