@@ -55,7 +55,8 @@ enum Command {
     },
     /// Print what the agent runtime hands its LLM for the configured tools.
     Tools {
-        /// anthropic, openai or mcp (a tool list as JSON), or description (the exec_code text).
+        /// anthropic, openai or mcp (a tool list as JSON, per PTC_ENABLED), or description
+        /// (the exec_code text, as PTC_ENABLED=true would give it).
         #[arg(long, default_value = "anthropic")]
         format: String,
         /// Add a saved MCP tools/list result as if it came from MCP server NAME (repeatable).
@@ -172,7 +173,7 @@ fn run(cli: Cli, config: Config) -> anyhow::Result<()> {
         Command::Tools {
             format,
             mcp_catalog,
-        } => print_tools(&config, &format, &mcp_catalog),
+        } => print_tools(config, &format, &mcp_catalog),
         Command::Serve => runtime()?.block_on(serve(config)),
         Command::Mcp => runtime()?.block_on(mcp(config)),
         Command::Events { agent, all, json } => {
@@ -381,7 +382,14 @@ async fn exec(mut config: Config, code: String, saved: Vec<SavedCatalog>) -> any
     })
 }
 
-fn print_tools(config: &Config, format: &str, saved: &[SavedCatalog]) -> anyhow::Result<()> {
+fn print_tools(mut config: Config, format: &str, saved: &[SavedCatalog]) -> anyhow::Result<()> {
+    // The description is what the model reads with PTC on: printing it only reads the tools,
+    // so it needs no PTC_ENABLED (as `exec` and `mcp` turn PTC on themselves). The tool lists
+    // keep PTC_ENABLED: with it off they show every tool offered directly, as a runtime would.
+    if format == "description" {
+        config.enabled = true;
+    }
+    let config = &config;
     // MCP servers are started to list their tools, and stopped with the runtime at the end.
     let runtime = runtime()?;
     let hub = runtime.block_on(sources::start_mcp(
@@ -396,11 +404,6 @@ fn print_tools(config: &Config, format: &str, saved: &[SavedCatalog]) -> anyhow:
         eprintln!("warning: {line}");
     }
     if format == "description" {
-        if !snapshot.catalog.ptc_enabled {
-            anyhow::bail!(
-                "PTC_ENABLED is false, so there is no exec_code description; set PTC_ENABLED=true"
-            );
-        }
         println!("{}", snapshot.rendered.description);
         return Ok(());
     }

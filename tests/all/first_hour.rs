@@ -1,0 +1,112 @@
+//! A newcomer's first hour (issue 37): the `.env` they copied from `.env.example` is read, a
+//! misspelt variable is named with the one they meant, a start that fails names the variable
+//! and shows its value as they wrote it, and `tools --format description` prints without
+//! `PTC_ENABLED`. Each through the real binary, in a directory of the test's own (the `.env`
+//! read is the working directory's), with a cleared environment.
+
+use crate::common::{TEST_TIMEOUT, TempDir, config, corpus_dir};
+use ptc_sidecar::app::{Sidecar, StartError};
+use serde_json::{Value, json};
+use std::io::Read;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// `ptc-sidecar ARGS` in `dir` with only `PATH` and `env`, killed past [`TEST_TIMEOUT`] (a
+/// `serve` that did not fail would otherwise never end).
+fn sidecar(dir: &TempDir, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_ptc-sidecar"));
+    cmd.args(args)
+        .current_dir(&dir.0)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("PTC_RUNTIME_DIR", dir.0.join("rt"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    std::fs::create_dir_all(dir.0.join("rt")).unwrap();
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    // Drained while it runs: a full pipe must not hold the child up.
+    let mut stdout = child.stdout.take().unwrap();
+    let mut stderr = child.stderr.take().unwrap();
+    let out = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        stdout.read_to_end(&mut b).map(|_| b)
+    });
+    let err = std::thread::spawn(move || {
+        let mut b = Vec::new();
+        stderr.read_to_end(&mut b).map(|_| b)
+    });
+    let deadline = Instant::now() + TEST_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("ptc-sidecar {args:?} still running after {TEST_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap().unwrap(),
+        stderr: err.join().unwrap().unwrap(),
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A host tool manifest with one tool besides `complete`, in `dir`.
+fn manifest(dir: &TempDir) -> std::path::PathBuf {
+    dir.write(
+        "tools.json",
+        &json!({"tools": [
+            {"name": "complete", "description": "Finish.", "input_schema": {"type": "object", "properties": {}}},
+            {"name": "get_weather", "description": "Weather for a city.", "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+        ]})
+        .to_string(),
+    )
+}
+
+/// The names of a printed tool list.
+fn tool_names(out: &Output) -> Vec<String> {
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let tools: Value = serde_json::from_slice(&out.stdout).unwrap();
+    tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn the_tools_command_prints_the_description_without_ptc_enabled() {
+    let dir = TempDir::new("description");
+    let github = format!("github={}", corpus_dir().join("github.json").display());
+    for env in [vec![], vec![("PTC_ENABLED", "false")]] {
+        let out = sidecar(
+            &dir,
+            &["tools", "--format", "description", "--mcp-catalog", &github],
+            &env,
+        );
+        assert!(out.status.success(), "{env:?}: {}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        assert!(
+            stdout.starts_with("Python with the tools below"),
+            "{stdout}"
+        );
+        assert!(stdout.contains("\n## github__\n"), "{stdout}");
+    }
+    // The tool lists still follow PTC_ENABLED: off, the tools are offered directly.
+    let out = sidecar(&dir, &["tools", "--mcp-catalog", &github], &[]);
+    let names = tool_names(&out);
+    assert!(!names.contains(&"exec_code".to_string()), "{names:?}");
+    assert!(names.iter().all(|n| n.starts_with("github__")), "{names:?}");
+}
