@@ -78,9 +78,14 @@ fn main() -> ExitCode {
     one_malloc_arena();
     more_open_files();
     let cli = Cli::parse();
-    let config = match Config::from_env() {
+    let (report, config) = Config::from_env();
+    let config = match config {
         Ok(config) => config,
         Err(e) => {
+            // A misspelt name may be why a value is missing: said before the error.
+            for line in report.warnings() {
+                eprintln!("ptc-sidecar: warning: {line}");
+            }
             eprintln!("ptc-sidecar: {e}");
             return ExitCode::from(2);
         }
@@ -91,8 +96,13 @@ fn main() -> ExitCode {
         Command::Serve => "info,rmcp=warn",
         _ => "warn,rmcp=error",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // RUST_LOG through the configuration, so a `.env` may set it too; a filter that does not
+    // parse leaves the default, as tracing's own reading of RUST_LOG does.
+    let filter = config
+        .log_filter
+        .as_deref()
+        .and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(default));
     let log = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(ptc_sidecar::util::RedactedStderr);
@@ -103,6 +113,12 @@ fn main() -> ExitCode {
         LogFormat::Text => log
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .init(),
+    }
+    for line in report.warnings() {
+        tracing::warn!("{line}");
+    }
+    if let Some(line) = report.dotenv_line() {
+        tracing::info!("{line}");
     }
     match run(cli, config) {
         Ok(()) => ExitCode::SUCCESS,

@@ -87,6 +87,139 @@ fn tool_names(out: &Output) -> Vec<String> {
 }
 
 #[test]
+fn a_dotenv_in_the_working_directory_is_read_below_the_environment() {
+    let dir = TempDir::new("dotenv");
+    manifest(&dir);
+    let tools = ["tools", "--format", "anthropic"];
+    // No .env: PTC is off, no manifest, no tools.
+    assert_eq!(
+        tool_names(&sidecar(&dir, &tools, &[])),
+        Vec::<String>::new()
+    );
+
+    // The file's values count, a relative path in it against the working directory, RUST_LOG
+    // included (the log then says which names came from the file, never their values).
+    dir.write(
+        ".env",
+        "# copied from .env.example\nPTC_ENABLED=true\nPTC_TOOLS_FILE=tools.json\n\
+         export PTC_API_KEY=\"s3cret-in-dotenv\"\nRUST_LOG=info\n",
+    );
+    let out = sidecar(&dir, &tools, &[]);
+    assert_eq!(tool_names(&out), ["complete", "exec_code"]);
+    let stderr = text(&out.stderr);
+    let path = dir.0.join(".env");
+    assert!(
+        stderr.contains(&format!(
+            "read {} (the environment's own values win): PTC_ENABLED, PTC_TOOLS_FILE, \
+             PTC_API_KEY, RUST_LOG",
+            path.display()
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("s3cret"), "{stderr}");
+
+    // The environment wins over the file, name by name.
+    let out = sidecar(&dir, &tools, &[("PTC_ENABLED", "false")]);
+    assert_eq!(tool_names(&out), ["complete", "get_weather"]);
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("(the environment's own values win): PTC_TOOLS_FILE, PTC_API_KEY"),
+        "{stderr}"
+    );
+
+    // A line that does not parse stops the start, naming the file and the line.
+    dir.write(
+        ".env",
+        "PTC_ENABLED=true\nPTC_TIMEOUT 30\nPTC_API_KEY=\"s3cret\n",
+    );
+    let out = sidecar(&dir, &tools, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "ptc-sidecar: cannot read {}: line 2 (PTC_TIMEOUT) is not KEY=value (with \
+             quotes closed)\n",
+            path.display()
+        )
+    );
+    assert!(out.stdout.is_empty());
+    // Nor is a value with an open quote repeated.
+    dir.write(".env", "PTC_API_KEY=\"s3cret\n");
+    let out = sidecar(&dir, &tools, &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("(PTC_API_KEY) is not KEY=value"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("s3cret"), "{stderr}");
+}
+
+#[test]
+fn a_misspelt_variable_is_named_with_the_closest_known_one() {
+    let dir = TempDir::new("misspelt");
+    let description = ["tools", "--format", "description"];
+    let out = sidecar(
+        &dir,
+        &description,
+        &[
+            ("PTC_ENABELD", "true"),
+            ("PTC_URL", "http://127.0.0.1:7400"),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(
+            "PTC_ENABELD is not a variable ptc-sidecar reads; did you mean PTC_ENABLED? \
+             (PTC_STRICT_CONFIG=true makes this an error)"
+        ),
+        "{stderr}"
+    );
+    // PTC_URL is the example agents' (read beside the sidecar, not by it): not named.
+    assert!(!stderr.contains("PTC_URL"), "{stderr}");
+
+    // From the .env too, said so; and under PTC_STRICT_CONFIG an error, nothing printed.
+    dir.write(".env", "PTC_TIMOUT=1\n");
+    let out = sidecar(&dir, &description, &[]);
+    assert!(
+        text(&out.stderr).contains(
+            "PTC_TIMOUT is not a variable ptc-sidecar reads (in .env); did you mean PTC_TIMEOUT?"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = sidecar(&dir, &description, &[("PTC_STRICT_CONFIG", "true")]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty());
+    assert_eq!(
+        text(&out.stderr),
+        "ptc-sidecar: PTC_STRICT_CONFIG=true and PTC_TIMOUT is not a variable ptc-sidecar \
+         reads (in .env); did you mean PTC_TIMEOUT?\n"
+    );
+
+    // A value refused: the unknown name is said first, as it may be why.
+    let out = sidecar(
+        &dir,
+        &description,
+        &[("PTC_MAX_RUNS", "0"), ("PTC_SANBOX", "off")],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.starts_with(
+            "ptc-sidecar: warning: PTC_SANBOX is not a variable ptc-sidecar reads; did you \
+             mean PTC_SANDBOX?"
+        ),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("ptc-sidecar: PTC_MAX_RUNS=\"0\" is not valid"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn the_tools_command_prints_the_description_without_ptc_enabled() {
     let dir = TempDir::new("description");
     let github = format!("github={}", corpus_dir().join("github.json").display());
