@@ -415,7 +415,8 @@ fn print_tools(mut config: Config, format: &str, saved: &[SavedCatalog]) -> anyh
     for line in hub.iter().flat_map(|hub| hub.status_lines()) {
         eprintln!("{line}");
     }
-    let snapshot = sources::first_snapshot(config, saved, hub.as_ref())?;
+    let snapshot = sources::first_snapshot(config, saved, hub.as_ref())
+        .map_err(|e| app::tools_error(config, saved, e))?;
     for line in snapshot.catalog.report() {
         eprintln!("warning: {line}");
     }
@@ -441,7 +442,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let sidecar = app::Sidecar::start(config, &[]).await?;
     let listener = Listener::bind(&listen)
         .await
-        .with_context(|| format!("cannot listen on PTC_LISTEN={listen:?}"))?;
+        .with_context(|| format!("cannot listen on PTC_LISTEN={listen}"))?;
     tracing::info!(
         listen = %listener.local_addr(),
         ptc_enabled = sidecar.state.config.enabled,

@@ -220,6 +220,94 @@ fn a_misspelt_variable_is_named_with_the_closest_known_one() {
 }
 
 #[test]
+fn a_busy_port_is_said_as_the_variable_is_written() {
+    let dir = TempDir::new("busy");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let out = sidecar(&dir, &["serve"], &[("PTC_LISTEN", &addr)]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "ptc-sidecar: cannot listen on PTC_LISTEN={addr}: Address already in use"
+        )),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("Tcp("), "{stderr}");
+
+    let socket = dir.0.join("no-such-dir/ptc.sock");
+    let listen = format!("unix:{}", socket.display());
+    let out = sidecar(&dir, &["serve"], &[("PTC_LISTEN", &listen)]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!("cannot listen on PTC_LISTEN={listen}: ")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_missing_tool_file_names_its_variable() {
+    let dir = TempDir::new("missing-tools");
+    let out = sidecar(
+        &dir,
+        &["tools"],
+        &[("PTC_TOOLS_FILE", "/nonexistent/tools.json")],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr),
+        "ptc-sidecar: PTC_TOOLS_FILE: cannot read /nonexistent/tools.json: No such file or \
+         directory (os error 2)\n"
+    );
+    let out = sidecar(
+        &dir,
+        &["tools", "--mcp-catalog", "github=/nonexistent/github.json"],
+        &[],
+    );
+    assert_eq!(
+        text(&out.stderr),
+        "ptc-sidecar: --mcp-catalog github: cannot read /nonexistent/github.json: No such \
+         file or directory (os error 2)\n"
+    );
+}
+
+#[tokio::test]
+async fn start_errors_name_the_variable() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let c = config(&[("PTC_TOOLS_FILE", "/nonexistent/tools.json")]);
+        let err = Sidecar::start(c, &[]).await.err().unwrap();
+        assert!(matches!(err, StartError::Tools(_)), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "PTC_TOOLS_FILE: cannot read /nonexistent/tools.json: No such file or directory \
+             (os error 2)"
+        );
+
+        // A session folder that cannot be made: the variable first, then the folder.
+        let dir = TempDir::new("session-dir");
+        let file = dir.write("a-file", "");
+        let sessions = file.join("sessions");
+        let c = config(&[
+            ("PTC_ENABLED", "true"),
+            ("PTC_WARM_WORKERS", "0"),
+            ("PTC_RUNTIME_DIR", dir.0.to_str().unwrap()),
+            ("PTC_SESSION_DIR", sessions.to_str().unwrap()),
+        ]);
+        let err = Sidecar::start(c, &[]).await.err().unwrap().to_string();
+        assert!(
+            err.starts_with(&format!(
+                "PTC_SESSION_DIR: session root {}",
+                sessions.display()
+            )),
+            "{err}"
+        );
+    })
+    .await
+    .unwrap();
+}
+
+#[test]
 fn the_tools_command_prints_the_description_without_ptc_enabled() {
     let dir = TempDir::new("description");
     let github = format!("github={}", corpus_dir().join("github.json").display());
