@@ -58,7 +58,7 @@ pub enum StartError {
     #[error(transparent)]
     McpConfig(#[from] McpConfigError),
     #[error(transparent)]
-    Tools(#[from] SourceError),
+    Tools(ToolFileError),
     #[error(transparent)]
     Events(#[from] EventsError),
     /// `PTC_PYTHON` is not a usable interpreter.
@@ -71,8 +71,13 @@ pub enum StartError {
     },
     #[error("cannot start the runner: {0}")]
     Runner(#[source] std::io::Error),
-    #[error("cannot open the session directory (PTC_SESSION_DIR): {0}")]
-    Sessions(#[source] std::io::Error),
+    /// A session or artifact store cannot be opened (its error names the folder).
+    #[error("{named_by}: {source}")]
+    Sessions {
+        /// The variable that places the store.
+        named_by: &'static str,
+        source: std::io::Error,
+    },
     #[error(transparent)]
     Reload(#[from] WatchError),
     #[error(transparent)]
@@ -81,6 +86,36 @@ pub enum StartError {
     Limits(#[from] LimitsError),
     #[error(transparent)]
     Otel(#[from] OtelError),
+}
+
+/// A tool file that cannot be used, with the variable or argument that named it: a person
+/// sees `PTC_TOOLS_FILE: cannot read /etc/tools.json: ...`, not a path alone.
+#[derive(Debug, thiserror::Error)]
+#[error("{named_by}: {source}")]
+pub struct ToolFileError {
+    /// `PTC_TOOLS_FILE`, or `--mcp-catalog NAME` for a saved catalog.
+    pub named_by: String,
+    pub source: SourceError,
+}
+
+/// [`StartError::Tools`] for an error reading the sources of `config` and `saved` (startup,
+/// and the `tools` command, which reads them alone).
+pub fn tools_error(config: &Config, saved: &[SavedCatalog], source: SourceError) -> StartError {
+    let path = match &source {
+        SourceError::Read { path, .. }
+        | SourceError::TooLarge { path, .. }
+        | SourceError::Json { path, .. }
+        | SourceError::Shape { path, .. }
+        | SourceError::Callback { path, .. }
+        | SourceError::ToolList { path, .. } => path,
+    };
+    let named_by = match saved.iter().find(|s| &s.path == path) {
+        Some(s) if config.tools_file.as_ref() != Some(path) => {
+            format!("--mcp-catalog {}", s.server)
+        }
+        _ => "PTC_TOOLS_FILE".to_string(),
+    };
+    StartError::Tools(ToolFileError { named_by, source })
 }
 
 /// The runner's settings from the configuration, with the resolved interpreter and the
@@ -223,7 +258,9 @@ fn first_snapshot(
     saved: &[SavedCatalog],
     mcp: Option<&Hub>,
 ) -> Result<Arc<Snapshot>, StartError> {
-    let snapshot = Arc::new(sources::first_snapshot(config, saved, mcp)?);
+    let snapshot = Arc::new(
+        sources::first_snapshot(config, saved, mcp).map_err(|e| tools_error(config, saved, e))?,
+    );
     sources::log_report(&snapshot);
     Ok(snapshot)
 }
@@ -297,7 +334,13 @@ async fn start_runner(
             .map(|u| u as Arc<dyn crate::session::SessionUids>),
         max_total_bytes: None,
     })
-    .map_err(StartError::Sessions)?;
+    .map_err(|source| StartError::Sessions {
+        named_by: match config.session_dir {
+            Some(_) => "PTC_SESSION_DIR",
+            None => "PTC_RUNTIME_DIR (the sessions' folder in it; PTC_SESSION_DIR places them)",
+        },
+        source,
+    })?;
     sessions.spawn_sweeper(shutdown.child_token());
     // The files of runs without a session: written by the sidecar only, never by a run. A
     // run's folder is bounded by what the run may keep (PTC_SCRATCH_MAX_MB, `run_files`) and
@@ -311,7 +354,10 @@ async fn start_runner(
         uids: None,
         max_total_bytes: Some(config.artifact_max_mb << 20),
     })
-    .map_err(StartError::Sessions)?;
+    .map_err(|source| StartError::Sessions {
+        named_by: "PTC_RUNTIME_DIR (the artifacts' folder in it)",
+        source,
+    })?;
     artifacts.spawn_sweeper(shutdown.child_token());
     Ok(Running {
         runner: Some(runner),

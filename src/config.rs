@@ -3,15 +3,19 @@
 //!
 //! Raw strings first, then validation (the ripgrep way), so a bad value stops startup with a
 //! message naming the variable and the form it accepts (one parser per form, in [`parse`]).
-//! Nothing else in the program reads the environment: the process's own `PATH`, `HOME` and
-//! `TMPDIR`, which children and the runtime directory need, come through [`Config`] too, so
-//! tests pass them like any other variable.
+//! Where the strings come from (the environment over a `.env` in the working directory) and
+//! which `PTC_*` names are unknown is [`load`]'s. Nothing else in the program reads the
+//! environment: the process's own `PATH`, `HOME` and `TMPDIR`, which children and the runtime
+//! directory need, and `RUST_LOG` come through [`Config`] too, so tests pass them like any other
+//! variable.
 
 pub mod control;
+pub mod load;
 mod parse;
 mod validate;
 
 pub use control::{Control, LimitRules, LimitsError, LimitsSource, ToolLimit};
+pub use load::{LoadError, Origin, Report, Unknown};
 
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -73,21 +77,24 @@ pub struct RawConfig {
     ptc_approve_destructive: Option<String>,
     ptc_approval_timeout: Option<String>,
     ptc_tool_limits: Option<String>,
+    ptc_strict_config: Option<String>,
     path: Option<String>,
     otel_exporter_otlp_endpoint: Option<String>,
     otel_service_name: Option<String>,
     home: Option<String>,
     tmpdir: Option<String>,
+    rust_log: Option<String>,
 }
 
 /// The variables [`Config::from_vars`] reads besides those starting with `PTC_`.
-const OTHER_VARIABLES: [&str; 6] = [
+const OTHER_VARIABLES: [&str; 7] = [
     "REDIS_URL",
     "PATH",
     "HOME",
     "TMPDIR",
     "OTEL_EXPORTER_OTLP_ENDPOINT",
     "OTEL_SERVICE_NAME",
+    "RUST_LOG",
 ];
 
 /// Where the control API listens.
@@ -95,6 +102,16 @@ const OTHER_VARIABLES: [&str; 6] = [
 pub enum Listen {
     Tcp(SocketAddr),
     Unix(PathBuf),
+}
+
+/// As a person writes it in `PTC_LISTEN`: `127.0.0.1:7400`, `unix:/run/ptc.sock`.
+impl std::fmt::Display for Listen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Listen::Tcp(addr) => write!(f, "{addr}"),
+            Listen::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
 }
 
 impl Listen {
@@ -246,6 +263,11 @@ pub struct Config {
     pub shutdown_grace: Duration,
     /// How the log is written (`PTC_LOG_FORMAT`).
     pub log_format: LogFormat,
+    /// Which log lines are written (`RUST_LOG`, a tracing filter); none: the command's default.
+    pub log_filter: Option<String>,
+    /// An unknown `PTC_*` variable stops the start instead of being warned about
+    /// (`PTC_STRICT_CONFIG`).
+    pub strict_config: bool,
     /// Calls that wait for a person, and the limits per tool (`PTC_APPROVE_*`,
     /// `PTC_TOOL_LIMITS`).
     pub control: Control,
@@ -318,24 +340,6 @@ pub struct ConfigError {
 }
 
 impl Config {
-    /// Reads the process environment. Variables we do not read may hold anything; one we read
-    /// must be UTF-8.
-    pub fn from_env() -> Result<Config, ConfigError> {
-        let mut vars = Vec::new();
-        for (key, value) in std::env::vars_os() {
-            let Some(key) = key.to_str().filter(|k| is_ours(k)) else {
-                continue;
-            };
-            let value = value.into_string().map_err(|v| ConfigError {
-                variable: "environment",
-                value: format!("{key}={}", v.to_string_lossy()),
-                expected: "UTF-8 text".into(),
-            })?;
-            vars.push((key.to_string(), value));
-        }
-        Self::from_vars(vars)
-    }
-
     /// Reads the given variables (tests pass their own instead of mutating the environment).
     pub fn from_vars(
         vars: impl IntoIterator<Item = (String, String)>,

@@ -55,7 +55,8 @@ enum Command {
     },
     /// Print what the agent runtime hands its LLM for the configured tools.
     Tools {
-        /// anthropic, openai or mcp (a tool list as JSON), or description (the exec_code text).
+        /// anthropic, openai or mcp (a tool list as JSON, per PTC_ENABLED), or description
+        /// (the exec_code text, as PTC_ENABLED=true would give it).
         #[arg(long, default_value = "anthropic")]
         format: String,
         /// Add a saved MCP tools/list result as if it came from MCP server NAME (repeatable).
@@ -77,9 +78,14 @@ fn main() -> ExitCode {
     one_malloc_arena();
     more_open_files();
     let cli = Cli::parse();
-    let config = match Config::from_env() {
+    let (report, config) = Config::from_env();
+    let config = match config {
         Ok(config) => config,
         Err(e) => {
+            // A misspelt name may be why a value is missing: said before the error.
+            for line in report.warnings() {
+                eprintln!("ptc-sidecar: warning: {line}");
+            }
             eprintln!("ptc-sidecar: {e}");
             return ExitCode::from(2);
         }
@@ -91,8 +97,13 @@ fn main() -> ExitCode {
         // The search model's progress embedding a catalog before a search answers.
         _ => "warn,rmcp=error,ptc_sidecar::embed::progress=info",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // RUST_LOG through the configuration, so a `.env` may set it too; a filter that does not
+    // parse leaves the default, as tracing's own reading of RUST_LOG does.
+    let filter = config
+        .log_filter
+        .as_deref()
+        .and_then(|f| tracing_subscriber::EnvFilter::try_new(f).ok())
+        .unwrap_or_else(|| tracing_subscriber::EnvFilter::new(default));
     let log = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(ptc_sidecar::util::RedactedStderr);
@@ -103,6 +114,12 @@ fn main() -> ExitCode {
         LogFormat::Text => log
             .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
             .init(),
+    }
+    for line in report.warnings() {
+        tracing::warn!("{line}");
+    }
+    if let Some(line) = report.dotenv_line() {
+        tracing::info!("{line}");
     }
     match run(cli, config) {
         Ok(()) => ExitCode::SUCCESS,
@@ -173,7 +190,7 @@ fn run(cli: Cli, config: Config) -> anyhow::Result<()> {
         Command::Tools {
             format,
             mcp_catalog,
-        } => print_tools(&config, &format, &mcp_catalog),
+        } => print_tools(config, &format, &mcp_catalog),
         Command::Serve => runtime()?.block_on(serve(config)),
         Command::Mcp => runtime()?.block_on(mcp(config)),
         Command::Events { agent, all, json } => {
@@ -382,7 +399,14 @@ async fn exec(mut config: Config, code: String, saved: Vec<SavedCatalog>) -> any
     })
 }
 
-fn print_tools(config: &Config, format: &str, saved: &[SavedCatalog]) -> anyhow::Result<()> {
+fn print_tools(mut config: Config, format: &str, saved: &[SavedCatalog]) -> anyhow::Result<()> {
+    // The description is what the model reads with PTC on: printing it only reads the tools,
+    // so it needs no PTC_ENABLED (as `exec` and `mcp` turn PTC on themselves). The tool lists
+    // keep PTC_ENABLED: with it off they show every tool offered directly, as a runtime would.
+    if format == "description" {
+        config.enabled = true;
+    }
+    let config = &config;
     // MCP servers are started to list their tools, and stopped with the runtime at the end.
     let runtime = runtime()?;
     let hub = runtime.block_on(sources::start_mcp(
@@ -392,16 +416,12 @@ fn print_tools(config: &Config, format: &str, saved: &[SavedCatalog]) -> anyhow:
     for line in hub.iter().flat_map(|hub| hub.status_lines()) {
         eprintln!("{line}");
     }
-    let snapshot = sources::first_snapshot(config, saved, hub.as_ref())?;
+    let snapshot = sources::first_snapshot(config, saved, hub.as_ref())
+        .map_err(|e| app::tools_error(config, saved, e))?;
     for line in snapshot.catalog.report() {
         eprintln!("warning: {line}");
     }
     if format == "description" {
-        if !snapshot.catalog.ptc_enabled {
-            anyhow::bail!(
-                "PTC_ENABLED is false, so there is no exec_code description; set PTC_ENABLED=true"
-            );
-        }
         println!("{}", snapshot.rendered.description);
         return Ok(());
     }
@@ -423,7 +443,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let sidecar = app::Sidecar::start(config, &[]).await?;
     let listener = Listener::bind(&listen)
         .await
-        .with_context(|| format!("cannot listen on PTC_LISTEN={listen:?}"))?;
+        .with_context(|| format!("cannot listen on PTC_LISTEN={listen}"))?;
     tracing::info!(
         listen = %listener.local_addr(),
         ptc_enabled = sidecar.state.config.enabled,

@@ -94,6 +94,8 @@ impl RawConfig {
             metrics: ops.metrics,
             shutdown_grace: ops.shutdown_grace,
             log_format: ops.log_format,
+            log_filter: non_empty(self.rust_log.take()),
+            strict_config: ops.strict_config,
             control,
             otel_endpoint: ops.otel_endpoint,
             otel_service: ops.otel_service,
@@ -329,9 +331,11 @@ impl RawConfig {
         })
     }
 
-    /// What the operator sees and does: metrics, the shutdown grace, the log, OTLP.
+    /// What the operator sees and does: metrics, the shutdown grace, the log, OTLP, and how
+    /// strictly the variables themselves are read.
     fn operations(&mut self) -> Result<Operations, ConfigError> {
         Ok(Operations {
+            strict_config: parse_bool("PTC_STRICT_CONFIG", self.ptc_strict_config.take(), false)?,
             metrics_public: parse_bool(
                 "PTC_METRICS_PUBLIC",
                 self.ptc_metrics_public.take(),
@@ -451,6 +455,7 @@ struct Sessions {
 
 /// What [`RawConfig::operations`] validates.
 struct Operations {
+    strict_config: bool,
     metrics_public: bool,
     metrics: bool,
     shutdown_grace: Duration,

@@ -410,11 +410,6 @@ fn the_tools_command_prints_what_the_llm_gets() {
             vec![],
             "must be non-empty",
         ),
-        (
-            vec!["tools", "--format", "description"],
-            vec![],
-            "PTC_ENABLED is false",
-        ),
     ] {
         let out = cli(&args, &env);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

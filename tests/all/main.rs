@@ -18,6 +18,7 @@ mod events;
 mod exec;
 mod faults;
 mod files;
+mod first_hour;
 mod front;
 mod host;
 mod librechat;

@@ -87,7 +87,7 @@ async fn start_errors_are_typed_and_say_what_to_fix() {
         assert!(matches!(err, StartError::Tools(_)), "{err:?}");
         assert!(
             err.to_string()
-                .starts_with("cannot read /nonexistent/tools.json"),
+                .starts_with("PTC_TOOLS_FILE: cannot read /nonexistent/tools.json"),
             "{err}"
         );
 
