@@ -90,6 +90,17 @@ enum Inline {
     Background,
 }
 
+/// Why a search was ranked by words alone (BM25F) though a search model is set: the
+/// catalog's vectors were not ready within the wait, or could not be made. Shown to the run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WordsAlone(pub String);
+
+impl std::fmt::Display for WordsAlone {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
 /// What [`Inner::pending`] knows a catalog by.
 fn address(snapshot: &Arc<Snapshot>) -> usize {
     Arc::as_ptr(snapshot) as usize
@@ -254,7 +265,7 @@ impl Embeddings {
         snapshot: &Arc<Snapshot>,
         query: &str,
         wait: Duration,
-    ) -> Result<Vec<f32>, String> {
+    ) -> Result<Vec<f32>, WordsAlone> {
         self.search(Some(asker), snapshot, query, wait).await
     }
 
@@ -265,7 +276,7 @@ impl Embeddings {
         snapshot: &Arc<Snapshot>,
         query: &str,
         wait: Duration,
-    ) -> Result<Vec<f32>, String> {
+    ) -> Result<Vec<f32>, WordsAlone> {
         self.search(None, snapshot, query, wait).await
     }
 
@@ -275,7 +286,7 @@ impl Embeddings {
         snapshot: &Arc<Snapshot>,
         query: &str,
         wait: Duration,
-    ) -> Result<Vec<f32>, String> {
+    ) -> Result<Vec<f32>, WordsAlone> {
         if let Some(cosines) = self.try_search(asker, snapshot, query).await {
             return Ok(cosines);
         }
@@ -362,7 +373,11 @@ impl Embeddings {
 
     /// Why a search ranks by words alone: its catalog still being embedded (how far), or the
     /// model's failure.
-    fn why_not_ready(&self) -> String {
+    fn why_not_ready(&self) -> WordsAlone {
+        WordsAlone(self.why_not_ready_text())
+    }
+
+    fn why_not_ready_text(&self) -> String {
         if let Some((done, of)) = *lock(&self.inner.progress) {
             return format!(
                 "ranked by words alone: the search model is still embedding this catalog \
@@ -793,7 +808,7 @@ mod tests {
             .cosines(&impatient, "rain tomorrow", Duration::ZERO)
             .await
             .unwrap_err();
-        assert!(why.starts_with("ranked by words alone"), "{why}");
+        assert!(why.0.starts_with("ranked by words alone"), "{why}");
         let patient = many(n, "invoices");
         let cosines = embeddings
             .cosines(&patient, "unpaid bills", MODEL_WAIT)

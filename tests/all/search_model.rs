@@ -88,7 +88,8 @@ async fn the_model_finds_what_words_miss_and_its_vectors_outlive_a_restart() {
         let state = state.to_str().unwrap();
 
         let words = sidecar(None, state).await;
-        assert_eq!(words.health().await["search"], json!({"ranking": "bm25f"}));
+        let search = words.health().await["search"].clone();
+        assert_eq!(search, json!({"ranking": "bm25f", "ready": true}));
         let before = top3(&words).await;
         for ((query, tool), found) in BY_MEANING.iter().zip(&before) {
             assert!(
@@ -128,6 +129,45 @@ async fn the_model_finds_what_words_miss_and_its_vectors_outlive_a_restart() {
         for ((query, tool), found) in BY_MEANING.iter().zip(top3(&again).await) {
             assert_eq!(found[0], *tool, "{query:?}: {found:?}");
         }
+    })
+    .await
+    .unwrap();
+}
+
+/// Issue 38: the very first search of a fresh sidecar (no vectors kept, a catalog of 255 tools,
+/// too many to embed inline) ranks with the model: it waits for the catalog's vectors instead
+/// of answering with words alone. A readiness probe (`/healthz?ready=search`) says when.
+#[tokio::test]
+async fn the_first_search_of_a_fresh_sidecar_ranks_with_the_model() {
+    let Some(dir) = model_dir() else { return };
+    tokio::time::timeout(TEST_TIMEOUT * 2, async {
+        let temp = TempDir::new("search-first");
+        let state = temp.0.join("state");
+        let s = sidecar(Some(dir.to_str().unwrap()), state.to_str().unwrap()).await;
+        let probe = |s: &TestSidecar| {
+            let request = s.http.get(s.url("/healthz?ready=search")).send();
+            async move { request.await.unwrap().status().as_u16() }
+        };
+        let at_start = probe(&s).await;
+        // No waiting for the embedding here: the searches themselves wait.
+        let started = Instant::now();
+        let found = top3(&s).await;
+        let took = started.elapsed();
+        for ((query, tool), found) in BY_MEANING.iter().zip(&found) {
+            assert_eq!(
+                found[0], *tool,
+                "{query:?}: {found:?} (first searches took {took:?})"
+            );
+        }
+        assert_eq!(probe(&s).await, 200);
+        let search = s.health().await["search"].clone();
+        assert_eq!(search["ready"], true, "{search}");
+        assert_eq!(search["last_embedded"]["embedded"], 255, "{search}");
+        eprintln!("the first searches took {took:?}; the probe said {at_start} at start");
+        assert_eq!(
+            at_start, 503,
+            "a fresh sidecar's search was ready before any embedding"
+        );
     })
     .await
     .unwrap();

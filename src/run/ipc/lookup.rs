@@ -70,7 +70,7 @@ async fn found(calls: &Calls, run: &RunCtx, query: &str, limit: usize) -> Result
     let (cosines, words_alone) = match calls.embeddings() {
         Some(model) => match model.cosines_for(&run.id, snapshot, query, wait).await {
             Ok(cosines) => (Some(cosines), None),
-            Err(why) => (None, Some(why)),
+            Err(why) => (None, Some(why.0)),
         },
         None => (None, None),
     };
