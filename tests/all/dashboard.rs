@@ -372,14 +372,14 @@ fn real_long_names() -> Vec<String> {
     names
 }
 
-/// A host tool that answers after `ms` with what it was given and `HOSTILE`, or fails with it.
+/// A host tool that answers after `ms` with what it was given, or fails saying `HOSTILE`.
 fn slow_echo(ms: u64, fail: bool) -> HostTool {
     std::sync::Arc::new(move |input: Value| {
         Box::pin(async move {
             tokio::time::sleep(Duration::from_millis(ms)).await;
             match fail {
                 true => json!({"error": format!("the branch is protected {HOSTILE}")}),
-                false => json!({"result": {"echo": input, "note": HOSTILE}}),
+                false => json!({"result": {"ok": true, "echo": input}}),
             }
         }) as std::pin::Pin<Box<dyn std::future::Future<Output = Value> + Send>>
     })
@@ -432,20 +432,21 @@ async fn the_first_look_shows_earlier_runs_and_a_waterfall_of_long_names_that_ne
     tokio::time::timeout(TEST_TIMEOUT, async {
         let names = real_long_names();
         let leak = |n: &str| -> &'static str { Box::leak(n.to_string().into_boxed_str()) };
-        // Durations make a waterfall: the first alone, four at once, the last after them.
-        let plan: Vec<(&'static str, u64, bool)> = vec![
-            (leak(&names[0]), 40, false),
-            (leak(&names[1]), 160, false),
-            (leak(&names[2]), 60, true),
-            (leak(&names[3]), 110, false),
-            (leak(&names[4]), 90, false),
-            (leak(&names[5]), 30, false),
+        // Durations make a waterfall: the first alone, four at once, the last after them; two
+        // calls are given markup, one fails with it in its message, the other echoes it.
+        let plan: Vec<(&'static str, u64, bool, &str)> = vec![
+            (leak(&names[0]), 40, false, "sites this token reaches"),
+            (leak(&names[1]), 160, false, "LCPBreakdown"),
+            (leak(&names[2]), 60, true, HOSTILE),
+            (leak(&names[3]), 110, false, "/srv/reports"),
+            (leak(&names[4]), 90, false, HOSTILE),
+            (leak(&names[5]), 30, false, "full page"),
         ];
-        let host = HostServer::start(plan.iter().map(|(n, ms, fail)| (*n, slow_echo(*ms, *fail))).collect()).await;
+        let host = HostServer::start(plan.iter().map(|(n, ms, fail, _)| (*n, slow_echo(*ms, *fail))).collect()).await;
         let dir = TempDir::new("dash-names");
         let manifest = json!({
             "callback": {"url": host.url()},
-            "tools": plan.iter().map(|(n, _, _)| json!({"name": n, "input_schema": {"type": "object",
+            "tools": plan.iter().map(|(n, _, _, _)| json!({"name": n, "input_schema": {"type": "object",
                 "properties": {"query": {"type": "string"}}}})).collect::<Vec<_>>(),
         });
         let tools = dir.write("tools.json", &manifest.to_string());
@@ -462,10 +463,10 @@ async fn the_first_look_shows_earlier_runs_and_a_waterfall_of_long_names_that_ne
             let r = exec_with_key(&s, key, &format!("print('run {i}')")).await;
             assert_eq!(r["status"], "ok", "{r}");
         }
-        let call = |n: &str| format!("call_tool({n:?}, {{'query': {HOSTILE:?}}})");
+        let call = |i: usize| format!("call_tool({:?}, {{'query': {:?}}})", plan[i].0, plan[i].3);
         let code = format!(
             "await {}\nr = await asyncio.gather({}, {}, {}, {}, return_exceptions=True)\nawait {}\nprint({HOSTILE:?})",
-            call(plan[0].0), call(plan[1].0), call(plan[2].0), call(plan[3].0), call(plan[4].0), call(plan[5].0)
+            call(0), call(1), call(2), call(3), call(4), call(5)
         );
         let r = exec_with_key(&s, key, &code).await;
         assert_eq!(r["status"], "ok", "{r}");
@@ -516,7 +517,7 @@ async fn the_first_look_shows_earlier_runs_and_a_waterfall_of_long_names_that_ne
             .await;
         let rows = rows.as_array().unwrap();
         assert_eq!(rows.len(), 6, "{rows:?}");
-        for (row, (name, _, _)) in rows.iter().zip(&plan) {
+        for (row, (name, _, _, _)) in rows.iter().zip(&plan) {
             assert_eq!((row[0].as_str(), row[1].as_str(), &row[2]), (Some(*name), Some(*name), &json!(true)), "{row}");
             assert!(row[4].as_str().unwrap().starts_with(&format!("{name} · ")), "{row}");
         }
@@ -543,21 +544,25 @@ async fn the_first_look_shows_earlier_runs_and_a_waterfall_of_long_names_that_ne
                      c.querySelector('.call-args').textContent, (c.querySelector('.call-result') || c.querySelector('.call-error')).textContent])")
             .await;
         let calls = calls.as_array().unwrap();
-        for (c, (name, _, fail)) in calls.iter().zip(&plan) {
+        for (c, (name, _, fail, query)) in calls.iter().zip(&plan) {
             assert_eq!(c[0], *name);
             let args = c[1].as_str().unwrap();
-            assert_eq!(serde_json::from_str::<Value>(args).unwrap(), json!({"query": HOSTILE}), "{c}");
+            assert_eq!(serde_json::from_str::<Value>(args).unwrap(), json!({"query": query}), "{c}");
             let out = c[2].as_str().unwrap();
             match fail {
                 true => assert_eq!(out, format!("the branch is protected {HOSTILE}"), "{c}"),
                 false => assert_eq!(
                     serde_json::from_str::<Value>(out).unwrap(),
-                    json!({"echo": {"query": HOSTILE}, "note": HOSTILE}),
+                    json!({"ok": true, "echo": {"query": query}}),
                     "{c}"
                 ),
             }
         }
         assert_eq!(browser.script(INJECTED).await, json!([0, 1, "undefined"]));
+        // README's picture: the runs, the waterfall and the opened run's first calls.
+        browser.resize(1280, 1160).await;
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        browser.screenshot(&artifact("dashboard-first-look.png")).await;
         browser.close().await;
     })
     .await
@@ -652,6 +657,11 @@ async fn an_opened_run_shows_its_code_and_output_as_text_within_bounds() {
         let page = browser.script("return document.body.innerText").await;
         assert!(page.as_str().unwrap().contains("exit code 1"), "{page}");
         assert_eq!(browser.script(INJECTED).await, json!([0, 1, "undefined"]));
+        // The output's box shows its end, where the traceback is.
+        let end = browser
+            .script("const p = document.getElementById('run-stderr'); return p.scrollHeight > p.clientHeight && p.scrollTop + p.clientHeight >= p.scrollHeight - 2")
+            .await;
+        assert_eq!(end, true);
         browser.screenshot(&artifact("dashboard-run.png")).await;
         browser.close().await;
     })
