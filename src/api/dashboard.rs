@@ -103,8 +103,8 @@ pub struct ViewQuery {
 
 #[derive(Deserialize)]
 pub struct RunQuery {
-    agent: String,
-    exec_id: String,
+    agent: Option<String>,
+    exec_id: Option<String>,
 }
 
 /// This sidecar's board, made by the first request: the events it kept since start folded in,
@@ -132,9 +132,9 @@ async fn run(State(state): State<AppState>, Query(q): Query<RunQuery>) -> Respon
     one_run(&board(&state), q)
 }
 
-/// `GET /v1/dashboard/state` of `ptc-sidecar dashboard`: every agent's board, fed from Redis
-/// by the command (see [`Board::fold`]); with `key`, only for requests that present it, as the
-/// control API requires `PTC_API_KEY` ([`super::auth`]).
+/// `GET /v1/dashboard/state` and `GET /v1/dashboard/run` of `ptc-sidecar dashboard`: every
+/// agent's board, fed from Redis by the command (see [`Board::fold`]); with `key`, only for
+/// requests that present it, as the control API requires `PTC_API_KEY` ([`super::auth`]).
 pub fn board_router(board: Arc<Board>, key: Option<String>) -> Router {
     let for_run = board.clone();
     let router = Router::new()
@@ -191,12 +191,19 @@ fn view(board: &Board, q: ViewQuery) -> Response {
 
 /// One run with its excerpts (`crate::dashboard::Model::run`), or 404 when it is not kept.
 fn one_run(board: &Board, q: RunQuery) -> Response {
-    match lock(&board.model).run(&q.agent, &q.exec_id) {
+    let (Some(agent), Some(exec_id)) = (q.agent, q.exec_id) else {
+        return super::ApiError::BadRequest(
+            "say which run: ?agent=<agent id>&exec_id=<run id>, as /v1/dashboard/state lists them"
+                .into(),
+        )
+        .into_response();
+    };
+    match lock(&board.model).run(&agent, &exec_id) {
         Some(run) => Json(run).into_response(),
         None => super::ApiError::NotFound(format!(
             "no run {:?} of agent {:?} is kept (the dashboard keeps the latest {})",
-            crate::util::cut(&q.exec_id, 64),
-            crate::util::cut(&q.agent, 64),
+            crate::util::cut(&exec_id, 64),
+            crate::util::cut(&agent, 64),
             crate::dashboard::MAX_RUNS
         ))
         .into_response(),

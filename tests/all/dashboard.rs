@@ -616,6 +616,12 @@ async fn an_opened_run_shows_its_code_and_output_as_text_within_bounds() {
         assert_eq!(http.get(&run).send().await.unwrap().status(), 401);
         let whole: Value = http.get(&run).header("x-api-key", key).send().await.unwrap().json().await.unwrap();
         assert!(whole["stderr"].as_str().unwrap().len() < 4200, "{}", whole["stderr"]);
+        let status = |path: String| {
+            let http = http.clone();
+            async move { http.get(path).header("x-api-key", key).send().await.unwrap().status().as_u16() }
+        };
+        assert_eq!(status(format!("{url}/v1/dashboard/run?agent={agent}&exec_id=r8")).await, 404);
+        assert_eq!(status(format!("{url}/v1/dashboard/run?exec_id=r7")).await, 400);
         // The page: no script but its own (its policy names a nonce of this response).
         let page = http.get(format!("{url}/dashboard")).send().await.unwrap();
         let policy = page.headers()["content-security-policy"].to_str().unwrap().to_string();
