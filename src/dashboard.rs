@@ -766,7 +766,7 @@ mod tests {
     #[test]
     fn only_the_latest_runs_keep_their_details_and_each_within_its_bytes() {
         let mut m = Model::default();
-        let long = "x".repeat(100_000);
+        let long = "x".repeat(10_000);
         for i in 0..(DETAIL_RUNS + 5) {
             let exec_id = format!("r{i}");
             let e = |kind: &str, extra: Value| {
@@ -777,7 +777,8 @@ mod tests {
                 e
             };
             m.fold(&e("exec.started", json!({"code": format!("{long}END")})));
-            for c in 0..100 {
+            // 40 calls of two bodies of 1 KiB each: more than a run keeps.
+            for c in 0..40 {
                 let call = json!({"call_id": format!("{exec_id}-{c}"), "tool": "t"});
                 let mut started = e("tool_call.started", json!({"args": {"q": long}}));
                 let mut finished = e("tool_call.finished", json!({"ok": true, "result": long}));
@@ -791,7 +792,7 @@ mod tests {
             }
             m.fold(&e(
                 "exec.finished",
-                json!({"status": "ok", "stdout": long, "stderr": "é".repeat(50_000)}),
+                json!({"status": "ok", "stdout": long, "stderr": "é".repeat(5_000)}),
             ));
         }
         let oldest = m.run("a", "r4").unwrap();
@@ -835,7 +836,7 @@ mod tests {
                 .starts_with("{\"q\":\"xxx")
         );
         assert!(
-            calls[99]["result"].is_null(),
+            calls[39]["result"].is_null(),
             "past the run's bytes, sizes only"
         );
         // All runs' details together stay within what the constants promise.
