@@ -6,8 +6,13 @@
 //! per-tool counts, error rates and latency percentiles over the latest [`LATENCY_SAMPLES`]
 //! calls of each agent's tools (at most [`MAX_TOOLS`] agent and tool pairs), the latest
 //! [`MAX_RELOADS`] catalog reloads, and each agent's health: its last sign of life, its runs in
-//! flight, how its latest runs ended and whether its latest reload failed. Pure: it is handed events (as parsed JSON) and a clock, and
-//! answers views; serving it is the API's job.
+//! flight, how its latest runs ended and whether its latest reload failed. The latest
+//! [`DETAIL_RUNS`] runs also keep what a run's page shows ([`Model::run`]): excerpts of their
+//! code, stdout and stderr ([`OUTPUT_EXCERPT`]) and of each call's arguments and result
+//! ([`BODY_EXCERPT`], at most [`RUN_BODY_BYTES`] of them a run), when the events carry them
+//! (`PTC_EVENTS_BODIES`). Pure: it is handed events (as parsed JSON) and a clock, and answers
+//! views; serving it is the API's job. What it answers is text for the page to show as text:
+//! it escapes nothing, and the page puts nothing of it into HTML.
 
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -31,6 +36,15 @@ pub const IDLE_AFTER_MS: u64 = 60_000;
 /// Longest string kept of an event: a sidecar cuts its own to 1 KiB, but events from Redis may
 /// come from one that does not, and 500 runs of megabyte errors would make a state of gigabytes.
 pub const MAX_TEXT_BYTES: usize = 2048;
+/// Runs, the latest, that keep their code, output and call bodies: 100 runs of at most
+/// 12 KiB of output and [`RUN_BODY_BYTES`] of bodies is under 5 MB in the worst case.
+pub const DETAIL_RUNS: usize = 100;
+/// Longest excerpt of a run's code, stdout or stderr kept (its first and last halves).
+pub const OUTPUT_EXCERPT: usize = 4096;
+/// Longest excerpt of one call's arguments or result kept (as JSON text).
+pub const BODY_EXCERPT: usize = 1024;
+/// Bodies of one run's calls kept in all: the calls past it show their sizes only.
+pub const RUN_BODY_BYTES: usize = 32 << 10;
 
 /// One run as the page shows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,9 +57,51 @@ struct Run {
     status: Option<String>,
     duration_ms: Option<f64>,
     error: Option<String>,
+    exit_code: Option<i64>,
+    code_bytes: Option<u64>,
+    stdout_bytes: Option<u64>,
+    stderr_bytes: Option<u64>,
+    /// Excerpts, when the events carry them and the run is among the latest [`DETAIL_RUNS`].
+    code: Option<String>,
+    stdout: Option<String>,
+    stderr: Option<String>,
+    /// Its excerpts were let go: it is older than the latest [`DETAIL_RUNS`].
+    details_dropped: bool,
+    /// Bytes of its calls' bodies kept, within [`RUN_BODY_BYTES`].
+    body_bytes: usize,
     calls: Vec<Call>,
     /// Calls past [`MAX_CALLS_PER_RUN`], counted but not kept.
     calls_dropped: usize,
+}
+
+impl Run {
+    fn drop_details(&mut self) {
+        self.code = None;
+        self.stdout = None;
+        self.stderr = None;
+        for call in &mut self.calls {
+            call.args = None;
+            call.result = None;
+        }
+        self.body_bytes = 0;
+        self.details_dropped = true;
+    }
+
+    /// `body` as an excerpt for one of its calls, if the run's [`RUN_BODY_BYTES`] allow it.
+    fn keep_body(&mut self, body: &Value) -> Option<String> {
+        if body.is_null() || self.details_dropped {
+            return None;
+        }
+        let text = match body {
+            Value::String(s) => bounded_to(s, BODY_EXCERPT),
+            other => bounded_to(&other.to_string(), BODY_EXCERPT),
+        };
+        if self.body_bytes + text.len() > RUN_BODY_BYTES {
+            return None;
+        }
+        self.body_bytes += text.len();
+        Some(text)
+    }
 }
 
 /// One call in a run's waterfall.
@@ -59,6 +115,11 @@ struct Call {
     ok: Option<bool>,
     error: Option<String>,
     backend: Option<String>,
+    args_bytes: Option<u64>,
+    result_bytes: Option<u64>,
+    /// Excerpts of the bodies, as JSON text (a string as itself), when kept.
+    args: Option<String>,
+    result: Option<String>,
 }
 
 #[derive(Debug, Default, Clone)]
@@ -101,14 +162,46 @@ fn text(v: &Value, key: &str) -> Option<String> {
 
 /// `s` within [`MAX_TEXT_BYTES`], the cut said.
 fn bounded(s: &str) -> String {
-    if s.len() <= MAX_TEXT_BYTES {
+    bounded_to(s, MAX_TEXT_BYTES)
+}
+
+/// `s` within `max` bytes, the cut said.
+fn bounded_to(s: &str, max: usize) -> String {
+    if s.len() <= max {
         return s.to_string();
     }
-    let mut end = MAX_TEXT_BYTES;
+    let mut end = max;
     while !s.is_char_boundary(end) {
         end -= 1;
     }
     format!("{}… [cut: {} more bytes]", &s[..end], s.len() - end)
+}
+
+/// A run's code or output within [`OUTPUT_EXCERPT`]: its first and last halves around the
+/// cut (a traceback is at the end), as `events::excerpt` makes them (an excerpt of that length
+/// is kept as it is). Events of this sidecar are cut so already; ones from Redis may come from
+/// a sidecar that does not.
+fn output(v: &Value, key: &str) -> Option<String> {
+    let s = v.get(key)?.as_str()?;
+    if s.len() <= OUTPUT_EXCERPT {
+        return Some(s.to_string());
+    }
+    let said = format!("\n… [cut: {} bytes] …\n", s.len()).len();
+    let keep = OUTPUT_EXCERPT.saturating_sub(said);
+    let mut head = keep / 2;
+    while !s.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = s.len() - (keep - keep / 2);
+    while !s.is_char_boundary(tail) {
+        tail += 1;
+    }
+    Some(format!(
+        "{}\n… [cut: {} bytes] …\n{}",
+        &s[..head],
+        tail - head,
+        &s[tail..]
+    ))
 }
 
 impl Model {
@@ -170,46 +263,68 @@ impl Model {
         *last = (*last).max(ts);
     }
 
-    fn run_mut(&mut self, agent: &str, exec_id: &str) -> Option<&mut Run> {
+    fn run_index(&self, agent: &str, exec_id: &str) -> Option<usize> {
         // The newest runs are the ones events arrive for: look from the back.
         self.runs
-            .iter_mut()
-            .rev()
-            .find(|r| r.exec_id == exec_id && r.agent == agent)
+            .iter()
+            .rposition(|r| r.exec_id == exec_id && r.agent == agent)
     }
 
     /// The run an event belongs to, made when its start was not seen (history from the middle
-    /// of a stream, or a start that was dropped).
-    fn run_for(&mut self, agent: &str, e: &Value, ts: u64) -> Option<&mut Run> {
+    /// of a stream, or a start that was dropped), and whether it keeps details (it is among
+    /// the latest [`DETAIL_RUNS`]).
+    fn run_for(&mut self, agent: &str, e: &Value, ts: u64) -> Option<(&mut Run, bool)> {
         let exec_id = text(e, "exec_id")?;
-        if self.run_mut(agent, &exec_id).is_none() {
-            if self.runs.len() == MAX_RUNS {
-                self.runs.pop_front();
+        let index = match self.run_index(agent, &exec_id) {
+            Some(i) => i,
+            None => {
+                if self.runs.len() == MAX_RUNS {
+                    self.runs.pop_front();
+                }
+                self.runs.push_back(Run {
+                    agent: agent.to_string(),
+                    exec_id,
+                    session_id: text(e, "session_id"),
+                    trace_id: text(e, "trace_id"),
+                    started_ms: ts,
+                    status: None,
+                    duration_ms: None,
+                    error: None,
+                    exit_code: None,
+                    code_bytes: None,
+                    stdout_bytes: None,
+                    stderr_bytes: None,
+                    code: None,
+                    stdout: None,
+                    stderr: None,
+                    details_dropped: false,
+                    body_bytes: 0,
+                    calls: Vec::new(),
+                    calls_dropped: 0,
+                });
+                let len = self.runs.len();
+                if len > DETAIL_RUNS {
+                    self.runs[len - 1 - DETAIL_RUNS].drop_details();
+                }
+                len - 1
             }
-            self.runs.push_back(Run {
-                agent: agent.to_string(),
-                exec_id: exec_id.clone(),
-                session_id: text(e, "session_id"),
-                trace_id: text(e, "trace_id"),
-                started_ms: ts,
-                status: None,
-                duration_ms: None,
-                error: None,
-                calls: Vec::new(),
-                calls_dropped: 0,
-            });
-        }
-        self.run_mut(agent, &exec_id)
+        };
+        let details = self.runs.len() - index <= DETAIL_RUNS;
+        Some((&mut self.runs[index], details))
     }
 
     fn run_started(&mut self, agent: &str, e: &Value, ts: u64) {
-        if let Some(run) = self.run_for(agent, e, ts) {
+        if let Some((run, details)) = self.run_for(agent, e, ts) {
             run.started_ms = ts;
+            run.code_bytes = e["code_bytes"].as_u64().or(run.code_bytes);
+            if details {
+                run.code = output(e, "code").or(run.code.take());
+            }
         }
     }
 
     fn run_finished(&mut self, agent: &str, e: &Value, ts: u64) {
-        let Some(run) = self.run_for(agent, e, ts) else {
+        let Some((run, details)) = self.run_for(agent, e, ts) else {
             return;
         };
         let duration = e["duration_ms"].as_f64();
@@ -220,10 +335,17 @@ impl Model {
         run.status = text(e, "status");
         run.duration_ms = duration;
         run.error = e["error"]["message"].as_str().map(bounded);
+        run.exit_code = e["exit_code"].as_i64();
+        run.stdout_bytes = e["stdout_bytes"].as_u64();
+        run.stderr_bytes = e["stderr_bytes"].as_u64();
+        if details {
+            run.stdout = output(e, "stdout");
+            run.stderr = output(e, "stderr");
+        }
     }
 
     fn call_started(&mut self, agent: &str, e: &Value, ts: u64) {
-        let Some(run) = self.run_for(agent, e, ts) else {
+        let Some((run, details)) = self.run_for(agent, e, ts) else {
             return;
         };
         let Some(call_id) = text(e, "call_id") else {
@@ -236,6 +358,10 @@ impl Model {
             run.calls_dropped += 1;
             return;
         }
+        let args = match details {
+            true => run.keep_body(&e["args"]),
+            false => None,
+        };
         run.calls.push(Call {
             call_id,
             tool: text(e, "tool").unwrap_or_default(),
@@ -244,6 +370,10 @@ impl Model {
             ok: None,
             error: None,
             backend: text(e, "source"),
+            args_bytes: e["args_bytes"].as_u64(),
+            result_bytes: None,
+            args,
+            result: None,
         });
     }
 
@@ -252,13 +382,17 @@ impl Model {
         let duration = e["duration_ms"].as_f64();
         let tool = text(e, "tool").unwrap_or_default();
         self.count_call(agent, &tool, ok == Some(true), duration);
-        let Some(run) = self.run_for(agent, e, ts) else {
+        let Some((run, details)) = self.run_for(agent, e, ts) else {
             return;
         };
         let Some(call_id) = text(e, "call_id") else {
             return;
         };
         let error = e["error"]["message"].as_str().map(bounded);
+        let result = match details {
+            true => run.keep_body(&e["result"]),
+            false => None,
+        };
         let index = match run.calls.iter().position(|c| c.call_id == call_id) {
             Some(i) => i,
             None if run.calls.len() < MAX_CALLS_PER_RUN => {
@@ -272,6 +406,10 @@ impl Model {
                     ok: None,
                     error: None,
                     backend: text(e, "source"),
+                    args_bytes: e["args_bytes"].as_u64(),
+                    result_bytes: None,
+                    args: None,
+                    result: None,
                 });
                 run.calls.len() - 1
             }
@@ -284,6 +422,8 @@ impl Model {
         call.duration_ms = duration.or(Some(0.0));
         call.ok = ok;
         call.error = error;
+        call.result_bytes = e["result_bytes"].as_u64();
+        call.result = result;
     }
 
     fn count_call(&mut self, agent: &str, tool: &str, ok: bool, duration: Option<f64>) {
@@ -335,7 +475,7 @@ impl Model {
             .rev()
             .filter(|r| filter.admits(r))
             .take(limit)
-            .map(run_json)
+            .map(|r| run_json(r, false))
             .collect();
         let mut merged: HashMap<&String, ToolStats> = HashMap::new();
         for ((agent, tool), s) in &self.tools {
@@ -377,6 +517,14 @@ impl Model {
 }
 
 impl Model {
+    /// One run as its page shows it: what the view says of it, and its excerpts (`code`,
+    /// `stdout`, `stderr`, each call's `args` and `result`: `null` when not kept, and
+    /// `details_dropped` when let go for age). `None` when it is not kept.
+    pub fn run(&self, agent: &str, exec_id: &str) -> Option<Value> {
+        let index = self.run_index(agent, exec_id)?;
+        Some(run_json(&self.runs[index], true))
+    }
+
     /// An agent's health from what its events say (sidecars send no heartbeat):
     /// `degraded` when its latest catalog reload failed or half or more of its latest
     /// [`HEALTH_RUNS`] finished runs did not end `ok`; else `idle` after [`IDLE_AFTER_MS`]
@@ -439,8 +587,9 @@ impl Filter {
     }
 }
 
-fn run_json(r: &Run) -> Value {
-    json!({
+/// A run as JSON: with `details`, its excerpts too (what [`Model::run`] answers).
+fn run_json(r: &Run, details: bool) -> Value {
+    let mut run = json!({
         "agent": r.agent,
         "exec_id": r.exec_id,
         "session_id": r.session_id,
@@ -449,17 +598,37 @@ fn run_json(r: &Run) -> Value {
         "status": r.status.as_deref().unwrap_or("running"),
         "duration_ms": r.duration_ms,
         "error": r.error,
+        "exit_code": r.exit_code,
+        "code_bytes": r.code_bytes,
+        "stdout_bytes": r.stdout_bytes,
+        "stderr_bytes": r.stderr_bytes,
         "calls_dropped": r.calls_dropped,
-        "calls": r.calls.iter().map(|c| json!({
-            "call_id": c.call_id,
-            "tool": c.tool,
-            "offset_ms": c.offset_ms,
-            "duration_ms": c.duration_ms,
-            "ok": c.ok,
-            "error": c.error,
-            "backend": c.backend,
-        })).collect::<Vec<_>>(),
-    })
+        "calls": r.calls.iter().map(|c| {
+            let mut call = json!({
+                "call_id": c.call_id,
+                "tool": c.tool,
+                "offset_ms": c.offset_ms,
+                "duration_ms": c.duration_ms,
+                "ok": c.ok,
+                "error": c.error,
+                "backend": c.backend,
+                "args_bytes": c.args_bytes,
+                "result_bytes": c.result_bytes,
+            });
+            if details {
+                call["args"] = c.args.clone().into();
+                call["result"] = c.result.clone().into();
+            }
+            call
+        }).collect::<Vec<_>>(),
+    });
+    if details {
+        run["code"] = r.code.clone().into();
+        run["stdout"] = r.stdout.clone().into();
+        run["stderr"] = r.stderr.clone().into();
+        run["details_dropped"] = r.details_dropped.into();
+    }
+    run
 }
 
 /// The `q` quantile of `sorted` (nearest rank), `None` when empty.
@@ -487,9 +656,11 @@ mod tests {
             e
         };
         for e in [
-            with(json!({"type": "exec.started", "ts": 1000, "trace_id": "t1"})),
             with(
-                json!({"type": "tool_call.started", "ts": 1010, "call_id": "r1-0", "tool": "get", "source": "host"}),
+                json!({"type": "exec.started", "ts": 1000, "trace_id": "t1", "code_bytes": 81, "code": "print(await get(id='a'))"}),
+            ),
+            with(
+                json!({"type": "tool_call.started", "ts": 1010, "call_id": "r1-0", "tool": "get", "source": "host", "args_bytes": 14, "args": {"id": "a"}}),
             ),
             with(
                 json!({"type": "tool_call.started", "ts": 1012, "call_id": "r1-1", "tool": "boom", "source": "mcp"}),
@@ -498,13 +669,13 @@ mod tests {
                 json!({"type": "tool_call.finished", "ts": 1030, "call_id": "r1-1", "tool": "boom", "ok": false, "duration_ms": 18.0, "error": {"type": "tool", "message": "it broke"}}),
             ),
             with(
-                json!({"type": "tool_call.finished", "ts": 1050, "call_id": "r1-0", "tool": "get", "ok": true, "duration_ms": 40.0}),
+                json!({"type": "tool_call.finished", "ts": 1050, "call_id": "r1-0", "tool": "get", "ok": true, "duration_ms": 40.0, "result_bytes": 2, "result": "ok"}),
             ),
             with(
                 json!({"type": "tool_call.finished", "ts": 1060, "call_id": "r1-2", "tool": "nope", "ok": false, "error": {"type": "unknown_tool", "message": "no tool nope"}}),
             ),
             with(
-                json!({"type": "exec.finished", "ts": 1100, "status": "ok", "duration_ms": 100.0}),
+                json!({"type": "exec.finished", "ts": 1100, "status": "ok", "duration_ms": 100.0, "exit_code": 0, "stdout_bytes": 12, "stderr_bytes": 0, "stdout": "<b>ok</b>\n", "stderr": ""}),
             ),
         ] {
             model.fold(&e);
@@ -521,11 +692,12 @@ mod tests {
             json!([{
                 "agent": "a1", "exec_id": "r1", "session_id": null, "trace_id": "t1",
                 "started_ms": 1000, "status": "ok", "duration_ms": 100.0, "error": null,
+                "exit_code": 0, "code_bytes": 81, "stdout_bytes": 12, "stderr_bytes": 0,
                 "calls_dropped": 0,
                 "calls": [
-                    {"call_id": "r1-0", "tool": "get", "offset_ms": 10.0, "duration_ms": 40.0, "ok": true, "error": null, "backend": "host"},
-                    {"call_id": "r1-1", "tool": "boom", "offset_ms": 12.0, "duration_ms": 18.0, "ok": false, "error": "it broke", "backend": "mcp"},
-                    {"call_id": "r1-2", "tool": "nope", "offset_ms": 60.0, "duration_ms": 0.0, "ok": false, "error": "no tool nope", "backend": null},
+                    {"call_id": "r1-0", "tool": "get", "offset_ms": 10.0, "duration_ms": 40.0, "ok": true, "error": null, "backend": "host", "args_bytes": 14, "result_bytes": 2},
+                    {"call_id": "r1-1", "tool": "boom", "offset_ms": 12.0, "duration_ms": 18.0, "ok": false, "error": "it broke", "backend": "mcp", "args_bytes": null, "result_bytes": null},
+                    {"call_id": "r1-2", "tool": "nope", "offset_ms": 60.0, "duration_ms": 0.0, "ok": false, "error": "no tool nope", "backend": null, "args_bytes": null, "result_bytes": null},
                 ]
             }])
         );
@@ -546,6 +718,136 @@ mod tests {
             })
             .collect();
         assert_eq!(tools, [("boom", 1, 1), ("get", 1, 0), ("nope", 1, 1)]);
+    }
+
+    #[test]
+    fn a_runs_page_has_its_code_output_and_each_calls_bodies_as_text() {
+        let mut m = Model::default();
+        a_run(&mut m);
+        let run = m.run("a1", "r1").unwrap();
+        assert_eq!(
+            (
+                &run["code"],
+                &run["stdout"],
+                &run["stderr"],
+                &run["details_dropped"]
+            ),
+            (
+                &json!("print(await get(id='a'))"),
+                &json!("<b>ok</b>\n"),
+                &json!(""),
+                &json!(false)
+            )
+        );
+        let bodies: Vec<(&Value, &Value)> = run["calls"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| (&c["args"], &c["result"]))
+            .collect();
+        assert_eq!(
+            bodies,
+            [
+                (&json!("{\"id\":\"a\"}"), &json!("ok")),
+                (&Value::Null, &Value::Null),
+                (&Value::Null, &Value::Null)
+            ]
+        );
+        assert_eq!(m.run("a1", "r2"), None);
+        assert_eq!(m.run("a2", "r1"), None);
+        // The view of many runs does not carry them.
+        let view = m.view(2000, &Filter::default(), 10);
+        assert!(
+            view["runs"][0].get("code").is_none()
+                && view["runs"][0]["calls"][0].get("args").is_none()
+        );
+    }
+
+    #[test]
+    fn only_the_latest_runs_keep_their_details_and_each_within_its_bytes() {
+        let mut m = Model::default();
+        let long = "x".repeat(10_000);
+        for i in 0..(DETAIL_RUNS + 5) {
+            let exec_id = format!("r{i}");
+            let e = |kind: &str, extra: Value| {
+                let mut e = json!({"type": kind, "agent_id": "a", "exec_id": exec_id, "ts": i});
+                for (k, v) in extra.as_object().unwrap() {
+                    e[k] = v.clone();
+                }
+                e
+            };
+            m.fold(&e("exec.started", json!({"code": format!("{long}END")})));
+            // 40 calls of two bodies of 1 KiB each: more than a run keeps.
+            for c in 0..40 {
+                let call = json!({"call_id": format!("{exec_id}-{c}"), "tool": "t"});
+                let mut started = e("tool_call.started", json!({"args": {"q": long}}));
+                let mut finished = e("tool_call.finished", json!({"ok": true, "result": long}));
+                for e in [&mut started, &mut finished] {
+                    for (k, v) in call.as_object().unwrap() {
+                        e[k] = v.clone();
+                    }
+                }
+                m.fold(&started);
+                m.fold(&finished);
+            }
+            m.fold(&e(
+                "exec.finished",
+                json!({"status": "ok", "stdout": long, "stderr": "é".repeat(5_000)}),
+            ));
+        }
+        let oldest = m.run("a", "r4").unwrap();
+        assert_eq!(
+            (&oldest["code"], &oldest["details_dropped"]),
+            (&Value::Null, &json!(true))
+        );
+        assert!(
+            oldest["calls"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|c| c["args"].is_null())
+        );
+        let kept = m.run("a", "r5").unwrap();
+        assert_eq!(kept["details_dropped"], false);
+        let code = kept["code"].as_str().unwrap();
+        assert!(
+            code.len() <= OUTPUT_EXCERPT && code.ends_with("xEND"),
+            "{}",
+            code.len()
+        );
+        let stderr = kept["stderr"].as_str().unwrap();
+        assert!(
+            stderr.len() <= OUTPUT_EXCERPT && stderr.ends_with('é'),
+            "{}",
+            stderr.len()
+        );
+        let calls = kept["calls"].as_array().unwrap();
+        let bodies: usize = calls
+            .iter()
+            .flat_map(|c| [&c["args"], &c["result"]])
+            .filter_map(Value::as_str)
+            .map(str::len)
+            .sum();
+        assert!(bodies <= RUN_BODY_BYTES, "{bodies}");
+        assert!(
+            calls[0]["args"]
+                .as_str()
+                .unwrap()
+                .starts_with("{\"q\":\"xxx")
+        );
+        assert!(
+            calls[39]["result"].is_null(),
+            "past the run's bytes, sizes only"
+        );
+        // All runs' details together stay within what the constants promise.
+        let all: usize = (0..DETAIL_RUNS + 5)
+            .filter_map(|i| m.run("a", &format!("r{i}")))
+            .map(|r| r.to_string().len())
+            .sum();
+        assert!(
+            all < DETAIL_RUNS * (3 * OUTPUT_EXCERPT + RUN_BODY_BYTES + 40_000),
+            "{all}"
+        );
     }
 
     #[test]

@@ -1,13 +1,19 @@
 //! The dashboard: `GET /dashboard`, one page (`assets/dashboard.html`, embedded in the binary:
 //! no CDN, no build step) that draws `GET /v1/dashboard/state` once a second: this sidecar's
-//! own runs, their calls as a waterfall, per-tool statistics and catalog reloads, folded from
-//! its in-process events by [`crate::dashboard::Model`] (bounded). The page holds no data, so
-//! it is served without the key; the state behind it needs the key like the rest of the API
-//! (the page asks for it when told 401).
+//! own runs, their calls as a waterfall on a time axis, per-tool statistics and catalog
+//! reloads, folded from its events by [`crate::dashboard::Model`] (bounded); and a run opened
+//! from `GET /v1/dashboard/run?agent=&exec_id=` (its code, stdout, stderr and each call's
+//! arguments and result, as excerpts). The page holds no data, so it is served without the key;
+//! the data behind it needs the key like the rest of the API (the page asks for it when told
+//! 401). What the page shows of a run is the model's code and its tools' output, hostile text:
+//! the page sets it as text only, and its Content-Security-Policy lets no script run but its
+//! own (a nonce per response).
 //!
-//! Owns the feeding task, started by the first request: until someone looks, the sidecar pays
-//! nothing for it. It must never slow a run: it reads the events' broadcast, and one that
-//! falls behind skips what it missed (counted in `missed`).
+//! Owns the feeding task, started by the first request with the events the sidecar kept since
+//! its start (`Events::recent_and_subscribe`: the page opened after eleven runs shows them),
+//! then the live ones. Until someone looks, the sidecar pays for the ring of recent events
+//! only (`events::RING_BYTES`), not for folding. It must never slow a run: it reads the
+//! events' broadcast, and one that falls behind skips what it missed (counted in `missed`).
 
 use super::state::AppState;
 use crate::dashboard::{Filter, Model};
@@ -37,26 +43,54 @@ pub type LazyBoard = Arc<OnceLock<Arc<Board>>>;
 pub const PAGE: &str = include_str!("../../assets/dashboard.html");
 
 pub fn router() -> Router<AppState> {
-    Router::new().route("/v1/dashboard/state", get(state))
+    Router::new()
+        .route("/v1/dashboard/state", get(state))
+        .route("/v1/dashboard/run", get(run))
 }
 
 /// `GET /dashboard` (and `/`, for `ptc-sidecar dashboard`): the page, open to anyone who
-/// reaches the port (it shows nothing by itself).
+/// reaches the port (it shows nothing by itself), with a Content-Security-Policy that lets
+/// only its own script run (see [`page`]).
 pub fn page_router<S: Clone + Send + Sync + 'static>(with_root: bool) -> Router<S> {
-    let page = || async {
-        (
-            [
-                (axum::http::header::CONTENT_TYPE, "text/html; charset=utf-8"),
-                (axum::http::header::CACHE_CONTROL, "no-cache"),
-            ],
-            PAGE,
-        )
-    };
     let router = Router::new().route("/dashboard", get(page));
     match with_root {
         true => router.route("/", get(page)),
         false => router,
     }
+}
+
+/// Where the page's script takes the nonce of its response.
+const NONCE_SLOT: &str = "{{nonce}}";
+
+/// The page with a fresh nonce: the one `<script>` carries it and the policy allows only it,
+/// so no markup that text shown by the page could become would run (the page never makes
+/// markup of it; this is the second wall). Nothing but the page's own origin may be fetched,
+/// framed into or posted to.
+async fn page() -> Response {
+    let mut random = [0u8; 16];
+    rand::fill(&mut random);
+    let nonce = crate::util::hex(&random);
+    let policy = format!(
+        "default-src 'none'; script-src 'nonce-{nonce}'; style-src 'unsafe-inline'; \
+         connect-src 'self'; img-src 'none'; base-uri 'none'; form-action 'none'; \
+         frame-ancestors 'none'"
+    );
+    (
+        [
+            (
+                axum::http::header::CONTENT_TYPE,
+                "text/html; charset=utf-8".to_string(),
+            ),
+            (axum::http::header::CACHE_CONTROL, "no-cache".to_string()),
+            (axum::http::header::CONTENT_SECURITY_POLICY, policy),
+            (
+                axum::http::header::X_CONTENT_TYPE_OPTIONS,
+                "nosniff".to_string(),
+            ),
+        ],
+        PAGE.replace(NONCE_SLOT, &nonce),
+    )
+        .into_response()
 }
 
 #[derive(Deserialize)]
@@ -67,26 +101,51 @@ pub struct ViewQuery {
     limit: Option<usize>,
 }
 
-async fn state(State(state): State<AppState>, Query(q): Query<ViewQuery>) -> Response {
-    let board = state
+#[derive(Deserialize)]
+pub struct RunQuery {
+    agent: Option<String>,
+    exec_id: Option<String>,
+}
+
+/// This sidecar's board, made by the first request: the events it kept since start folded in,
+/// then the live ones from where they end.
+fn board(state: &AppState) -> Arc<Board> {
+    state
         .board
         .get_or_init(|| {
             let board = Arc::new(Board::default());
-            tokio::spawn(feed(state.events.subscribe(), board.clone()));
+            let (recent, live) = state.events.recent_and_subscribe();
+            for json in &recent {
+                board.fold(json);
+            }
+            tokio::spawn(feed(live, board.clone()));
             board
         })
-        .clone();
-    view(&board, q)
+        .clone()
 }
 
-/// `GET /v1/dashboard/state` of `ptc-sidecar dashboard`: every agent's board, fed from Redis
-/// by the command (see [`Board::fold`]); with `key`, only for requests that present it, as the
-/// control API requires `PTC_API_KEY` ([`super::auth`]).
+async fn state(State(state): State<AppState>, Query(q): Query<ViewQuery>) -> Response {
+    view(&board(&state), q)
+}
+
+async fn run(State(state): State<AppState>, Query(q): Query<RunQuery>) -> Response {
+    one_run(&board(&state), q)
+}
+
+/// `GET /v1/dashboard/state` and `GET /v1/dashboard/run` of `ptc-sidecar dashboard`: every
+/// agent's board, fed from Redis by the command (see [`Board::fold`]); with `key`, only for
+/// requests that present it, as the control API requires `PTC_API_KEY` ([`super::auth`]).
 pub fn board_router(board: Arc<Board>, key: Option<String>) -> Router {
-    let router = Router::new().route(
-        "/v1/dashboard/state",
-        get(move |Query(q): Query<ViewQuery>| async move { view(&board, q) }),
-    );
+    let for_run = board.clone();
+    let router = Router::new()
+        .route(
+            "/v1/dashboard/state",
+            get(move |Query(q): Query<ViewQuery>| async move { view(&board, q) }),
+        )
+        .route(
+            "/v1/dashboard/run",
+            get(move |Query(q): Query<RunQuery>| async move { one_run(&for_run, q) }),
+        );
     let Some(key) = key else {
         return router;
     };
@@ -128,6 +187,27 @@ fn view(board: &Board, q: ViewQuery) -> Response {
         .load(std::sync::atomic::Ordering::Relaxed)
         .into();
     Json(view).into_response()
+}
+
+/// One run with its excerpts (`crate::dashboard::Model::run`), or 404 when it is not kept.
+fn one_run(board: &Board, q: RunQuery) -> Response {
+    let (Some(agent), Some(exec_id)) = (q.agent, q.exec_id) else {
+        return super::ApiError::BadRequest(
+            "say which run: ?agent=<agent id>&exec_id=<run id>, as /v1/dashboard/state lists them"
+                .into(),
+        )
+        .into_response();
+    };
+    match lock(&board.model).run(&agent, &exec_id) {
+        Some(run) => Json(run).into_response(),
+        None => super::ApiError::NotFound(format!(
+            "no run {:?} of agent {:?} is kept (the dashboard keeps the latest {})",
+            crate::util::cut(&exec_id, 64),
+            crate::util::cut(&agent, 64),
+            crate::dashboard::MAX_RUNS
+        ))
+        .into_response(),
+    }
 }
 
 /// Folds every event into the board until the events end.

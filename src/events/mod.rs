@@ -2,9 +2,11 @@
 //! subscribers (the `GET /v1/events` stream).
 //!
 //! Owns the [`Events`] handle: emitting stamps an event, tells the [`Observer`] (the metrics,
-//! OTLP), hands it to in-process subscribers ([`Events::subscribe`]) and queues it for Redis.
-//! Emitting never waits: an event goes into a bounded queue or is counted as dropped. The
-//! parts: the schema ([`schema`], v1, docs/events.md), the one Redis connection held by one
+//! OTLP), keeps it in the [`ring`] of recent events, hands it to in-process subscribers
+//! ([`Events::subscribe`]) and queues it for Redis, all in `seq` order. Emitting never waits
+//! on anyone: an event goes into a bounded queue or is counted as dropped. The parts: the
+//! schema ([`schema`], v1, docs/events.md), the ring of the latest events since start
+//! ([`ring`], what the dashboard's first look shows), the one Redis connection held by one
 //! writer task, an actor ([`writer`]: batching, holding while Redis is away, the flush at
 //! exit), and reading events back from Redis for `ptc-sidecar events` and the dashboard
 //! ([`follow`]).
@@ -13,11 +15,16 @@
 //! URL may carry a password).
 
 mod follow;
+mod ring;
 mod schema;
 mod writer;
 
 pub use follow::{HISTORY_AGENTS, HISTORY_PER_AGENT, WatchError, follow_all, readable, watch};
-pub use schema::{Event, MAX_EVENT_BODY, MAX_EVENT_NAMES, MAX_EVENT_TEXT, SCHEMA_VERSION};
+pub use ring::{RING_BODY, RING_BYTES, RING_EVENTS};
+pub use schema::{
+    Event, MAX_EVENT_BODY, MAX_EVENT_EXCERPT, MAX_EVENT_NAMES, MAX_EVENT_TEXT, SCHEMA_VERSION,
+    excerpt,
+};
 pub use writer::{BACKOFF, BATCH_MAX, DEFAULT_HOLD, FLUSH_AT_EXIT, LINGER, REDIS_TIMEOUT};
 
 use crate::util::{lock, now_ms, redact_urls};
@@ -88,6 +95,9 @@ struct Inner {
     agent_id: String,
     bodies: bool,
     redis: bool,
+    /// The latest events; its lock is held while an event is numbered and handed on, so that
+    /// every consumer (the ring, subscribers, Redis) sees events in `seq` order.
+    ring: Mutex<ring::Ring>,
     seq: AtomicU64,
     queue: Option<mpsc::Sender<Arc<str>>>,
     live: broadcast::Sender<Arc<str>>,
@@ -142,6 +152,7 @@ impl Events {
                 agent_id,
                 bodies,
                 redis: queue.is_some(),
+                ring: Mutex::default(),
                 seq: AtomicU64::new(0),
                 queue,
                 live,
@@ -174,15 +185,19 @@ impl Events {
     }
 
     /// Stamps and sends an event, within its bounds ([`Event::bounded`]: what the observers,
-    /// subscribers, the dashboard and Redis see). Never waits; a full queue drops the event and
-    /// counts it.
+    /// the ring, subscribers, the dashboard and Redis see). Never waits but for the few
+    /// microseconds another emit holds the order; a full queue drops the event and counts it.
     pub fn emit(&self, event: Event) {
         let mut event = event.bounded();
         let inner = &self.inner;
         event.v = SCHEMA_VERSION;
+        event.agent_id.clone_from(&inner.agent_id);
+        // One event at a time from its number to its queueing: two calls finishing together
+        // once reached subscribers out of `seq` order, and a consumer that skips what it has
+        // seen (the dashboard's model) lost the lower one.
+        let mut ring = lock(&inner.ring);
         event.ts = now_ms();
         event.seq = inner.seq.fetch_add(1, Ordering::Relaxed);
-        event.agent_id.clone_from(&inner.agent_id);
         if let Some(observer) = inner.observer.get() {
             observer.observe(&event);
         }
@@ -191,18 +206,32 @@ impl Events {
             Err(_) => return,
         };
         inner.stats.emitted.fetch_add(1, Ordering::Relaxed);
-        tracing::debug!(target: "ptc_sidecar::events", "{json}");
+        match event.slim(RING_BODY).map(|e| serde_json::to_string(&e)) {
+            Some(Ok(slim)) => ring.push(slim.into()),
+            Some(Err(_)) => {}
+            None => ring.push(json.clone()),
+        }
         let _ = inner.live.send(json.clone());
         if let Some(queue) = &inner.queue
-            && queue.try_send(json).is_err()
+            && queue.try_send(json.clone()).is_err()
         {
             inner.stats.dropped.fetch_add(1, Ordering::Relaxed);
         }
+        drop(ring);
+        tracing::debug!(target: "ptc_sidecar::events", "{json}");
     }
 
     /// Every event from now on, as JSON text.
     pub fn subscribe(&self) -> broadcast::Receiver<Arc<str>> {
         self.inner.live.subscribe()
+    }
+
+    /// The latest events kept since start ([`ring`]: at most [`RING_EVENTS`] and
+    /// [`RING_BYTES`], oldest first) and every event after them: none missed between the two,
+    /// none in both.
+    pub fn recent_and_subscribe(&self) -> (Vec<Arc<str>>, broadcast::Receiver<Arc<str>>) {
+        let ring = lock(&self.inner.ring);
+        (ring.events(), self.inner.live.subscribe())
     }
 
     pub fn stats(&self) -> &Stats {
@@ -251,5 +280,66 @@ mod tests {
             first["seq"].as_u64().unwrap() + 1
         );
         assert!(first["ts"].as_u64().unwrap() > 1_700_000_000_000);
+    }
+
+    #[tokio::test]
+    async fn the_recent_events_are_kept_from_start_and_follow_on_from_the_live_ones() {
+        let events = Events::local("agent-1");
+        for i in 0..3 {
+            let mut e = Event::new("exec.started");
+            e.exec_id = Some(format!("r{i}"));
+            events.emit(e);
+        }
+        let (recent, mut rx) = events.recent_and_subscribe();
+        events.emit(Event::new("exec.finished"));
+        let seqs: Vec<u64> = recent
+            .iter()
+            .map(|j| {
+                serde_json::from_str::<Value>(j).unwrap()["seq"]
+                    .as_u64()
+                    .unwrap()
+            })
+            .collect();
+        assert_eq!(seqs, [0, 1, 2]);
+        let next: Value = serde_json::from_str(&rx.recv().await.unwrap()).unwrap();
+        assert_eq!(
+            (next["seq"].as_u64(), next["type"].as_str()),
+            (Some(3), Some("exec.finished"))
+        );
+        // A body longer than the ring keeps is cut there, whole for subscribers.
+        let mut e = Event::new("tool_call.finished");
+        e.result = Some(serde_json::json!(vec!["o".repeat(20); 150]));
+        events.emit(e);
+        let live: Value = serde_json::from_str(&rx.recv().await.unwrap()).unwrap();
+        assert_eq!(live["result"].as_array().unwrap().len(), 150);
+        let (recent, _) = events.recent_and_subscribe();
+        let kept: Value = serde_json::from_str(recent.last().unwrap()).unwrap();
+        let kept = kept["result"].as_str().unwrap();
+        assert!(
+            kept.len() < RING_BODY + 40 && kept.ends_with("[cut: 1403 more bytes]"),
+            "{kept}"
+        );
+    }
+
+    #[test]
+    fn events_emitted_at_once_from_many_threads_reach_subscribers_in_seq_order() {
+        let events = Events::local("agent-1");
+        let mut rx = events.subscribe();
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..500 {
+                        events.emit(Event::new("tool_call.finished"));
+                    }
+                });
+            }
+        });
+        let mut last = None;
+        for _ in 0..2000 {
+            let json = rx.try_recv().unwrap();
+            let seq = serde_json::from_str::<Value>(&json).unwrap()["seq"].as_u64();
+            assert!(last < seq, "{last:?} then {seq:?}");
+            last = seq;
+        }
     }
 }

@@ -29,6 +29,11 @@ pub const MAX_EVENT_SERVERS: usize = 32;
 /// the body is an excerpt of its JSON text, [`MAX_EVENT_TEXT`] long.
 pub const MAX_EVENT_BODY: usize = 64 << 10;
 
+/// Longest excerpt of a run's code, stdout or stderr an event carries (`code`, `stdout`,
+/// `stderr` with `PTC_EVENTS_BODIES`): its first and last halves ([`excerpt`]), where a
+/// program's start and its traceback are.
+pub const MAX_EVENT_EXCERPT: usize = 4096;
+
 /// One event. Fields that do not apply to a type are left out of the JSON.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Event {
@@ -127,6 +132,14 @@ pub struct Event {
     pub args: Option<Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
+    /// exec.started: an excerpt of the run's code; exec.finished: of its stdout and stderr
+    /// ([`excerpt`], [`MAX_EVENT_EXCERPT`]); only with `PTC_EVENTS_BODIES=true`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdout: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<String>,
 }
 
 impl Event {
@@ -154,7 +167,8 @@ impl Event {
 
     /// The event within its bounds: every string cut to [`MAX_EVENT_TEXT`] bytes (the strings
     /// inside `error` and the bodies too), each list of names to [`MAX_EVENT_NAMES`], each body
-    /// to [`MAX_EVENT_BODY`] of JSON; what was cut says so (`… [cut: N more bytes]`).
+    /// to [`MAX_EVENT_BODY`] of JSON, `code`, `stdout` and `stderr` to [`MAX_EVENT_EXCERPT`];
+    /// what was cut says so (`… [cut: N more bytes]`).
     pub fn bounded(mut self) -> Event {
         bound_text(&mut self.agent_id);
         for text in [
@@ -191,8 +205,60 @@ impl Event {
         for body in [&mut self.args, &mut self.result].into_iter().flatten() {
             bound_body(body);
         }
+        for text in [&mut self.code, &mut self.stdout, &mut self.stderr]
+            .into_iter()
+            .flatten()
+        {
+            if text.len() > MAX_EVENT_EXCERPT {
+                *text = excerpt(text, MAX_EVENT_EXCERPT);
+            }
+        }
         self
     }
+
+    /// A copy with `args` and `result` each within `max` bytes of JSON (an excerpt of it, as
+    /// a string), or `None` when both are already: the in-memory ring's form of a bounded
+    /// event. `code`, `stdout` and `stderr` are left as they are ([`MAX_EVENT_EXCERPT`]).
+    pub fn slim(&self, max: usize) -> Option<Event> {
+        let long = |v: &Option<Value>| v.as_ref().is_some_and(|v| json_len(v) > max);
+        if !(long(&self.args) || long(&self.result)) {
+            return None;
+        }
+        let mut slim = self.clone();
+        for body in [&mut slim.args, &mut slim.result].into_iter().flatten() {
+            if json_len(body) > max {
+                *body = Value::String(json_excerpt(body, max));
+            }
+        }
+        Some(slim)
+    }
+}
+
+/// `text` within `max` bytes: whole when it fits, else its first and last halves (on
+/// character boundaries) around a line that says how much was cut, the whole no longer than
+/// `max` (so an excerpt cut again is unchanged). For the run's side to fill `code`, `stdout`
+/// and `stderr` without copying megabytes.
+pub fn excerpt(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return text.to_string();
+    }
+    // The line saying the cut is no longer than this one, which says all of `text` was cut.
+    let said = format!("\n… [cut: {} bytes] …\n", text.len()).len();
+    let keep = max.saturating_sub(said);
+    let mut head = keep / 2;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = text.len() - (keep - keep / 2);
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    format!(
+        "{}\n… [cut: {} bytes] …\n{}",
+        &text[..head],
+        tail - head,
+        &text[tail..]
+    )
 }
 
 fn bound_text(text: &mut String) {
@@ -308,5 +374,43 @@ mod tests {
         assert_eq!(down.len(), MAX_EVENT_SERVERS + 1);
         assert_eq!(down[0], json!({"server": "gh", "error": said}));
         assert_eq!(down[MAX_EVENT_SERVERS], "… [cut: 268 more]");
+    }
+
+    #[test]
+    fn code_and_output_are_kept_as_their_first_and_last_halves() {
+        let out = format!("{}{}", "a".repeat(10_000), "Traceback: ValueError");
+        assert_eq!(excerpt("short", 10), "short");
+        assert_eq!(
+            excerpt(&"0123456789".repeat(4), 30),
+            "01\n… [cut: 35 bytes] …\n789"
+        );
+        // Never inside a character ("é" is two bytes), and never over its bound.
+        let e = excerpt(&"é".repeat(20), 28);
+        assert_eq!(e, "\n… [cut: 38 bytes] …\né");
+        for max in [0, 5, 26, 27, 28, 29, 100] {
+            assert!(excerpt(&"é".repeat(100), max).len() <= max.max(26), "{max}");
+        }
+        let mut e = Event::new("exec.finished");
+        e.stdout = Some(out.clone());
+        e.stderr = Some("fine".into());
+        let e = e.bounded();
+        let stdout = e.stdout.as_deref().unwrap();
+        assert!(stdout.len() <= MAX_EVENT_EXCERPT, "{}", stdout.len());
+        assert!(stdout.starts_with("aaaa") && stdout.ends_with("Traceback: ValueError"));
+        assert!(stdout.contains("… [cut: 5953 bytes] …"), "{stdout}");
+        // An excerpt cut again is unchanged.
+        assert_eq!(excerpt(stdout, MAX_EVENT_EXCERPT), stdout);
+        assert_eq!(e.stderr.as_deref(), Some("fine"));
+        // The ring's copy: bodies within its bound, or none made when they are.
+        assert!(e.slim(100).is_none());
+        let mut call = Event::new("tool_call.finished");
+        call.result = Some(json!({"rows": "r".repeat(5000)}));
+        let slim = call.slim(100).unwrap();
+        let result = slim.result.unwrap();
+        assert!(
+            result.as_str().unwrap().starts_with("{\"rows\":\"rrr"),
+            "{result}"
+        );
+        assert!(result.as_str().unwrap().len() < 140, "{result}");
     }
 }
