@@ -57,6 +57,11 @@ impl FinishGuard<'_> {
         e.duration_ms = Some(result.duration_ms);
         e.stdout_bytes = Some(result.stdout.len());
         e.stderr_bytes = Some(result.stderr.len());
+        if self.events.bodies() {
+            use crate::events::{MAX_EVENT_EXCERPT, excerpt};
+            e.stdout = Some(excerpt(&result.stdout, MAX_EVENT_EXCERPT));
+            e.stderr = Some(excerpt(&result.stderr, MAX_EVENT_EXCERPT));
+        }
         e.tool_calls = Some(result.tool_calls.len());
         e.error = result
             .quota

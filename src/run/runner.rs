@@ -301,6 +301,12 @@ impl Runner {
         started.session_id = req.session.clone();
         started.for_user(req.user.as_deref());
         started.code_bytes = Some(req.code.len());
+        if events.bodies() {
+            started.code = Some(crate::events::excerpt(
+                &req.code,
+                crate::events::MAX_EVENT_EXCERPT,
+            ));
+        }
         events.emit(started);
         let (session, user) = (req.session.clone(), req.user.clone());
         let mut guard = FinishGuard {

@@ -558,6 +558,11 @@ async fn the_first_look_shows_earlier_runs_and_a_waterfall_of_long_names_that_ne
                 ),
             }
         }
+        // With the run side sending them: the run's code and stdout, as text.
+        let shown = browser
+            .script("return [document.getElementById('run-code').textContent, document.getElementById('run-stdout').textContent]")
+            .await;
+        assert_eq!(shown, json!([code, format!("{HOSTILE}\n")]));
         assert_eq!(browser.script(INJECTED).await, json!([0, 1, "undefined"]));
         // README's picture: the runs, the waterfall and the opened run's first calls.
         browser.resize(1280, 1160).await;
