@@ -1,5 +1,5 @@
 # An exec_code script against the demo MCP server (examples/mcp.json):
-#   cargo build --release && PTC_MCP_CONFIG=examples/mcp.json target/release/ptc-sidecar exec examples/demo.py
+#   cargo install --locked --path . && PTC_MCP_CONFIG=examples/mcp.json ptc-sidecar exec examples/demo.py
 # Three lookups at once, arithmetic on the results, a tool error caught: only the prints return.
 countries = await asyncio.gather(*[demo__lookup_country(code=c) for c in ["FR", "JP", "BR"]])
 for c in countries:

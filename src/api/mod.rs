@@ -163,7 +163,7 @@ async fn healthz(
     (status, body).into_response()
 }
 
-/// `GET /metrics`: the Prometheus text format (README, "Metrics").
+/// `GET /metrics`: the Prometheus text format (docs/observability.md).
 async fn metrics(State(state): State<AppState>) -> Response {
     let reload = lock(&state.reload).clone();
     let stats = state.events.stats();

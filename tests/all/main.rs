@@ -31,6 +31,7 @@ use common::support::procs;
 
 mod preview;
 mod props;
+mod readme;
 mod reload;
 mod runner;
 mod sandbox;

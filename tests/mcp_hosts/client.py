@@ -4,7 +4,7 @@ tests/all/front.rs runs it: `python3 client.py SPEC`, SPEC a JSON object:
 
     transport  "stdio" (start `command` with `args` and `env`) or "http" (`url`, `headers`)
     mode       the SDK's ConnectMode: "auto" (discover, else the handshake) or "legacy"
-    scenario   "tour", "cancel", "reload", "approve" or "list" (below)
+    scenario   "tour", "cancel", "reload", "approve", "list" or "run" (below)
     marker     a string unique to the test (the cancel scenario's process is found by it)
     manifest   the tool manifest the reload scenario rewrites
     host_tool  the name of a callback host tool the tour calls
@@ -282,6 +282,12 @@ async def listing(client, spec, out):
     out["tools"] = [t.name for t in (await client.list_tools()).tools]
 
 
+async def run_code(client, spec, out):
+    """The tools, then `spec["code"]` run once through exec_code: what it showed."""
+    out["tools"] = [t.name for t in (await client.list_tools()).tools]
+    out["shown"] = shown(await run(client, spec["code"]))
+
+
 async def main(spec):
     out = {}
     changed = anyio.Event()
@@ -318,6 +324,7 @@ async def main(spec):
                 "reload": reload,
                 "approve": approve,
                 "list": listing,
+                "run": run_code,
             }[spec["scenario"]]
             with anyio.fail_after(120):
                 await scenario(client, spec, out)
