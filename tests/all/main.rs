@@ -25,6 +25,8 @@ mod librechat_users;
 mod limits;
 mod mcp;
 mod metrics;
+mod native;
+
 use common::support::procs;
 
 mod preview;
