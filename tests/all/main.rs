@@ -26,6 +26,7 @@ mod limits;
 mod mcp;
 mod metrics;
 mod native;
+mod native_agents;
 
 use common::support::procs;
 
