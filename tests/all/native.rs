@@ -343,6 +343,16 @@ async fn a_runtime_call_is_refused_as_a_runs_call_would_be() {
         let refused = refused.unwrap_or_else(|| panic!("none refused: {x:?} {y:?} {z:?}"));
         assert_eq!(refused.1["error"]["type"], "rate_limited", "{refused:?}");
 
+        // PTC_TOOL_TIMEOUT=1: a call of 3 s ends at 1 s with the run's timeout.
+        let started = Instant::now();
+        let (status, body) = call(&s, json!({"tool": "demo__slow", "input": {"ms": 3000}})).await;
+        assert_eq!(status, 504, "{body}");
+        assert_eq!(
+            body["error"],
+            json!({"type": "timeout", "message": "demo__slow did not answer within 1 s (PTC_TOOL_TIMEOUT)"})
+        );
+        assert!(started.elapsed() < Duration::from_millis(2500), "{:?}", started.elapsed());
+
         // A tool error is the tool's, as a run's code would see it.
         let (status, body) = call(&s, json!({"tool": "demo__fail", "input": {"message": "it broke"}})).await;
         assert_eq!((status, &body["error"]), (502, &json!({"type": "tool", "message": "it broke"})));
