@@ -39,9 +39,14 @@
 //! 12. LibreChat's per-request tokens (`librechat_jwt`, `exec/librechat_jwt.rs`): a token's
 //!     verification in process and what it adds to a request over HTTP (target: at most 50 µs).
 //!
+//! 13. A runtime's call (`tools_call`, native PTC): `POST /v1/tools/call` of the demo server's
+//!     noop, timed by this client, against the same call from inside a run, timed around each
+//!     `await` in the run's code; p50 of N calls each way (1,000; 200 with `--quick`), in five
+//!     alternating rounds; the difference is what the API adds (target: at most 0.2 ms).
+//!
 //! Run: `cargo bench --bench exec` (`-- --no-peer` to skip progtc, `-- --quick` for a smoke run,
-//! `-- --only front_door`, `sandbox_on_off`, `control_on_off` or `librechat_jwt` for that
-//! workload alone).
+//! `-- --only front_door`, `sandbox_on_off`, `control_on_off`, `librechat_jwt` or `tools_call`
+//! for that workload alone).
 //! The sidecars inherit this process's environment: `PTC_SANDBOX=off cargo bench --bench exec`
 //! measures workloads 1–5 without the sandbox.
 
@@ -203,8 +208,10 @@ async fn only(name: &str, p: &Params) -> Value {
         "sandbox_on_off" => sandbox_on_off(&http, host, p).await,
         "control_on_off" => control_on_off(&http, host, p).await,
         "librechat_jwt" => librechat_jwt::librechat_jwt(&http, host).await,
+        "tools_call" => tools_call(&http, host, p).await,
         other => json!({"error": format!(
-            "--only takes front_door, sandbox_on_off, control_on_off or librechat_jwt, not {other}"
+            "--only takes front_door, sandbox_on_off, control_on_off, librechat_jwt or \
+             tools_call, not {other}"
         )}),
     }
 }
@@ -240,7 +247,9 @@ async fn bench_sidecar(p: &Params) -> Value {
     let sandbox = sandbox_on_off(&http, host, p).await;
     let front = front_door(&http, host, p).await;
     let control = control_on_off(&http, host, p).await;
+    let native = tools_call(&http, host, p).await;
     json!({
+        "tools_call": native,
         "front_door": front,
         "control_on_off": control,
         "sessions": sessions,
@@ -743,5 +752,61 @@ async fn front_door(http: &reqwest::Client, host: std::net::SocketAddr, p: &Para
         "print_p50_ms": {"http": round(ph), "mcp_stdio": round(pm), "added_ms": round(pm - ph)},
         "gather100_median_ms": {"http": round(gh), "mcp_stdio": round(gm), "added_ms": round(gm - gh)},
         "target_added_ms": 0.3,
+    })
+}
+
+/// Workload 13: the demo server's noop called `seq_k` times through `POST /v1/tools/call` (each
+/// request timed here) and `seq_k` times from inside runs (each `await` timed in the code), in
+/// five alternating rounds; the p50 of each, and what the API adds.
+async fn tools_call(http: &reqwest::Client, host: std::net::SocketAddr, p: &Params) -> Value {
+    const ROUNDS: usize = 5;
+    let sidecar = start_sidecar_with(host, &[]);
+    wait_up(http, &sidecar).await;
+    let per_round = p.seq_k.div_ceil(ROUNDS);
+    let in_run = format!(
+        "import json, time\nts = []\nfor _ in range({per_round}):\n    t = time.perf_counter()\n    \
+         await demo__noop()\n    ts.append((time.perf_counter() - t) * 1e3)\nprint(json.dumps(ts))\n"
+    );
+    let url = format!("{}/v1/tools/call", sidecar.url);
+    let body = json!({"tool": "demo__noop", "input": {}, "caller": "runtime"});
+    let call = || async {
+        let t = Instant::now();
+        let r: Value = http
+            .post(&url)
+            .json(&body)
+            .send()
+            .await
+            .expect("tools/call request")
+            .json()
+            .await
+            .expect("tools/call answer");
+        let took = t.elapsed().as_secs_f64() * 1e3;
+        assert!(r.get("result").is_some(), "tools/call failed: {r}");
+        took
+    };
+    for _ in 0..50 {
+        call().await;
+    }
+    exec(http, &sidecar.url, &in_run).await;
+    let (mut api, mut run) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        for _ in 0..per_round {
+            api.push(call().await);
+        }
+        let (_, r) = exec(http, &sidecar.url, &in_run).await;
+        let times: Vec<f64> = serde_json::from_str(r["stdout"].as_str().unwrap_or("[]").trim())
+            .expect("the run's times");
+        assert_eq!(times.len(), per_round, "{r}");
+        run.extend(times);
+    }
+    let (a, r) = (
+        percentile(&mut api.clone(), 50.0),
+        percentile(&mut run.clone(), 50.0),
+    );
+    json!({
+        "calls": {"api": api.len(), "in_run": run.len()},
+        "p50_ms": {"api": round(a), "in_run": round(r), "added_ms": round(a - r)},
+        "p99_ms": {"api": round(percentile(&mut api, 99.0)), "in_run": round(percentile(&mut run, 99.0))},
+        "target_added_ms": 0.2,
     })
 }

@@ -20,8 +20,8 @@ use crate::otel::{Otel, OtelError};
 use crate::reload::{ReloadStatus, Reloader, WatchError};
 use crate::render::Snapshot;
 use crate::run::{
-    Approvals, Backends, Limiter, Limits, McpCaller, PythonError, Runner, RunnerConfig,
-    SCRATCH_DIR, SandboxSettings, ScratchQuota, ShapesConfig, resolve_python,
+    Approvals, Backends, CallLimits, Limiter, Limits, McpCaller, Native, PythonError, Runner,
+    RunnerConfig, SCRATCH_DIR, SandboxSettings, ScratchQuota, ShapesConfig, resolve_python,
 };
 use crate::sandbox;
 use crate::session::{SessionConfig, Sessions};
@@ -209,8 +209,16 @@ impl Sidecar {
         let mcp = start_hub(&config, &shutdown).await?;
         let (snapshots, snapshot) = watch::channel(first_snapshot(&config, saved, mcp.as_ref())?);
         let events = start_events(&config, &shutdown)?;
+        let backends = backends(&config, &events, &mcp)?;
+        // A runtime's calls (POST /v1/tools/call) share the runs' approvals, limits and
+        // servers, with PTC on or off.
+        let limits = CallLimits {
+            max_calls: MAX_CALLS_PER_RUN,
+            max_in_flight: MAX_IN_FLIGHT_PER_RUN,
+        };
+        let native = Native::new(backends.clone(), snapshot.clone(), limits);
         let running = if config.enabled {
-            start_runner(&config, &snapshot, &events, &mcp, &shutdown).await?
+            start_runner(&config, &snapshot, backends, &shutdown).await?
         } else {
             Running::default()
         };
@@ -219,6 +227,7 @@ impl Sidecar {
             config: Arc::new(config),
             snapshot,
             runner: running.runner,
+            native,
             sessions: running.sessions,
             artifacts: running.artifacts,
             mcp,
@@ -290,17 +299,9 @@ struct Running {
     owned: Option<OwnedDir>,
 }
 
-/// The interpreter, the runtime directory, the runner on the first snapshot, and the session
-/// and artifact stores with their sweepers.
-async fn start_runner(
-    config: &Config,
-    snapshot: &watch::Receiver<Arc<Snapshot>>,
-    events: &Events,
-    mcp: &Option<Hub>,
-    shutdown: &CancellationToken,
-) -> Result<Running, StartError> {
-    let python = resolve_python(&config.python).await?;
-    let (dir, owned) = runtime_dir(config)?;
+/// What every tool call goes to, a run's or a runtime's: the MCP servers, the approvals
+/// (`PTC_APPROVE_*`), the limits per tool (`PTC_TOOL_LIMITS`), the events.
+fn backends(config: &Config, events: &Events, mcp: &Option<Hub>) -> Result<Backends, StartError> {
     let mut backends = Backends::new(config.tool_timeout);
     backends.events = events.clone();
     backends.mcp = mcp.clone().map(|hub| Arc::new(hub) as Arc<dyn McpCaller>);
@@ -310,6 +311,20 @@ async fn start_runner(
         Some(LimitsSource::Inline(rules)) => rules.clone(),
         Some(LimitsSource::File(path)) => LimitRules::read(path)?,
     }));
+    Ok(backends)
+}
+
+/// The interpreter, the runtime directory, the runner on the first snapshot (its calls on
+/// `backends`, with the search model), and the session and artifact stores with their
+/// sweepers.
+async fn start_runner(
+    config: &Config,
+    snapshot: &watch::Receiver<Arc<Snapshot>>,
+    mut backends: Backends,
+    shutdown: &CancellationToken,
+) -> Result<Running, StartError> {
+    let python = resolve_python(&config.python).await?;
+    let (dir, owned) = runtime_dir(config)?;
     if let Some(model) = &config.search_model {
         let embeddings =
             Embeddings::load(model, config.state_dir.as_deref(), shutdown.child_token()).await?;
@@ -451,7 +466,8 @@ fn start_reloader(
         snapshots: snapshots.clone(),
         events: state.events.clone(),
         status: state.reload.clone(),
-        limiter: state.runner.as_ref().map(|r| r.limiter().clone()),
+        // The runs' and the runtimes' calls share it.
+        limiter: Some(state.native.limiter().clone()),
     }
     .spawn(shutdown.child_token())?;
     Ok(())
@@ -486,6 +502,12 @@ impl Sidecar {
 /// (a second signal). Then cancel the shutdown token: the server, MCP servers, fork servers
 /// and warm children stop, and [`Sidecar::flush`] sends the last events.
 pub async fn drain(state: &AppState, grace: Duration, stop_now: impl std::future::Future) {
+    // A runtime's call waiting for a person is denied as a run's is (with PTC on, the runner's
+    // close does the same on the same approvals).
+    state
+        .native
+        .approvals()
+        .close(crate::run::runner::SHUTTING_DOWN_APPROVAL);
     let Some(runner) = &state.runner else {
         return;
     };

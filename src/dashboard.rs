@@ -424,6 +424,13 @@ impl Model {
         call.error = error;
         call.result_bytes = e["result_bytes"].as_u64();
         call.result = result;
+        // A runtime's calls (native PTC: `caller` set) have no exec.* events: their run is as
+        // its calls went, `error` once one failed, and lasts until its last call ended.
+        if e["caller"].is_string() {
+            let failed = run.calls.iter().any(|c| c.ok == Some(false));
+            run.status = Some(if failed { "error" } else { "ok" }.to_string());
+            run.duration_ms = Some(ts.saturating_sub(run.started_ms) as f64);
+        }
     }
 
     fn count_call(&mut self, agent: &str, tool: &str, ok: bool, duration: Option<f64>) {
@@ -680,6 +687,39 @@ mod tests {
         ] {
             model.fold(&e);
         }
+    }
+
+    #[test]
+    fn a_runtimes_calls_make_a_run_that_is_not_left_running() {
+        let mut m = Model::default();
+        let call = |kind: &str, ts: u64, id: &str, ok: Option<bool>| {
+            let mut e = json!({"type": kind, "agent_id": "a1", "exec_id": "n0", "ts": ts,
+                               "call_id": id, "tool": "get", "source": "mcp",
+                               "caller": "program", "caller_id": "call_prog_1"});
+            if let Some(ok) = ok {
+                e["ok"] = json!(ok);
+                e["duration_ms"] = json!(5.0);
+            }
+            e
+        };
+        m.fold(&call("tool_call.started", 1000, "n0-0", None));
+        m.fold(&call("tool_call.finished", 1005, "n0-0", Some(true)));
+        let run = |m: &Model| m.view(2000, &Filter::default(), 10)["runs"][0].clone();
+        assert_eq!(
+            (run(&m)["status"].clone(), run(&m)["duration_ms"].clone()),
+            (json!("ok"), json!(5.0))
+        );
+        m.fold(&call("tool_call.started", 1010, "n0-1", None));
+        m.fold(&call("tool_call.finished", 1030, "n0-1", Some(false)));
+        assert_eq!(
+            (run(&m)["status"].clone(), run(&m)["duration_ms"].clone()),
+            (json!("error"), json!(30.0))
+        );
+        let agents = m.view(2000, &Filter::default(), 10)["agents"]["a1"].clone();
+        assert_eq!(
+            (agents["running"].clone(), agents["recent_failed"].clone()),
+            (json!(0), json!(1))
+        );
     }
 
     #[test]

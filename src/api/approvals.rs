@@ -7,7 +7,7 @@
 //! over) is 404. Owns the HTTP side only: the waiting and the deciding are `run::approval`'s.
 
 use super::error::{ApiError, json_body};
-use crate::run::{Decision, Runner};
+use crate::run::{Approvals, Decision};
 use axum::extract::{Path, Request, State};
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
@@ -20,12 +20,12 @@ use serde_json::{Value, json};
 const MAX_ANSWER_BYTES: usize = 16 << 10;
 
 /// `GET /v1/approvals` and `POST /v1/approvals/{id}`; the caller puts `PTC_API_KEY` in front.
-pub fn router<S>(runner: Runner) -> Router<S> {
+pub fn router<S>(approvals: Approvals) -> Router<S> {
     Router::new()
         .route("/v1/approvals", get(list))
         .route("/v1/approvals/{id}", post(answer))
         .route("/v1/approvals/{id}/args", get(args))
-        .with_state(runner)
+        .with_state(approvals)
 }
 
 #[derive(Deserialize)]
@@ -39,8 +39,7 @@ struct Answer {
     by: Option<String>,
 }
 
-async fn list(State(runner): State<Runner>) -> Json<Value> {
-    let approvals = runner.approvals();
+async fn list(State(approvals): State<Approvals>) -> Json<Value> {
     Json(json!({
         "approvals": approvals.list(),
         "timeout_seconds": approvals.timeout().as_secs(),
@@ -49,9 +48,11 @@ async fn list(State(runner): State<Runner>) -> Json<Value> {
 }
 
 /// One waiting call's whole arguments, as JSON, shared with the waiting call (not copied).
-async fn args(State(runner): State<Runner>, Path(id): Path<String>) -> Result<Response, ApiError> {
-    let args = runner
-        .approvals()
+async fn args(
+    State(approvals): State<Approvals>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let args = approvals
         .args(&id)
         .map_err(|e| ApiError::NotFound(e.to_string()))?;
     let body = axum::body::Body::from(args.json().to_owned());
@@ -59,7 +60,7 @@ async fn args(State(runner): State<Runner>, Path(id): Path<String>) -> Result<Re
 }
 
 async fn answer(
-    State(runner): State<Runner>,
+    State(approvals): State<Approvals>,
     Path(id): Path<String>,
     request: Request,
 ) -> Result<Json<Value>, ApiError> {
@@ -75,8 +76,7 @@ async fn answer(
         door: "http",
         by: answer.by,
     };
-    let approval = runner
-        .approvals()
+    let approval = approvals
         .decide(&id, decision)
         .map_err(|e| ApiError::NotFound(e.to_string()))?;
     Ok(Json(json!({

@@ -7,6 +7,7 @@
 //! the answers that are not refusals: a LibreChat run that failed is a `200` with
 //! `status: "error"` (the handlers build those).
 
+use crate::run::CallError;
 use axum::Json;
 use axum::body::to_bytes;
 use axum::extract::Request;
@@ -78,6 +79,11 @@ pub enum ApiError {
     /// takes no new ones.
     #[error(transparent)]
     ShuttingDown(#[from] crate::run::ShuttingDown),
+    /// A runtime's tool call (`POST /v1/tools/call`) refused or failed: its `type` is the
+    /// error a run's code would get (`input` 400, `unknown_tool` 404, `denied` 403,
+    /// `rate_limited` and `limit` 429, `tool` 502, `unavailable` 503, `timeout` 504).
+    #[error(transparent)]
+    Call(#[from] crate::run::CallError),
 }
 
 /// A continuation's `tool_results` against the calls its round asked for.
@@ -112,6 +118,15 @@ impl ApiError {
             ApiError::UnsupportedLang { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ApiError::ShuttingDown(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Call(e) => match e {
+                CallError::Input(_) => StatusCode::BAD_REQUEST,
+                CallError::UnknownTool(_) => StatusCode::NOT_FOUND,
+                CallError::Denied(_) => StatusCode::FORBIDDEN,
+                CallError::RateLimited(_) | CallError::Limit(_) => StatusCode::TOO_MANY_REQUESTS,
+                CallError::Tool(_) => StatusCode::BAD_GATEWAY,
+                CallError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+                CallError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            },
         }
     }
 
@@ -132,6 +147,7 @@ impl ApiError {
             ApiError::UnsupportedLang { .. } => "unsupported_capability",
             ApiError::RateLimited { .. } => "rate_limited",
             ApiError::ShuttingDown(_) => "shutting_down",
+            ApiError::Call(e) => e.kind(),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The control API the agent runtime talks to: `GET /v1/tools` and `GET /healthz` here;
-//! `POST /v1/exec_code` with its attached stream in [`exec`], `GET /v1/events` in [`events`],
+//! `POST /v1/exec_code` with its attached stream in [`exec`], `POST /v1/tools/call` (a
+//! runtime's one call, native PTC) in [`tools_call`], `GET /v1/events` in [`events`],
 //! the LibreChat-compatible continuation protocol in [`librechat`].
 //!
 //! Owns HTTP concerns only (routes, auth, status codes, caching headers); what the body says
@@ -22,6 +23,7 @@ mod session_files;
 mod sessions;
 mod sse;
 mod state;
+mod tools_call;
 mod workspace;
 
 pub use auth::log_startup;
@@ -30,7 +32,7 @@ pub use error::{ApiError, ResultsError};
 pub use state::AppState;
 
 use crate::metrics::Gauges;
-use crate::render::{Format, llm_tools, note_sessions};
+use crate::render::{Format, NativeError, llm_tools, native_tools, note_sessions};
 use crate::util::lock;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -76,9 +78,12 @@ pub fn router(state: AppState) -> Router {
             _ => Router::new(),
         })
         .merge(match &state.runner {
-            Some(runner) => front::router(state.clone()).merge(approvals::router(runner.clone())),
+            Some(_) => front::router(state.clone()),
             None => Router::new(),
         })
+        // A runtime's calls (native PTC) wait for people too, with PTC on or off.
+        .merge(approvals::router(state.native.approvals().clone()))
+        .merge(tools_call::router(state.native.clone()))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             auth::require_key,
@@ -212,6 +217,8 @@ struct ToolsQuery {
     /// The runtime sends `session_id`: the `exec_code` description says that state persists.
     #[serde(default)]
     sessions: bool,
+    /// `native`: the provider runs the model's code (`render::native_tools`).
+    ptc: Option<String>,
 }
 
 async fn tools(
@@ -225,15 +232,32 @@ async fn tools(
         .unwrap_or("anthropic")
         .parse::<Format>()
         .map_err(|e| ApiError::BadRequest(e.to_string()))?;
+    let native = match q.ptc.as_deref() {
+        None => false,
+        Some("native") if format == Format::Mcp => {
+            return Err(ApiError::BadRequest(NativeError::Mcp.to_string()));
+        }
+        Some("native") => true,
+        Some(other) => {
+            return Err(ApiError::BadRequest(
+                NativeError::Unknown(other.to_string()).to_string(),
+            ));
+        }
+    };
     let snap = state.current();
     let etag = snap.catalog.etag();
     let mut response = if if_none_match(&headers, &etag) {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
-        let mut tools = llm_tools(&snap.catalog, &snap.rendered, format, state.config.timeout);
-        if q.sessions {
-            note_sessions(&mut tools);
-        }
+        let tools = if native {
+            native_tools(&snap.catalog, format).map_err(|e| ApiError::BadRequest(e.to_string()))?
+        } else {
+            let mut tools = llm_tools(&snap.catalog, &snap.rendered, format, state.config.timeout);
+            if q.sessions {
+                note_sessions(&mut tools);
+            }
+            tools
+        };
         Json(json!({
             "version": snap.catalog.version,
             "etag": etag,

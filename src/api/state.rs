@@ -9,7 +9,7 @@ use crate::mcp::Hub;
 use crate::metrics::Metrics;
 use crate::reload::ReloadStatus;
 use crate::render::Snapshot;
-use crate::run::Runner;
+use crate::run::{Native, Runner};
 use crate::session::Sessions;
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -21,6 +21,8 @@ pub struct AppState {
     pub snapshot: watch::Receiver<Arc<Snapshot>>,
     /// Present when PTC is on.
     pub runner: Option<Runner>,
+    /// A runtime's tool calls (`POST /v1/tools/call`), with PTC on or off.
+    pub native: Native,
     /// Where runs keep their files across requests; present with the runner.
     pub sessions: Option<Sessions>,
     /// The files of runs without a session (`save_file`, a cut stream's whole output), one

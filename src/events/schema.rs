@@ -66,6 +66,14 @@ pub struct Event {
     pub tenant_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub call_id: Option<String>,
+    /// tool_call.*: who made a call a runtime sent (`POST /v1/tools/call`): `runtime`, or the
+    /// provider's caller (`code_execution_20260120`, `program`); absent for a run's own code.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
+    /// The provider's id of the code that made the call (Anthropic's `tool_id`, OpenAI's
+    /// `caller_id`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub caller_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tool: Option<String>,
     /// `mcp` or `host`.
@@ -180,6 +188,8 @@ impl Event {
             &mut self.sub,
             &mut self.tenant_id,
             &mut self.call_id,
+            &mut self.caller,
+            &mut self.caller_id,
             &mut self.tool,
             &mut self.approval_id,
             &mut self.by,

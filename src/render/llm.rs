@@ -1,8 +1,10 @@
 //! The tool list an agent runtime hands its LLM, in the provider's shape: the direct tools with
-//! their full schemas, plus `exec_code` when PTC is on.
+//! their full schemas, plus `exec_code` when PTC is on; or, for native PTC (the provider runs
+//! the model's code: [`native_tools`]), the direct tools, the provider's code tool and every
+//! PTC tool with its full schema, callable from that code.
 
 use super::description::Rendered;
-use crate::catalog::Catalog;
+use crate::catalog::{Catalog, Class, Tool};
 use serde_json::{Value, json};
 use std::str::FromStr;
 use std::time::Duration;
@@ -18,6 +20,19 @@ pub enum Format {
     /// `[{type: "function", function: {name, description, parameters}}]` (chat completions)
     Openai,
     /// `[{name, description, inputSchema}]` (MCP `tools/list`)
+    Mcp,
+}
+
+/// The version of Anthropic's code execution tool native lists offer, and the caller that
+/// `allowed_callers` names.
+pub const ANTHROPIC_CODE_EXECUTION: &str = "code_execution_20260120";
+
+/// A `?ptc=` that is not `native`, or `native` for a format no provider runs code for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NativeError {
+    #[error("unknown ptc {0:?}; expected native (or leave it out for exec_code)")]
+    Unknown(String),
+    #[error("ptc=native is for format=anthropic or format=openai: no provider runs code for mcp")]
     Mcp,
 }
 
@@ -98,6 +113,59 @@ pub fn note_sessions(tools: &mut Value) {
             d.push_str(SESSIONS_NOTE);
         }
     }
+}
+
+/// The name a tool is offered by: a direct tool's own, a PTC tool's Python name (what code
+/// calls it by, in the sidecar's runs and in a provider's container alike). A runtime's call
+/// may name it by either (`run::native::lookup`).
+pub fn offered_name(tool: &Tool) -> &str {
+    match tool.class {
+        Class::Ptc => &tool.python_name,
+        Class::Direct => &tool.name,
+    }
+}
+
+/// The tool list for native PTC (`GET /v1/tools?ptc=native`): the direct tools as
+/// [`llm_tools`] has them, then, when there are PTC tools, the provider's code tool and each
+/// PTC tool with its whole input schema, callable only from the provider's code. Anthropic:
+/// `{"type": "code_execution_20260120", "name": "code_execution"}` and
+/// `allowed_callers: ["code_execution_20260120"]`; OpenAI (Responses API function tools,
+/// `{type: "function", name, description, parameters, strict: false}`):
+/// `{"type": "programmatic_tool_calling"}` and `allowed_callers: ["programmatic"]`. No
+/// `exec_code`: the provider runs the code.
+pub fn native_tools(catalog: &Catalog, format: Format) -> Result<Value, NativeError> {
+    let entry = |t: &Tool, callers: Option<&str>| {
+        let name = offered_name(t);
+        let mut e = match format {
+            Format::Anthropic => {
+                json!({"name": name, "description": t.description, "input_schema": t.input_schema})
+            }
+            // Not strict: a catalog's schemas are whatever its servers wrote, and strict mode
+            // takes only a subset of JSON Schema; the sidecar checks every call's arguments.
+            _ => json!({
+                "type": "function", "name": name, "description": t.description,
+                "parameters": t.input_schema, "strict": false
+            }),
+        };
+        if let Some(caller) = callers {
+            e["allowed_callers"] = json!([caller]);
+        }
+        e
+    };
+    let (code_tool, caller) = match format {
+        Format::Anthropic => (
+            json!({"type": ANTHROPIC_CODE_EXECUTION, "name": "code_execution"}),
+            ANTHROPIC_CODE_EXECUTION,
+        ),
+        Format::Openai => (json!({"type": "programmatic_tool_calling"}), "programmatic"),
+        Format::Mcp => return Err(NativeError::Mcp),
+    };
+    let mut tools: Vec<Value> = catalog.direct().map(|t| entry(t, None)).collect();
+    if catalog.ptc().next().is_some() {
+        tools.push(code_tool);
+        tools.extend(catalog.ptc().map(|t| entry(t, Some(caller))));
+    }
+    Ok(Value::Array(tools))
 }
 
 fn shape(format: Format, name: &str, description: &str, schema: &Value) -> Value {

@@ -20,7 +20,10 @@ pub mod ty;
 pub mod unavailable;
 
 pub use description::{Rendered, render};
-pub use llm::{EXEC_CODE, Format, SESSIONS_NOTE, llm_tools, note_sessions};
+pub use llm::{
+    EXEC_CODE, Format, NativeError, SESSIONS_NOTE, llm_tools, native_tools, note_sessions,
+    offered_name,
+};
 
 use crate::catalog::Catalog;
 

@@ -13,7 +13,7 @@ use super::files::{FileError, Files, RunFile};
 use super::limits::{Admitted, Limiter, RunCounts};
 use super::prepare::Prepared;
 use super::shapes::{ChosenWords, Shapes};
-use crate::catalog::{Origin, Tool};
+use crate::catalog::{Catalog, Origin, Tool};
 use crate::embed::Embeddings;
 use crate::events::{Event, Events};
 use crate::render::Snapshot;
@@ -55,6 +55,10 @@ pub struct RunCtx {
     pub session: Option<String>,
     /// The LibreChat user the run is for, for its events.
     pub user: Option<Arc<crate::identity::User>>,
+    /// Who made the run's calls when not its own code: a runtime's call (`run::native`), by
+    /// `runtime` or the provider's caller (`code_execution_20260120`, `program`) and its id;
+    /// put on the calls' events.
+    pub caller: Option<(String, Option<String>)>,
     /// Where `save_file` stores; `None`: it is not available to this run.
     pub files: Option<Files>,
     /// What `save_file` stored, in order.
@@ -96,6 +100,7 @@ impl RunCtx {
             id,
             session: None,
             user: None,
+            caller: None,
             files: None,
             saved: Mutex::new(Vec::new()),
             span: SpanContext::for_run(None),
@@ -229,12 +234,29 @@ impl Calls {
 
     /// One tool call of a run: limits, lookup, argument check, backend.
     pub async fn call(&self, run: &RunCtx, tool: &str, args: Value) -> Result<Value, CallError> {
+        let from_code = Arrival {
+            lookup: dispatch::lookup,
+            span: None,
+        };
+        self.call_as(run, tool, args, from_code).await
+    }
+
+    /// [`Calls::call`] of a call that did not come from the run's code (a runtime's:
+    /// `run::native`): the same steps, with the tool looked up and the call's span made as
+    /// `arrival` says.
+    pub async fn call_as(
+        &self,
+        run: &RunCtx,
+        tool: &str,
+        args: Value,
+        arrival: Arrival,
+    ) -> Result<Value, CallError> {
         let n = run.count_call(tool)?;
         let id = format!("{}-{n}", run.id);
-        let span = run.span.child();
+        let span = arrival.span.unwrap_or_else(|| run.span.child());
         let events = self.events();
         let catalog = &run.snapshot.catalog;
-        let found = match dispatch::lookup(catalog, tool)
+        let found = match (arrival.lookup)(catalog, tool)
             .and_then(|t| dispatch::check_args(&run.prepared.validators, t, &args).map(|()| t))
         {
             Ok(found) => found,
@@ -392,6 +414,17 @@ impl Calls {
     }
 }
 
+/// How a call is looked up: [`dispatch::lookup`] for a run's code (PTC tools only).
+pub type Lookup = for<'c> fn(&'c Catalog, &str) -> Result<&'c Tool, CallError>;
+
+/// Where a call came from, as [`Calls::call_as`] needs it.
+pub struct Arrival {
+    /// How the tool is found by the name the call gives.
+    pub lookup: Lookup,
+    /// The call's own span; `None`: a child of the run's.
+    pub span: Option<SpanContext>,
+}
+
 /// The `tool_call.started` of a call on its way to `source`.
 fn started_event(
     run: &RunCtx,
@@ -418,6 +451,10 @@ fn call_event(kind: &'static str, run: &RunCtx, span: &SpanContext, id: &str, to
     e.session_id = run.session.clone();
     e.for_user(run.user.as_deref());
     e.in_span(span);
+    if let Some((caller, caller_id)) = &run.caller {
+        e.caller = Some(caller.clone());
+        e.caller_id.clone_from(caller_id);
+    }
     e.call_id = Some(id.to_string());
     e.tool = Some(tool.to_string());
     e

@@ -23,6 +23,7 @@
 //! | `pool` | where a child comes from: warm, forked or cold; the refill loop | `child`, `zygote`, `prepare` |
 //! | `calls` | the live runs by token, [`calls::RunCtx`], [`CallRecord`], `call(run, tool, args)`: limits, approval, dispatch | `approval`, `clock`, `dispatch`, `limits`, `prepare`, `shapes` |
 //! | `ipc` | the IPC bridge (`/call`, `/tool_call`, `/bash/{tool}`, `/file`, `/search`, `/describe`): the loopback listener and each run's own ([`ipc::Bridge`]), their bounds | `calls`, `dispatch`, `bash`, `files`, `shapes` |
+//! | `native` | a runtime's call (native PTC, `POST /v1/tools/call`) through `calls`' path: which run it belongs to (the provider's program, or the call alone), [`native::lookup`] of any catalog tool | `approval`, `calls`, `clock`, `dispatch`, `limits`, `prepare`, `shapes` |
 //! | `live` | the sessions' live interpreters: which run takes which, eviction, idle expiry, [`live::Lost`] | `child`, `ipc`, `output`, `prepare` |
 //! | `request` | what a run is asked and gives back: [`RunnerConfig`], [`ExecRequest`], [`ExecResult`], the `/mnt/data` rewrite | `calls`, `child`, `confine`, `dispatch`, `files`, `live`, `output`, `scratch`, `shapes` |
 //! | `turn` | a run's turn on an interpreter: a fresh child or a session's live one, its end of the bridge, how its output ends | `child`, `clock`, `files`, `ipc`, `live`, `output`, `pool`, `prepare`, `request`, `zygote` |
@@ -49,6 +50,7 @@ pub mod guards;
 pub mod ipc;
 pub mod limits;
 pub mod live;
+pub mod native;
 pub mod output;
 pub mod pool;
 pub mod prepare;
@@ -61,13 +63,14 @@ pub mod turn;
 pub mod zygote;
 
 pub use approval::{Approval, Approvals, Decision, NotWaiting};
-pub use calls::{CallRecord, new_token};
+pub use calls::{CallLimits, CallRecord, new_token};
 pub use child::{Limits, PythonError, resolve_python};
 pub use confine::SandboxSettings;
 pub use dispatch::{Backends, CallError, McpCaller, PendingCall, closest, host_error};
 pub use files::{Budgeted, ChunkReader, FileError, FileStore, Files, NewFile, RunFile};
 pub use limits::Limiter;
 pub use live::{LiveInfo, Lost};
+pub use native::{Caller, Native, RuntimeCall};
 pub use output::OutputChunk;
 pub use request::{
     ExecRequest, ExecResult, ExecStatus, Lang, MODEL_DATA_DIR, RunnerConfig, SessionState,

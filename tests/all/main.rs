@@ -27,6 +27,9 @@ mod limits;
 mod mcp;
 mod mcp_failed;
 mod metrics;
+mod native;
+mod native_agents;
+
 use common::support::procs;
 
 mod preview;
