@@ -538,6 +538,9 @@ impl Embeddings {
         // Another catalog embedded meanwhile may have stored some of these.
         new.retain(|&i| lock(&self.inner.store).get(&keys[i]).is_none());
         let keep: HashSet<Key> = keys.iter().copied().collect();
+        // Texts of like length together across the whole catalog, not only within a chunk:
+        // each chunk sorts its own by tokens, so its batches pad little.
+        new.sort_by_key(|&i| texts[i].len());
         let progress = Progress::begin(&self.inner.progress, new.len());
         for chunk in new.chunks(4 * super::BATCH) {
             if self.inner.stop.is_cancelled() {
