@@ -1,6 +1,12 @@
 //! Part 4 of the catalogs benchmark: the search model (`PTC_SEARCH_MODEL`, issue 25) on the
-//! real catalogs (`tests/corpus` and `tests/corpus-search`, about 330 tools) and the synthetic
-//! catalogs of 1,000 and 5,000 tools.
+//! real catalogs (`tests/corpus` and `tests/corpus-search`, 255 tools) and the synthetic
+//! catalogs of 330, 1,000 and 5,000 tools.
+//!
+//! - Where embedding's time goes: the texts' lengths in tokens; on the real catalogs each
+//!   batching (order, batch size, threads) with its tokenizing and forward time and the
+//!   tokens passed with padding; on 1,000 tools the catalog embedded as before issue 38
+//!   (chunks of 128 in catalog order, each batched by bytes) and as now (sorted by bytes
+//!   across the catalog, each chunk batched by tokens).
 //!
 //! - Embedding a catalog: cold (an empty `PTC_STATE_DIR`) and from the state directory (a new
 //!   process's store over the same directory: the model loaded again, every vector read back).
@@ -15,7 +21,7 @@
 use ptc_sidecar::app::{self, Listener, Sidecar};
 use ptc_sidecar::catalog::ServerTools;
 use ptc_sidecar::config::{Config, Listen};
-use ptc_sidecar::embed::{Embeddings, MAX_TOKENS, Model, Order, installed_model_dir};
+use ptc_sidecar::embed::{BATCH, Embeddings, MAX_TOKENS, Model, Order, installed_model_dir};
 use ptc_sidecar::render::search::embedded_text;
 use ptc_sidecar::render::Snapshot;
 use ptc_sidecar::sources::SavedCatalog;
@@ -28,8 +34,8 @@ use tokio_util::sync::CancellationToken;
 /// The issue's target for one `search_tools` inside a run at 5,000 tools.
 const TARGET_RUN_SEARCH_P50: Duration = Duration::from_millis(50);
 
-/// Stands for the real catalogs (`tests/corpus` and `tests/corpus-search`, about 330 tools)
-/// among the sizes embedded.
+/// Stands for the real catalogs (`tests/corpus` and `tests/corpus-search`, 255 tools) among
+/// the sizes embedded.
 const REAL: usize = 0;
 
 /// A directory removed when dropped.
@@ -81,13 +87,13 @@ pub fn run(
     real.extend(super::support::saved_catalogs_in(
         &root.join("tests/corpus-search"),
     ));
-    breakdown(&dir, &real, 330, &snapshot);
+    breakdown(&dir, &real, REAL, &snapshot);
     breakdown(&dir, corpus, 1_000, &snapshot);
     println!(
         "\n{:<9} {:>6} {:>10} {:>9} {:>12} {:>11} {:>11}",
         "catalog", "tools", "cold s", "load ms", "from store ms", "search p50", "search p95"
     );
-    for size in [REAL, 1_000, 5_000] {
+    for size in [REAL, 330, 1_000, 5_000] {
         let servers = match size {
             REAL => super::support::synthetic::originals(&real),
             _ => super::support::synthetic::catalog(corpus, size),
@@ -155,9 +161,10 @@ pub fn run(
     ok
 }
 
-/// Where the time of embedding goes, on the real catalogs (`size` 330) or a synthetic one:
-/// the texts' lengths in tokens, then each batching (order, batch size, threads) timed
-/// embedding the same texts: tokenizing, forward passes, the tokens passed with padding.
+/// Where the time of embedding goes, on the real catalogs (`size` [`REAL`]) or a synthetic
+/// one: the texts' lengths in tokens, then each batching (order, batch size, threads) timed
+/// embedding the same texts (the real ones), or the catalog embedded as before and as now
+/// (a synthetic one).
 fn breakdown(
     dir: &Path,
     real: &[SavedCatalog],
@@ -165,7 +172,7 @@ fn breakdown(
     snapshot: &impl Fn(Vec<ServerTools>) -> Snapshot,
 ) {
     let servers = match size {
-        330 => super::support::synthetic::originals(real),
+        REAL => super::support::synthetic::originals(real),
         _ => super::support::synthetic::catalog(real, size),
     };
     let snap = snapshot(servers);
@@ -184,7 +191,7 @@ fn breakdown(
     println!(
         "\n{} texts embedded ({} tools): tokens p50 {}, p90 {}, p99 {}, max {} (cut at {MAX_TOKENS}); \
          over 64: {}, over 96: {}, over 128: {}",
-        if size == 330 { "real" } else { "synthetic" },
+        if size == REAL { "real" } else { "synthetic" },
         texts.len(),
         at(0.5),
         at(0.9),
@@ -194,7 +201,24 @@ fn breakdown(
         over(96),
         over(128)
     );
-    if size != 330 {
+    if size != REAL {
+        // What `Embeddings` does with a catalog's new tools: chunks of 4 batches (stored as
+        // each is done), before issue 38 in catalog order, now sorted by bytes first.
+        let mut by_bytes: Vec<&str> = texts.clone();
+        by_bytes.sort_by_key(|t| t.len());
+        for (label, texts, order) in [
+            ("before (catalog order; by bytes)", &texts, Order::ByBytes),
+            ("now (sorted by bytes; by tokens)", &by_bytes, Order::ByTokens),
+        ] {
+            let (t, mut padded) = (Instant::now(), 0);
+            for chunk in texts.chunks(4 * BATCH) {
+                padded += model.embed_batched(chunk, BATCH, order).unwrap().1.padded;
+            }
+            println!(
+                "    {label}: {:.1} s, {padded} tokens with padding",
+                t.elapsed().as_secs_f64()
+            );
+        }
         return;
     }
     println!(
