@@ -22,8 +22,8 @@ use ptc_sidecar::app::{self, Listener, Sidecar};
 use ptc_sidecar::catalog::ServerTools;
 use ptc_sidecar::config::{Config, Listen};
 use ptc_sidecar::embed::{BATCH, Embeddings, MAX_TOKENS, Model, Order, installed_model_dir};
-use ptc_sidecar::render::search::embedded_text;
 use ptc_sidecar::render::Snapshot;
+use ptc_sidecar::render::search::embedded_text;
 use ptc_sidecar::sources::SavedCatalog;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -208,7 +208,11 @@ fn breakdown(
         by_bytes.sort_by_key(|t| t.len());
         for (label, texts, order) in [
             ("before (catalog order; by bytes)", &texts, Order::ByBytes),
-            ("now (sorted by bytes; by tokens)", &by_bytes, Order::ByTokens),
+            (
+                "now (sorted by bytes; by tokens)",
+                &by_bytes,
+                Order::ByTokens,
+            ),
         ] {
             let (t, mut padded) = (Instant::now(), 0);
             for chunk in texts.chunks(4 * BATCH) {

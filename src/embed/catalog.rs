@@ -36,9 +36,9 @@ use tokio_util::sync::CancellationToken;
 pub const INLINE_TOOLS: usize = 64;
 
 /// How long a search waits for its catalog's vectors at most (a run's search waits no longer
-/// than the run's time left, less a second): 330 new tools take a few seconds on two cores;
-/// a catalog of thousands takes minutes, and its searches rank by words alone until then,
-/// saying so.
+/// than the run's time left, less a second): on two cores 330 new tools take 4 to 9 s and
+/// 1,000 take 17 to 24 s (`cargo bench --bench catalogs`); 5,000 take one to two minutes, and
+/// their searches rank by words alone until then, saying so.
 pub const MODEL_WAIT: Duration = Duration::from_secs(30);
 
 /// Catalog versions whose matrices are kept (the published one, the one before while its
