@@ -13,9 +13,10 @@
 //!    (up to `MAX_RICH_SUMMARY_CHARS`), and with whole first sentences and parameter notes (the
 //!    rich level, what `render` gives when it fits the budget).
 //!
-//! 4. The search model (`PTC_SEARCH_MODEL`, `catalogs/model.rs`): embedding 1,000 and 5,000
-//!    tools cold and from the state directory, one search in process, and `search_tools`
-//!    inside a run at 5,000 tools with the model and with BM25F alone.
+//! 4. The search model (`PTC_SEARCH_MODEL`, `catalogs/model.rs`): where embedding's time goes
+//!    (tokens per text, batchings, threads), embedding the real catalogs (255 tools) and 330,
+//!    1,000 and 5,000 tools cold and from the state directory, one search in process, and
+//!    `search_tools` inside a run at 5,000 tools with the model and with BM25F alone.
 //!
 //! Exits non-zero when a budgeted description is over its budget, the corpus's rich description
 //! is over the default budget, search p50 at 5,000 tools is

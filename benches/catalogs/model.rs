@@ -1,5 +1,12 @@
 //! Part 4 of the catalogs benchmark: the search model (`PTC_SEARCH_MODEL`, issue 25) on the
-//! synthetic catalogs of 1,000 and 5,000 tools.
+//! real catalogs (`tests/corpus` and `tests/corpus-search`, 255 tools) and the synthetic
+//! catalogs of 330, 1,000 and 5,000 tools.
+//!
+//! - Where embedding's time goes: the texts' lengths in tokens; on the real catalogs each
+//!   batching (order, batch size, threads) with its tokenizing and forward time and the
+//!   tokens passed with padding; on 1,000 tools the catalog embedded as before issue 38
+//!   (chunks of 128 in catalog order, each batched by bytes) and as now (sorted by bytes
+//!   across the catalog, each chunk batched by tokens).
 //!
 //! - Embedding a catalog: cold (an empty `PTC_STATE_DIR`) and from the state directory (a new
 //!   process's store over the same directory: the model loaded again, every vector read back).
@@ -14,8 +21,9 @@
 use ptc_sidecar::app::{self, Listener, Sidecar};
 use ptc_sidecar::catalog::ServerTools;
 use ptc_sidecar::config::{Config, Listen};
-use ptc_sidecar::embed::{Embeddings, installed_model_dir};
+use ptc_sidecar::embed::{BATCH, Embeddings, MAX_TOKENS, Model, Order, installed_model_dir};
 use ptc_sidecar::render::Snapshot;
+use ptc_sidecar::render::search::embedded_text;
 use ptc_sidecar::sources::SavedCatalog;
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -25,6 +33,10 @@ use tokio_util::sync::CancellationToken;
 
 /// The issue's target for one `search_tools` inside a run at 5,000 tools.
 const TARGET_RUN_SEARCH_P50: Duration = Duration::from_millis(50);
+
+/// Stands for the real catalogs (`tests/corpus` and `tests/corpus-search`, 255 tools) among
+/// the sizes embedded.
+const REAL: usize = 0;
 
 /// A directory removed when dropped.
 struct Temp(PathBuf);
@@ -69,13 +81,23 @@ pub fn run(
         "\nsearch model {} (in process, then inside runs)",
         dir.display()
     );
+    let mut ok = true;
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let mut real = corpus.to_vec();
+    real.extend(super::support::saved_catalogs_in(
+        &root.join("tests/corpus-search"),
+    ));
+    breakdown(&dir, &real, REAL, &snapshot);
+    breakdown(&dir, corpus, 1_000, &snapshot);
     println!(
-        "{:<9} {:>6} {:>10} {:>9} {:>12} {:>11} {:>11}",
+        "\n{:<9} {:>6} {:>10} {:>9} {:>12} {:>11} {:>11}",
         "catalog", "tools", "cold s", "load ms", "from store ms", "search p50", "search p95"
     );
-    let mut ok = true;
-    for size in [1_000, 5_000] {
-        let servers = super::support::synthetic::catalog(corpus, size);
+    for size in [REAL, 330, 1_000, 5_000] {
+        let servers = match size {
+            REAL => super::support::synthetic::originals(&real),
+            _ => super::support::synthetic::catalog(corpus, size),
+        };
         let snap = Arc::new(snapshot(servers.clone()));
         let state = Temp::new("state");
         let stop = CancellationToken::new();
@@ -111,7 +133,7 @@ pub fn run(
         });
         println!(
             "{:<9} {:>6} {:>10.1} {:>9.0} {:>12.0} {:>9.2}ms {:>9.2}ms",
-            "synthetic",
+            if size == REAL { "real" } else { "synthetic" },
             snap.rendered.lines.len(),
             cold.as_secs_f64(),
             ms(load),
@@ -137,6 +159,110 @@ pub fn run(
         }
     }
     ok
+}
+
+/// Where the time of embedding goes, on the real catalogs (`size` [`REAL`]) or a synthetic
+/// one: the texts' lengths in tokens, then each batching (order, batch size, threads) timed
+/// embedding the same texts (the real ones), or the catalog embedded as before and as now
+/// (a synthetic one).
+fn breakdown(
+    dir: &Path,
+    real: &[SavedCatalog],
+    size: usize,
+    snapshot: &impl Fn(Vec<ServerTools>) -> Snapshot,
+) {
+    let servers = match size {
+        REAL => super::support::synthetic::originals(real),
+        _ => super::support::synthetic::catalog(real, size),
+    };
+    let snap = snapshot(servers);
+    let texts: Vec<String> = snap
+        .rendered
+        .lines
+        .iter()
+        .map(|(name, _)| embedded_text(snap.catalog.get(name).unwrap()))
+        .collect();
+    let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+    let model = Model::load(dir).unwrap();
+    let mut lengths = model.token_counts(&texts).unwrap();
+    lengths.sort_unstable();
+    let at = |p: f64| lengths[((lengths.len() - 1) as f64 * p).round() as usize];
+    let over = |n: usize| lengths.iter().filter(|&&l| l > n).count();
+    println!(
+        "\n{} texts embedded ({} tools): tokens p50 {}, p90 {}, p99 {}, max {} (cut at {MAX_TOKENS}); \
+         over 64: {}, over 96: {}, over 128: {}",
+        if size == REAL { "real" } else { "synthetic" },
+        texts.len(),
+        at(0.5),
+        at(0.9),
+        at(0.99),
+        at(1.0),
+        over(64),
+        over(96),
+        over(128)
+    );
+    if size != REAL {
+        // What `Embeddings` does with a catalog's new tools: chunks of 4 batches (stored as
+        // each is done), before issue 38 in catalog order, now sorted by bytes first.
+        let mut by_bytes: Vec<&str> = texts.clone();
+        by_bytes.sort_by_key(|t| t.len());
+        for (label, texts, order) in [
+            ("before (catalog order; by bytes)", &texts, Order::ByBytes),
+            (
+                "now (sorted by bytes; by tokens)",
+                &by_bytes,
+                Order::ByTokens,
+            ),
+        ] {
+            let (t, mut padded) = (Instant::now(), 0);
+            for chunk in texts.chunks(4 * BATCH) {
+                padded += model.embed_batched(chunk, BATCH, order).unwrap().1.padded;
+            }
+            println!(
+                "    {label}: {:.1} s, {padded} tokens with padding",
+                t.elapsed().as_secs_f64()
+            );
+        }
+        return;
+    }
+    println!(
+        "{:<26} {:>8} {:>11} {:>10} {:>8} {:>9} {:>8}",
+        "batching", "total s", "tokenize ms", "forward s", "tokens", "padded", "tools/s"
+    );
+    let (reference, _) = model.embed_batched(&texts, 1, Order::AsGiven).unwrap();
+    let runs = [
+        ("as given, 32, all cores", Order::AsGiven, 32, 0),
+        ("by bytes, 32, all cores", Order::ByBytes, 32, 0),
+        ("by tokens, 32, all cores", Order::ByTokens, 32, 0),
+        ("by tokens, 8, all cores", Order::ByTokens, 8, 0),
+        ("by tokens, 16, all cores", Order::ByTokens, 16, 0),
+        ("by tokens, 64, all cores", Order::ByTokens, 64, 0),
+        ("by tokens, 32, one thread", Order::ByTokens, 32, 1),
+    ];
+    for (label, order, batch, threads) in runs {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        let t = Instant::now();
+        let (vectors, cost) = pool.install(|| model.embed_batched(&texts, batch, order).unwrap());
+        let took = t.elapsed();
+        // Batching changes no vector beyond float noise.
+        for (a, b) in vectors.iter().zip(&reference) {
+            let cos: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
+            assert!(cos > 0.9999, "{label}: a vector moved ({cos})");
+        }
+        println!(
+            "{:<26} {:>8.2} {:>11.0} {:>10.2} {:>8} {:>9} {:>8.1}",
+            format!("{label} ({})", pool.current_num_threads()),
+            took.as_secs_f64(),
+            ms(cost.tokenize),
+            cost.forward.as_secs_f64(),
+            cost.tokens,
+            cost.padded,
+            texts.len() as f64 / took.as_secs_f64()
+        );
+    }
 }
 
 /// Each server of `servers` as a saved `tools/list` file in `dir`.
