@@ -74,6 +74,33 @@ enum Command {
     },
 }
 
+/// `print!` of a whole text, ending quietly on a closed pipe as `out!` does.
+fn print_all(text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        done => done,
+    }
+}
+
+/// Prints a line to stdout, as `println!` does, but a reader that went away (`| head`) ends
+/// the output quietly instead of a panic: the command is done, exit 0.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if let Err(e) = writeln!(std::io::stdout().lock(), $($arg)*) {
+            if e.kind() == std::io::ErrorKind::BrokenPipe {
+                std::process::exit(0);
+            }
+            return Err(e.into());
+        }
+    }};
+}
+
 fn main() -> ExitCode {
     one_malloc_arena();
     more_open_files();
@@ -251,7 +278,7 @@ async fn dashboard(config: &Config, listen: std::net::SocketAddr) -> anyhow::Res
         .await
         .with_context(|| format!("cannot listen on {listen}"))?;
     // On stdout: the address to open (with --listen 127.0.0.1:0, the port the system chose).
-    println!(
+    out!(
         "ptc-sidecar dashboard serving on http://{}",
         listener.local_addr()?
     );
@@ -290,26 +317,32 @@ async fn print_sessions(config: &Config, json: bool) -> anyhow::Result<()> {
         anyhow::bail!("GET /v1/sessions: {status}: {body}");
     }
     if json {
-        println!("{}", serde_json::to_string_pretty(&body)?);
+        out!("{}", serde_json::to_string_pretty(&body)?);
         return Ok(());
     }
-    println!("{} live of at most {}", body["live"], body["max_live"]);
-    println!(
+    out!("{} live of at most {}", body["live"], body["max_live"]);
+    out!(
         "{:<24} {:>5} {:>6} {:>9} {:>10} {:>6} {:>10}",
-        "SESSION", "LIVE", "RUNS", "IDLE", "MEMORY", "FILES", "BYTES"
+        "SESSION",
+        "LIVE",
+        "RUNS",
+        "IDLE",
+        "MEMORY",
+        "FILES",
+        "BYTES"
     );
     for s in body["sessions"].as_array().into_iter().flatten() {
         if let Some(why) = s["unreadable"].as_str() {
             // Held out of every route (docs/SECURITY.md): no figures, only why.
             let id = s["id"].as_str().unwrap_or("?");
-            println!("{id:<24} held out: its record cannot be read ({why})");
+            out!("{id:<24} held out: its record cannot be read ({why})");
             continue;
         }
         let mb = |v: &serde_json::Value| {
             v.as_f64()
                 .map_or("-".to_string(), |b| format!("{:.1} MB", b / 1048576.0))
         };
-        println!(
+        out!(
             "{:<24} {:>5} {:>6} {:>8.0}s {:>10} {:>6} {:>10}",
             s["id"].as_str().unwrap_or("?"),
             if s["live"] == true { "yes" } else { "no" },
@@ -388,10 +421,8 @@ async fn exec(mut config: Config, code: String, saved: Vec<SavedCatalog>) -> any
             ..ExecRequest::default()
         })
         .await;
-    print!("{}", result.stdout);
+    print_all(&result.stdout)?;
     eprint!("{}", result.stderr);
-    use std::io::Write;
-    std::io::stdout().flush()?;
     Ok(match result.status {
         ExecStatus::Ok => 0,
         ExecStatus::Timeout => 124,
@@ -422,7 +453,7 @@ fn print_tools(mut config: Config, format: &str, saved: &[SavedCatalog]) -> anyh
         eprintln!("warning: {line}");
     }
     if format == "description" {
-        println!("{}", snapshot.rendered.description);
+        out!("{}", snapshot.rendered.description);
         return Ok(());
     }
     let format: Format = format
@@ -434,7 +465,7 @@ fn print_tools(mut config: Config, format: &str, saved: &[SavedCatalog]) -> anyh
         format,
         config.timeout,
     );
-    println!("{}", serde_json::to_string_pretty(&tools)?);
+    out!("{}", serde_json::to_string_pretty(&tools)?);
     Ok(())
 }
 

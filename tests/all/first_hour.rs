@@ -331,3 +331,33 @@ fn the_tools_command_prints_the_description_without_ptc_enabled() {
     assert!(!names.contains(&"exec_code".to_string()), "{names:?}");
     assert!(names.iter().all(|n| n.starts_with("github__")), "{names:?}");
 }
+
+/// `ptc-sidecar tools … | head -1`: a reader that goes away ends the output quietly, exit 0,
+/// never a panic ("failed printing to stdout: Broken pipe" with a backtrace, before).
+#[test]
+fn a_reader_that_goes_away_ends_the_output_quietly() {
+    let dir = TempDir::new("broken-pipe");
+    let github = format!("github={}", corpus_dir().join("github.json").display());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ptc-sidecar"))
+        .args(["tools", "--format", "description", "--mcp-catalog", &github])
+        .current_dir(&dir.0)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader goes away before anything is printed.
+    drop(child.stdout.take());
+    let mut stderr = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut stderr)
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(status.success(), "{status:?}: {stderr}");
+}
