@@ -236,19 +236,26 @@ pub fn lookup<'c>(catalog: &'c Catalog, name: &str) -> Result<&'c Tool, CallErro
 /// The PTC tools whose names are within an edit distance of about half of `name`, nearest
 /// first, at most 3; none for a name over [`MAX_SUGGEST_CHARS`].
 pub fn closest(catalog: &Catalog, name: &str) -> Vec<String> {
+    nearest(name, catalog.ptc().map(|t| t.python_name.as_str()))
+}
+
+/// The `names` within an edit distance of about half of `name` (a `server__tool` name also by
+/// its tool part), nearest first, at most 3; none for a name over [`MAX_SUGGEST_CHARS`]. The
+/// one rule of every "closest" suggestion.
+pub fn nearest<'a>(name: &str, names: impl Iterator<Item = &'a str>) -> Vec<String> {
     if name.chars().nth(MAX_SUGGEST_CHARS).is_some() {
         return Vec::new();
     }
-    let mut scored: Vec<(usize, &str)> = catalog
-        .ptc()
-        .map(|t| {
-            let tail = t.python_name.rsplit("__").next().unwrap_or(&t.python_name);
-            let d = edit_distance(name, &t.python_name).min(edit_distance(name, tail) + 1);
-            (d, t.python_name.as_str())
+    let mut scored: Vec<(usize, &str)> = names
+        .map(|offered| {
+            let tail = offered.rsplit("__").next().unwrap_or(offered);
+            let d = edit_distance(name, offered).min(edit_distance(name, tail) + 1);
+            (d, offered)
         })
         .filter(|(d, _)| *d <= name.len().max(3) / 2 + 1)
         .collect();
     scored.sort();
+    scored.dedup();
     scored
         .into_iter()
         .take(3)

@@ -15,7 +15,7 @@
 use super::Approvals;
 use super::calls::{Arrival, CallLimits, Calls, RunCtx};
 use super::clock::RunClock;
-use super::dispatch::{self, Backends, CallError, MAX_SUGGEST_CHARS, MAX_TOOL_NAME_BYTES};
+use super::dispatch::{self, Backends, CallError, MAX_TOOL_NAME_BYTES, nearest};
 use super::prepare::{CatalogKey, Prepared};
 use super::shapes::{Shapes, ShapesConfig};
 use crate::catalog::{Catalog, Tool};
@@ -258,44 +258,9 @@ pub fn lookup<'c>(catalog: &'c Catalog, name: &str) -> Result<&'c Tool, CallErro
 }
 
 /// The offered names within an edit distance of about half of `name`, nearest first, at most
-/// 3 (the rule of a run's call, over every tool); none for a name over [`MAX_SUGGEST_CHARS`].
+/// 3 (the rule of a run's call, `dispatch::nearest`, over every tool).
 pub fn closest(catalog: &Catalog, name: &str) -> Vec<String> {
-    if name.chars().nth(MAX_SUGGEST_CHARS).is_some() {
-        return Vec::new();
-    }
-    let mut scored: Vec<(usize, &str)> = catalog
-        .tools()
-        .iter()
-        .map(|t| {
-            let offered = offered_name(t);
-            let tail = offered.rsplit("__").next().unwrap_or(offered);
-            let d = edit_distance(name, offered).min(edit_distance(name, tail) + 1);
-            (d, offered)
-        })
-        .filter(|(d, _)| *d <= name.len().max(3) / 2 + 1)
-        .collect();
-    scored.sort();
-    scored.dedup();
-    scored
-        .into_iter()
-        .take(3)
-        .map(|(_, n)| n.to_string())
-        .collect()
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    let mut prev: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.iter().enumerate() {
-        let mut cur = vec![i + 1; b.len() + 1];
-        for (j, cb) in b.iter().enumerate() {
-            cur[j + 1] = (prev[j] + usize::from(ca != cb))
-                .min(prev[j + 1] + 1)
-                .min(cur[j] + 1);
-        }
-        prev = cur;
-    }
-    prev[b.len()]
+    nearest(name, catalog.tools().iter().map(offered_name))
 }
 
 #[cfg(test)]
@@ -361,7 +326,7 @@ mod tests {
         let long = "x".repeat(MAX_TOOL_NAME_BYTES + 1);
         assert!(refused(lookup(&c, &long)).contains("tool names are at most 256 bytes"));
         assert_eq!(
-            closest(&c, &"g".repeat(MAX_SUGGEST_CHARS + 1)),
+            closest(&c, &"g".repeat(dispatch::MAX_SUGGEST_CHARS + 1)),
             Vec::<String>::new()
         );
     }
