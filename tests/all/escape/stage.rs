@@ -477,20 +477,32 @@ impl StageInner {
         format!("http://{}{path}", self.addr)
     }
 
-    pub async fn get(&self, path: &str) -> Result<Value, Failure> {
-        let r = self
+    /// `method path` with the API key, sent: a broken failure naming the request when it got
+    /// no answer.
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<reqwest::Response, Failure> {
+        let mut request = self
             .http
-            .get(self.url(path))
+            .request(method.clone(), self.url(path))
             .header("X-API-Key", &self.secrets.api_key)
-            .timeout(Duration::from_secs(10))
-            .send()
-            .await
-            .map_err(|e| {
-                broken(format!(
-                    "GET {path}: {e} ({:?})",
-                    std::error::Error::source(&e)
-                ))
-            })?;
+            .timeout(Duration::from_secs(10));
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        request.send().await.map_err(|e| {
+            broken(format!(
+                "{method} {path}: {e} ({:?})",
+                std::error::Error::source(&e)
+            ))
+        })
+    }
+
+    pub async fn get(&self, path: &str) -> Result<Value, Failure> {
+        let r = self.send(reqwest::Method::GET, path, None).await?;
         r.json()
             .await
             .map_err(|e| broken(format!("GET {path}: {e}")))
@@ -499,42 +511,20 @@ impl StageInner {
     /// `POST path` with the API key and a JSON body: the status and the body (`null` when not
     /// JSON).
     pub async fn post(&self, path: &str, body: &Value) -> Result<(u16, Value), Failure> {
-        let r = self
-            .http
-            .post(self.url(path))
-            .header("X-API-Key", &self.secrets.api_key)
-            .json(body)
-            .timeout(Duration::from_secs(10))
-            .send()
-            .await
-            .map_err(|e| broken(format!("POST {path}: {e}")))?;
+        let r = self.send(reqwest::Method::POST, path, Some(body)).await?;
         let status = r.status().as_u16();
         Ok((status, r.json().await.unwrap_or(Value::Null)))
     }
 
     /// `DELETE path` with the API key: the status.
     pub async fn delete(&self, path: &str) -> Result<u16, Failure> {
-        let r = self
-            .http
-            .delete(self.url(path))
-            .header("X-API-Key", &self.secrets.api_key)
-            .timeout(Duration::from_secs(10))
-            .send()
-            .await
-            .map_err(|e| broken(format!("DELETE {path}: {e}")))?;
+        let r = self.send(reqwest::Method::DELETE, path, None).await?;
         Ok(r.status().as_u16())
     }
 
     /// `GET path` with the API key, raw text (`/metrics`).
     pub async fn get_text(&self, path: &str) -> Result<String, Failure> {
-        let r = self
-            .http
-            .get(self.url(path))
-            .header("X-API-Key", &self.secrets.api_key)
-            .timeout(Duration::from_secs(10))
-            .send()
-            .await
-            .map_err(|e| broken(format!("GET {path}: {e}")))?;
+        let r = self.send(reqwest::Method::GET, path, None).await?;
         r.text()
             .await
             .map_err(|e| broken(format!("GET {path}: {e}")))
