@@ -470,22 +470,9 @@ impl Child {
     /// a session whose runs together pass it ends (docs/SECURITY.md).
     pub fn extend_cpu(&self, secs: u64) -> std::io::Result<()> {
         let pid = self.group.0;
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
-        // Fields after the command name, which is in parentheses and may hold spaces.
-        let after = stat.rsplit_once(')').map_or("", |(_, rest)| rest);
-        let fields: Vec<&str> = after.split_whitespace().collect();
-        let ticks = |i: usize| {
-            fields
-                .get(i)
-                .and_then(|f| f.parse::<u64>().ok())
-                .unwrap_or(0)
-        };
-        // SAFETY: sysconf only reads a system value.
-        let hz = u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
-            .unwrap_or(100)
-            .max(1);
-        // utime and stime are fields 14 and 15 of the line, 12 and 13 after the name.
-        let used = (ticks(11) + ticks(12)).div_ceil(hz);
+        let [utime, stime, _, _] = super::cpu::stat_times(pid)
+            .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::NotFound))?;
+        let used = (utime + stime).div_ceil(super::cpu::ticks_per_second());
         let want = used + secs;
         let mut limit = libc::rlimit {
             rlim_cur: want,

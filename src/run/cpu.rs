@@ -21,26 +21,30 @@ use super::scratch::{self, CHECK_EVERY};
 const MAX_WALK: usize = 4096;
 
 /// The clock ticks per second `/proc/<pid>/stat` counts in.
-fn ticks_per_second() -> u64 {
+pub fn ticks_per_second() -> u64 {
     // SAFETY: sysconf only reads a system value.
     u64::try_from(unsafe { libc::sysconf(libc::_SC_CLK_TCK) })
         .unwrap_or(100)
         .max(1)
 }
 
-/// CPU ticks of the process `pid` and of the children it reaped; `None` when it is gone.
-fn ticks_of(pid: i32) -> Option<u64> {
+/// CPU ticks of the process `pid` from `/proc/<pid>/stat`: its own (`utime`, `stime`) and the
+/// children it reaped (`cutime`, `cstime`); `None` when it is gone.
+pub fn stat_times(pid: i32) -> Option<[u64; 4]> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The fields after the command name, which is in parentheses and may hold anything.
     let (_, after) = stat.rsplit_once(')')?;
     // utime, stime, cutime and cstime are fields 14 to 17, 12 to 15 after the name.
-    let sum = after
-        .split_whitespace()
-        .skip(11)
-        .take(4)
-        .filter_map(|f| f.parse::<u64>().ok())
-        .sum();
-    Some(sum)
+    let mut times = [0; 4];
+    for (time, field) in times.iter_mut().zip(after.split_whitespace().skip(11)) {
+        *time = field.parse().unwrap_or(0);
+    }
+    Some(times)
+}
+
+/// CPU ticks of the process `pid` and of the children it reaped; `None` when it is gone.
+fn ticks_of(pid: i32) -> Option<u64> {
+    stat_times(pid).map(|t| t.iter().sum())
 }
 
 /// The children of every thread of `pid`, into `into`.
