@@ -94,8 +94,10 @@ def _serve(ctl, wake, runs, prepared, spec, filter_sets, server_pid, resource, l
     forking, and says `forked` when its report comes (`pending`); otherwise a refill would hold
     up the exit report of a run that just ended."""
     isolating = bool(spec.get("ns"))
+    at_home = _own_home(spec)
     nets = _NetSlots(spec)
-    mounts = _MountsForRuns(spec)
+    nets.enabled = nets.enabled and at_home
+    mounts = _MountsForRuns(spec if at_home else {})
     if mounts.fd is not None:
         spec = dict(spec, premounted=True)
     pending = {}  # report socket -> _Handover
@@ -300,6 +302,31 @@ class _MountsForRuns:
         for fd in (self.fd, self.home):
             if fd is not None:
                 os.close(fd)
+
+
+def _own_home(spec):
+    """Makes this server's network and mount namespaces its own where it is root in a user
+    namespace that is not the machine's (an unprivileged sidecar in the user namespace of its
+    subordinate ids): `_NetSlots` and `_MountsForRuns` step into namespaces they make and back
+    home with `setns`, which needs CAP_SYS_ADMIN over the home namespace's owner, and the
+    machine's are owned by the machine's user namespace. The server talks to the sidecar over
+    its control socket only, so it needs no network. False where it could not (runs then make
+    their own namespaces, as a sidecar without privileges does)."""
+    import ptc_sandbox
+
+    names = spec.get("ns") or {}
+    flags = (ptc_sandbox.CLONE_NEWNET if names.get("net") else 0) | (
+        ptc_sandbox.CLONE_NEWNS if names.get("mount") else 0)
+    if not flags or os.geteuid() != 0:
+        return True
+    try:
+        with open("/proc/self/uid_map") as f:
+            if f.read().split() == ["0", "0", "4294967295"]:
+                return True  # the machine's own: its namespaces are ours to go back to
+        _libc_ok(ptc_sandbox._libc_handle().unshare(flags))
+    except OSError:
+        return False
+    return True
 
 
 def _setns(fd, kind):

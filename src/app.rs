@@ -158,6 +158,7 @@ pub fn runner_config(config: &Config, python: PathBuf, runtime_dir: PathBuf) -> 
             read_paths: config.sandbox_read_paths.clone(),
             uids: config.sandbox_uids,
             uids_is_default: config.sandbox_uids_is_default,
+            subordinate: sandbox::subordinate::outcome(),
         },
         scratch_quota: ScratchQuota {
             max_bytes: config.scratch_max_mb << 20,

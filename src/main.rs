@@ -212,6 +212,13 @@ fn describe(e: &anyhow::Error) -> String {
 }
 
 fn run(cli: Cli, config: Config) -> anyhow::Result<()> {
+    if matches!(
+        cli.command,
+        Command::Serve | Command::Mcp | Command::Exec { .. }
+    ) {
+        // Before `keep_secrets`: newuidmap maps only a process that is dumpable.
+        uids_of_our_own(&config)?;
+    }
     keep_secrets()?;
     match cli.command {
         Command::Tools {
@@ -354,6 +361,25 @@ async fn print_sessions(config: &Config, json: bool) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// An unprivileged sidecar that runs code enters a user namespace of its own with the ids
+/// `/etc/subuid` grants its user, so each run gets a uid of its own as under a root sidecar
+/// (`sandbox::subordinate`). Not tried where the sidecar may switch users already, or where
+/// the sandbox, the run user or the uid range is off. Called before any thread exists.
+fn uids_of_our_own(config: &Config) -> anyhow::Result<()> {
+    use ptc_sidecar::config::{SandboxMode, SandboxUser};
+    if sandbox::can_switch_users()
+        || config.sandbox == SandboxMode::Off
+        || config.sandbox_user == SandboxUser::Sidecar
+        || config.sandbox_uids.is_none()
+    {
+        return Ok(());
+    }
+    let asked = (!config.sandbox_uids_is_default)
+        .then_some(config.sandbox_uids)
+        .flatten();
+    sandbox::subordinate::enter(asked).map_err(|e| anyhow::anyhow!(e))
 }
 
 /// The sidecar keeps its secrets from code (docs/SECURITY.md): once the configuration holds

@@ -36,6 +36,8 @@ pub struct SandboxSettings {
     pub uids: Option<sandbox::UidRange>,
     /// `uids` is the default, not a setting (see [`sandbox::Policy::uids_is_default`]).
     pub uids_is_default: bool,
+    /// What [`sandbox::subordinate::enter`] did (see [`sandbox::Policy::subordinate`]).
+    pub subordinate: Option<Result<sandbox::subordinate::Subordinate, String>>,
     /// The interpreter to use when the run user cannot start the configured one (the system's,
     /// when `PTC_PYTHON` is unset).
     pub fallback_python: Option<PathBuf>,
@@ -51,6 +53,7 @@ impl Default for SandboxSettings {
             read_paths: Vec::new(),
             uids: Some(sandbox::uids::DEFAULT_RANGE),
             uids_is_default: true,
+            subordinate: None,
             fallback_python: None,
         }
     }
@@ -122,6 +125,7 @@ pub async fn setup(
     policy.read_paths = settings.read_paths.clone();
     policy.uids = settings.uids;
     policy.uids_is_default = settings.uids_is_default;
+    policy.subordinate = settings.subordinate.clone();
     policy.allow_subprocess = allow_subprocess;
     let mut python = python.to_path_buf();
     if settings.mode != Mode::Off {

@@ -9,11 +9,14 @@
 //! children and hands them a ruleset fd and the filter file made here.
 //!
 //! Must not spawn processes, read the configuration or the process environment (a [`Policy`] is
-//! passed in), or know about jobs: every function here is a primitive the runner calls.
+//! passed in), or know about jobs: every function here is a primitive the runner calls. The
+//! one exception is [`subordinate::enter`], which `main` calls once before any thread starts:
+//! it runs `newuidmap` and moves the sidecar into a user namespace of its own.
 
 pub mod landlock;
 pub mod seccomp;
 pub mod secrets;
+pub mod subordinate;
 pub mod uids;
 pub mod user;
 
@@ -97,6 +100,10 @@ pub struct Policy {
     /// that maps fewer ids, a user in the range), runs share the run user's uid, said in
     /// `missing`, rather than the sidecar refusing to start.
     pub uids_is_default: bool,
+    /// What [`subordinate::enter`] did for an unprivileged sidecar: `Some(Ok)`, it is root in a
+    /// user namespace of its own and runs get uids of its `/etc/subuid` grant (they replace
+    /// `user` and `uids`); `Some(Err)`, why not (said in `missing`); `None`, not tried.
+    pub subordinate: Option<Result<subordinate::Subordinate, String>>,
 }
 
 /// The documented default of `PTC_SANDBOX_USER`.
@@ -125,6 +132,7 @@ impl Policy {
             max_processes: DEFAULT_MAX_PROCESSES,
             uids: Some(uids::DEFAULT_RANGE),
             uids_is_default: true,
+            subordinate: None,
         }
     }
 }
@@ -318,10 +326,19 @@ impl Sandbox {
                 false
             }
         };
-        let (run_as, uid) = run_user(&policy, &mut missing)?;
-        let uids = match &run_as {
-            Some(_) => run_uids(&policy, &mut missing)?,
-            None => None,
+        let (run_as, uid, uids) = match &policy.subordinate {
+            Some(Ok(given)) => subordinate_ids(&policy, given)?,
+            other => {
+                if let Some(Err(reason)) = other {
+                    missing.push(format!("a uid per run: {reason}"));
+                }
+                let (run_as, uid) = run_user(&policy, &mut missing)?;
+                let uids = match &run_as {
+                    Some(_) => run_uids(&policy, &mut missing)?,
+                    None => None,
+                };
+                (run_as, uid, uids)
+            }
         };
         if policy.mode == Mode::Strict {
             let mut refused = Vec::new();
@@ -346,9 +363,11 @@ impl Sandbox {
                 landlock,
                 seccomp,
                 uid,
-                uids: uids
-                    .as_ref()
-                    .map_or(SHARED.into(), |u| format!("per run {}", u.range())),
+                uids: match (&uids, &policy.subordinate) {
+                    (None, _) => SHARED.into(),
+                    (Some(u), Some(Ok(_))) => format!("per run {} (subordinate)", u.range()),
+                    (Some(u), _) => format!("per run {}", u.range()),
+                },
                 namespaces: Vec::new(),
                 subprocess: policy.allow_subprocess,
                 missing,
@@ -527,6 +546,42 @@ fn run_uids(policy: &Policy, missing: &mut Vec<String>) -> Result<Option<Arc<Uid
         }
         Err(e) => Err(e),
     }
+}
+
+/// Whom code runs as, its name for `/healthz`, and the uids runs each get one of.
+type RunIds = (Option<RunAs>, String, Option<Arc<Uids>>);
+
+/// The run user, its name for `/healthz`, and the uids of an unprivileged sidecar in its own
+/// user namespace (`given`): its grant is checked as a root sidecar's range is, but for the
+/// grant's own line in `/etc/subuid`.
+fn subordinate_ids(
+    policy: &Policy,
+    given: &subordinate::Subordinate,
+) -> Result<RunIds, SandboxError> {
+    let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
+    let others: String = read("/etc/subuid")
+        .lines()
+        .filter(|line| line.split(':').next() != Some(given.user.as_str()))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    uids::check(
+        given.range,
+        &read("/etc/passwd"),
+        &read("/etc/group"),
+        &others,
+        &read("/proc/self/uid_map"),
+    )?;
+    let run_as = RunAs {
+        name: given.run_user.to_string(),
+        uid: given.run_user,
+        gid: given.run_user,
+        max_processes: policy.max_processes,
+    };
+    Ok((
+        Some(run_as),
+        given.run_user.to_string(),
+        Some(Uids::new(given.range)),
+    ))
 }
 
 /// Whom code runs as under `policy`, and how `/healthz` names it; what cannot be had is

@@ -111,6 +111,13 @@ pub fn fallback(max_processes: u64) -> RunAs {
     }
 }
 
+/// The name `passwd` (the text of `/etc/passwd`) gives `uid`, if any.
+pub fn name_of(passwd: &str, uid: u32) -> Option<String> {
+    passwd_entries(passwd)
+        .find(|e| e.1 == uid)
+        .map(|e| e.0.to_string())
+}
+
 /// `(name, uid, gid)` of each well-formed line.
 fn passwd_entries(passwd: &str) -> impl Iterator<Item = (&str, u32, u32)> {
     passwd.lines().filter_map(|line| {

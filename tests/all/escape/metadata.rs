@@ -5,7 +5,7 @@
 //! as a restart read it). Also here: a run that listens, and a run's capability bounding set.
 
 use super::other_runs::{check_session_kept, start_session};
-use super::{Opts, RUN_UIDS, Stage, Who, against_both, attack, broken};
+use super::{Opts, Stage, Who, against_both, attack, broken};
 use serde_json::json;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -60,6 +60,39 @@ fn sdk_dir(s: &Stage) -> Option<PathBuf> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metadata_of_other_runs_sessions_and_the_sidecar_is_refused() {
     against_both("metadata", Opts::default(), |s| async move {
+        let own_uid = s.who.run_uids().is_some();
+        metadata_attacks(s, own_uid).await
+    })
+    .await;
+}
+
+/// The same attacks where runs share one uid (`PTC_SANDBOX_UIDS=off`: root's runs all run as
+/// the run user, the unprivileged sidecar's as itself, as on a machine without subordinate
+/// ids): the seccomp rules alone keep them from each other's metadata.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metadata_is_refused_where_runs_share_a_uid() {
+    let opts = Opts {
+        env: &[("PTC_SANDBOX_UIDS", "off")],
+        ..Opts::default()
+    };
+    against_both("metadata_shared_uid", opts, |s| async move {
+        let h: serde_json::Value =
+            serde_json::from_str(&s.health_text().await?).map_err(|e| broken(e.to_string()))?;
+        if h["sandbox"]["uids"] != "shared" {
+            return Err(broken(format!("runs do not share a uid: {}", h["sandbox"])));
+        }
+        // Root's run user owns nothing but runs' files; the unprivileged sidecar's runs have
+        // its own uid.
+        let own_uid = matches!(s.who, Who::Root);
+        metadata_attacks(s, own_uid).await
+    })
+    .await;
+}
+
+/// The metadata attacks against `s`; `own_uid`: the runs' uid is not the sidecar's, so a run
+/// may change its own file's metadata through a descriptor.
+async fn metadata_attacks(s: Stage, own_uid: bool) -> super::Verdict {
+    {
         let (_, session_dir) = start_session(&s, "victim-meta").await?;
         let runtime = s.dir.0.join("runtime");
         let sdk = sdk_dir(&s).ok_or_else(|| broken("no fork server, so no SDK folder"))?;
@@ -102,11 +135,7 @@ async fn metadata_of_other_runs_sessions_and_the_sidecar_is_refused() {
                 )));
             }
         }
-        let own = if s.who.ids().is_none() {
-            "ok"
-        } else {
-            "refused"
-        };
+        let own = if own_uid { "ok" } else { "refused" };
         for (run, by_path) in [(&python, format!("{own} 0o640")), (&bash, "refused".into())] {
             // Every target but the run's own folder (a warm worker's may be the run's).
             let aimed: usize = run
@@ -151,8 +180,7 @@ async fn metadata_of_other_runs_sessions_and_the_sidecar_is_refused() {
             )));
         }
         s.check_healthy("the metadata attacks").await
-    })
-    .await;
+    }
 }
 
 /// Every capability is out of a run's bounding set (it held CAP_SYS_ADMIN, unused but kept),
@@ -183,10 +211,11 @@ async fn a_runs_capability_bounding_set_is_empty() {
     .await;
 }
 
-/// Root's runs and sessions each have a uid of their own (PTC_SANDBOX_UIDS), seen from
-/// outside: a session's folder and what its runs write are its uid's, every run of it runs as
-/// that uid, another session and a run without one have others; the unprivileged sidecar's
-/// runs all share its uid.
+/// Root's runs and sessions each have a uid of their own (PTC_SANDBOX_UIDS), and so do an
+/// unprivileged sidecar's where /etc/subuid grants its user ids (scripts/test grants
+/// `ptc-test`), seen from outside: a session's folder and what its runs write are its uid's,
+/// every run of it runs as that uid, another session and a run without one have others.
+/// Without a grant, an unprivileged sidecar's runs all share its uid.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_run_and_session_has_a_uid_of_its_own() {
     against_both("uid_per_run", Opts::default(), |s| async move {
@@ -238,17 +267,17 @@ async fn each_run_and_session_has_a_uid_of_its_own() {
             )));
         }
         let all = [folder_uids[0], folder_uids[1], alone];
-        match s.who {
-            Who::Root => {
+        match s.who.run_uids() {
+            Some(range) => {
                 let distinct: std::collections::BTreeSet<_> = all.iter().collect();
-                if distinct.len() != 3 || !all.iter().all(|u| RUN_UIDS.contains(u)) {
+                if distinct.len() != 3 || !all.iter().all(|u| range.contains(u)) {
                     return Err(attack(format!(
                         "two sessions and a run share uids, or have uids outside the range: \
                          {all:?}"
                     )));
                 }
             }
-            _ => {
+            None => {
                 if all.iter().any(|u| *u != all[0]) {
                     return Err(broken(format!("an unprivileged sidecar's runs: {all:?}")));
                 }

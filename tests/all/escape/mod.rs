@@ -122,8 +122,22 @@ fn expected_sandbox(who: &Who) -> Value {
             )],
         })
     };
-    match who {
-        Who::Root => json!({
+    // An unprivileged sidecar with subordinate ids: root in a user namespace of its own, its
+    // runs each a uid of the grant, the run user the grant's next-to-last id.
+    let subordinate = |range: std::ops::Range<u32>| {
+        json!({
+            "mode": "best-effort",
+            "landlock": landlock,
+            "seccomp": true,
+            "uid": range.end.to_string(),
+            "uids": format!("per run {}-{} (subordinate)", range.start, range.end - 1),
+            "namespaces": NAMESPACES,
+            "subprocess": false,
+            "missing": [],
+        })
+    };
+    match (who, who.run_uids()) {
+        (Who::Root, _) => json!({
             "mode": "best-effort",
             "landlock": landlock,
             "seccomp": true,
@@ -133,10 +147,32 @@ fn expected_sandbox(who: &Who) -> Value {
             "subprocess": false,
             "missing": [],
         }),
-        Who::User { uid, .. } => unprivileged(*uid),
+        (_, Some(range)) => subordinate(range),
+        (Who::User { uid, .. }, None) => unprivileged(*uid),
         // SAFETY: getuid cannot fail.
-        Who::Current => unprivileged(unsafe { libc::getuid() }),
+        (Who::Current, None) => unprivileged(unsafe { libc::getuid() }),
     }
+}
+
+/// The uids an unprivileged sidecar of user `name` gives its runs: the ids `/etc/subuid` and
+/// `/etc/subgid` grant it less the last two (the run user's and the sidecar's group), where
+/// they grant it at least 66 and newuidmap is installed (scripts/test grants `ptc-test`
+/// 65,536); `None` where its runs share its uid.
+fn subordinate_uids(name: &str, uid: u32) -> Option<std::ops::Range<u32>> {
+    let grant = |file: &str| {
+        let text = std::fs::read_to_string(file).ok()?;
+        text.lines().find_map(|line| {
+            let f: Vec<&str> = line.trim().split(':').collect();
+            (f.len() == 3 && (f[0] == name || f[0] == uid.to_string()))
+                .then(|| Some((f[1].parse::<u32>().ok()?, f[2].parse::<u32>().ok()?)))?
+        })
+    };
+    let (first, count) = grant("/etc/subuid")?;
+    let (_, gid_count) = grant("/etc/subgid")?;
+    let count = count.min(gid_count);
+    let helpers = ["/usr/bin/newuidmap", "/usr/bin/newgidmap"];
+    (count >= 66 && helpers.iter().all(|p| std::path::Path::new(p).exists()))
+        .then(|| first..first + count - 2)
 }
 
 /// The kernel's Landlock ABI (`landlock_create_ruleset(NULL, 0, VERSION)`), if it has one.
@@ -182,6 +218,21 @@ impl Who {
             _ => None,
         }
     }
+
+    /// The uids this sidecar's runs each get one of (`PTC_SANDBOX_UIDS` as root, the
+    /// subordinate ids of an unprivileged user), or `None` where its runs share a uid.
+    fn run_uids(&self) -> Option<std::ops::Range<u32>> {
+        match self {
+            Who::Root => Some(RUN_UIDS),
+            Who::User { name, uid, .. } => subordinate_uids(name, *uid),
+            Who::Current => {
+                // SAFETY: getuid cannot fail.
+                let uid = unsafe { libc::getuid() };
+                let name = user_name(uid)?;
+                subordinate_uids(&name, uid)
+            }
+        }
+    }
 }
 
 /// Root and the unprivileged test user, as CI runs the suite; just ourselves when not root.
@@ -204,6 +255,15 @@ fn identities(user: Option<&str>) -> Vec<Who> {
             gid,
         },
     ]
+}
+
+/// The name /etc/passwd gives `uid`.
+fn user_name(uid: u32) -> Option<String> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|line| {
+        let f: Vec<&str> = line.split(':').collect();
+        (f.len() > 3 && f[2] == uid.to_string()).then(|| f[0].to_string())
+    })
 }
 
 /// uid and gid of a user, from /etc/passwd.

@@ -1,8 +1,8 @@
 //! What must keep working under the sandbox, and `/healthz`'s report of it.
 
 use super::{
-    Opts, RUN_UIDS, SANDBOX_USER, Stage, Verdict, Who, against_both, attack, broken,
-    expected_sandbox, user_ids,
+    Opts, SANDBOX_USER, Stage, Verdict, Who, against_both, attack, broken, expected_sandbox,
+    user_ids,
 };
 use crate::procs::is_alive;
 use serde_json::{Value, json};
@@ -128,11 +128,11 @@ async fn healthz_reports_the_sandbox_and_code_runs_as_its_user() {
             let [uid, euid, gid] = ids[..] else {
                 return Err(broken(format!("no ids printed: {r}")));
             };
-            let expected = match &s.who {
-                Who::Root => (RUN_UIDS.contains(&uid) && gid == uid).then_some(uid),
-                Who::User { uid, .. } => Some(*uid),
+            let expected = match (&s.who, s.who.run_uids()) {
+                (_, Some(range)) => (range.contains(&uid) && gid == uid).then_some(uid),
+                (Who::User { uid, .. }, None) => Some(*uid),
                 // SAFETY: getuid cannot fail.
-                Who::Current => Some(unsafe { libc::getuid() }),
+                _ => Some(unsafe { libc::getuid() }),
             };
             if Some(uid) != expected || euid != uid {
                 return Err(attack(format!(
@@ -142,7 +142,7 @@ async fn healthz_reports_the_sandbox_and_code_runs_as_its_user() {
             seen.push(uid);
         }
         let distinct: std::collections::BTreeSet<_> = seen.iter().collect();
-        if matches!(s.who, Who::Root) && distinct.len() != seen.len() {
+        if s.who.run_uids().is_some() && distinct.len() != seen.len() {
             return Err(attack(format!("runs shared a uid: {seen:?}")));
         }
         let _ = user_ids(SANDBOX_USER)
