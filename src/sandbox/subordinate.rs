@@ -128,13 +128,15 @@ pub fn layout(
 /// Must be called before any other thread exists. The sidecar's environment never reaches the
 /// helpers (they run with an empty one).
 pub fn enter(asked: Option<UidRange>) -> Result<(), String> {
+    let started = std::time::Instant::now();
     let tried = try_enter(asked);
     match &tried {
         Ok(given) => tracing::info!(
             "runs get uids of their own: {} of {}'s /etc/subuid grant (the sidecar is root in a \
-             user namespace of its own; the run user is {})",
+             user namespace of its own, entered in {:.1} ms; the run user is {})",
             given.range,
             given.user,
+            started.elapsed().as_secs_f64() * 1000.0,
             given.run_user
         ),
         Err(reason) => tracing::debug!("no uid per run: {reason}"),

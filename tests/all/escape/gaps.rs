@@ -108,19 +108,26 @@ async fn the_fork_server_and_each_run_carry_their_seccomp_programs() {
                 filters(server)
             )));
         }
-        let workers = s.warm_workers();
-        if workers.is_empty() {
-            return Err(broken("no warm worker is waiting"));
-        }
-        for pid in workers {
-            if filters(pid) != Some(2) {
-                return Err(attack(format!(
-                    "warm worker {pid} has {:?} seccomp programs, not base and its own",
-                    filters(pid)
-                )));
+        // A worker just forked (a refill) has only the server's program until it installs its
+        // own, milliseconds later: one that keeps a single program for seconds lost its own.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            let workers = s.warm_workers();
+            if workers.is_empty() {
+                return Err(broken("no warm worker is waiting"));
+            }
+            let short = workers.into_iter().find(|pid| filters(*pid) != Some(2));
+            match short {
+                None => return Ok(()),
+                Some(pid) if std::time::Instant::now() > deadline => {
+                    return Err(attack(format!(
+                        "warm worker {pid} has {:?} seccomp programs, not base and its own",
+                        filters(pid)
+                    )));
+                }
+                Some(_) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
             }
         }
-        Ok(())
     })
     .await;
 }
