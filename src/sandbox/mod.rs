@@ -738,6 +738,44 @@ mod tests {
         );
     }
 
+    /// An unprivileged sidecar in the user namespace of its subordinate ids: runs get uids of
+    /// the grant and the run user is the grant's; where it got none, the reason is missing.
+    #[test]
+    fn subordinate_ids_give_runs_uids_of_the_grant_or_say_why_not() {
+        let mut policy = Policy::new(vec![], PathBuf::from("/nonexistent"), 1);
+        let given = subordinate::Subordinate {
+            range: "1700000000:100".parse().unwrap(),
+            run_user: 1_700_000_100,
+            own_gid: 1_700_000_101,
+            user: "nobody-here".into(),
+        };
+        policy.subordinate = Some(Ok(given));
+        let Ok(sandbox) = Sandbox::new(policy.clone()) else {
+            // This process's user namespace does not map the range (a container): nothing to
+            // show here.
+            return;
+        };
+        let status = sandbox.status();
+        assert_eq!(status.uids, "per run 1700000000-1700000099 (subordinate)");
+        assert_eq!(status.uid, "1700000100");
+        assert_eq!(
+            sandbox.run_as().map(|r| (r.uid, r.gid)),
+            Some((1_700_000_100, 1_700_000_100))
+        );
+        assert!(sandbox.uids().is_some_and(|u| u.range().count == 100));
+        policy.subordinate = Some(Err("/etc/subuid grants \"x\" no ids".into()));
+        let sandbox = Sandbox::new(policy).unwrap();
+        assert!(
+            sandbox
+                .status()
+                .missing
+                .iter()
+                .any(|m| m == "a uid per run: /etc/subuid grants \"x\" no ids"),
+            "{:?}",
+            sandbox.status().missing
+        );
+    }
+
     #[test]
     fn strict_refuses_to_start_without_namespaces_and_best_effort_says_so() {
         let mut policy = Policy::new(vec![], PathBuf::from("/nonexistent"), 1);
