@@ -58,7 +58,7 @@ pub enum StartError {
     #[error(transparent)]
     McpConfig(#[from] McpConfigError),
     #[error(transparent)]
-    Tools(ToolFileError),
+    Tools(sources::ToolFileError),
     #[error(transparent)]
     Events(#[from] EventsError),
     /// `PTC_PYTHON` is not a usable interpreter.
@@ -88,34 +88,10 @@ pub enum StartError {
     Otel(#[from] OtelError),
 }
 
-/// A tool file that cannot be used, with the variable or argument that named it: a person
-/// sees `PTC_TOOLS_FILE: cannot read /etc/tools.json: ...`, not a path alone.
-#[derive(Debug, thiserror::Error)]
-#[error("{named_by}: {source}")]
-pub struct ToolFileError {
-    /// `PTC_TOOLS_FILE`, or `--mcp-catalog NAME` for a saved catalog.
-    pub named_by: String,
-    pub source: SourceError,
-}
-
 /// [`StartError::Tools`] for an error reading the sources of `config` and `saved` (startup,
 /// and the `tools` command, which reads them alone).
 pub fn tools_error(config: &Config, saved: &[SavedCatalog], source: SourceError) -> StartError {
-    let path = match &source {
-        SourceError::Read { path, .. }
-        | SourceError::TooLarge { path, .. }
-        | SourceError::Json { path, .. }
-        | SourceError::Shape { path, .. }
-        | SourceError::Callback { path, .. }
-        | SourceError::ToolList { path, .. } => path,
-    };
-    let named_by = match saved.iter().find(|s| &s.path == path) {
-        Some(s) if config.tools_file.as_ref() != Some(path) => {
-            format!("--mcp-catalog {}", s.server)
-        }
-        _ => "PTC_TOOLS_FILE".to_string(),
-    };
-    StartError::Tools(ToolFileError { named_by, source })
+    StartError::Tools(sources::named(config, saved, source))
 }
 
 /// The runner's settings from the configuration, with the resolved interpreter and the

@@ -20,7 +20,6 @@
 //! Reads the sources exactly as startup does, through [`sources`]; must not build catalogs
 //! any other way.
 
-use crate::catalog::source::SourceError;
 use crate::catalog::{Catalog, Tool};
 use crate::config::{Config, LimitRules, LimitsError, LimitsSource};
 use crate::events::{Event, Events};
@@ -89,7 +88,7 @@ pub fn diff(old: &Catalog, new: &Catalog) -> Diff {
 #[derive(Debug, thiserror::Error)]
 pub enum ReloadError {
     #[error(transparent)]
-    Tools(#[from] SourceError),
+    Tools(#[from] sources::ToolFileError),
     #[error("PTC_TOOL_LIMITS: {0}")]
     Limits(#[from] LimitsError),
     #[error(transparent)]
@@ -209,7 +208,10 @@ impl Reloader {
         // The tools file first: when it is broken the hub is left alone too.
         let input = match sources::load_input(&self.config, &self.saved) {
             Ok(input) => input,
-            Err(e) => return self.fail(&ReloadError::from(e), version),
+            Err(e) => {
+                let named = sources::named(&self.config, &self.saved, e);
+                return self.fail(&ReloadError::from(named), version);
+            }
         };
         if let Err(e) = self.reconfigure_mcp().await {
             return self.fail(&e, version);

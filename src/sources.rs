@@ -142,6 +142,36 @@ pub fn log_report(snapshot: &Snapshot) {
     }
 }
 
+/// A tool file that cannot be used, with the variable or argument that named it: a person
+/// sees `PTC_TOOLS_FILE: cannot read /etc/tools.json: ...`, not a path alone.
+#[derive(Debug, thiserror::Error)]
+#[error("{named_by}: {source}")]
+pub struct ToolFileError {
+    /// `PTC_TOOLS_FILE`, or `--mcp-catalog NAME` for a saved catalog.
+    pub named_by: String,
+    pub source: SourceError,
+}
+
+/// `source`, an error reading one of the sources of `config` and `saved`, with what named the
+/// file (at start, in the `tools` command and at a reload).
+pub fn named(config: &Config, saved: &[SavedCatalog], source: SourceError) -> ToolFileError {
+    let path = match &source {
+        SourceError::Read { path, .. }
+        | SourceError::TooLarge { path, .. }
+        | SourceError::Json { path, .. }
+        | SourceError::Shape { path, .. }
+        | SourceError::Callback { path, .. }
+        | SourceError::ToolList { path, .. } => path,
+    };
+    let named_by = match saved.iter().find(|s| &s.path == path) {
+        Some(s) if config.tools_file.as_ref() != Some(path) => {
+            format!("--mcp-catalog {}", s.server)
+        }
+        _ => "PTC_TOOLS_FILE".to_string(),
+    };
+    ToolFileError { named_by, source }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

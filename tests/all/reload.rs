@@ -128,7 +128,8 @@ async fn a_broken_manifest_keeps_the_last_good_catalog_and_says_why() {
         .await;
         let why = h["reload"]["last_error"].as_str().unwrap();
         assert!(
-            why.contains("tools.json is not valid JSON: EOF while parsing"),
+            why.starts_with("PTC_TOOLS_FILE: ")
+                && why.contains("tools.json is not valid JSON: EOF while parsing"),
             "{h}"
         );
         assert!(why.ends_with("; keeping catalog version 1"), "{h}");
@@ -157,7 +158,7 @@ async fn a_broken_manifest_keeps_the_last_good_catalog_and_says_why() {
         wait_until(&s, "the missing-file error", |h| {
             h["reload"]["last_error"]
                 .as_str()
-                .is_some_and(|m| m.starts_with("cannot read"))
+                .is_some_and(|m| m.starts_with("PTC_TOOLS_FILE: cannot read"))
         })
         .await;
         std::fs::create_dir(&path).unwrap();
