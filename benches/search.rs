@@ -15,6 +15,8 @@
 //! over its best and the cosine) at several weights: the exploration of issue 25,
 //! kept so the next step is measured against it. `SEARCH_MISSES=1` prints the tuning half's
 //! misses of the RRF fusion; `SEARCH_DUMP=FILE` writes every query's scores and cosines.
+//! Queries are read as search_tools reads them (`search::typed_query`: each value followed by
+//! its kind, issue 38); the rows "query untyped" rank them as given, as before.
 //!
 //! Run: `cargo bench --bench search`.
 
@@ -126,6 +128,14 @@ fn dump(
     println!("dumped to {}", path.display());
 }
 
+/// A query as search_tools reads it ([`search::typed_query`]) or as given.
+fn read(query: &str, typed: bool) -> String {
+    match typed {
+        true => search::typed_query(query),
+        false => query.to_string(),
+    }
+}
+
 fn dot(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| x * y).sum()
 }
@@ -169,6 +179,29 @@ fn main() {
             .map(|(_, set)| rates(set, &names, |i| snap.search.search(&set[i].text, 3)))
             .collect(),
     ));
+    // What BM25F gave before queries were typed (`search::typed_query`, issue 38).
+    let untyped = |q: &Query| {
+        let scores = snap.search.scores(&q.text);
+        scores
+            .into_iter()
+            .enumerate()
+            .filter(|(_, s)| *s > 0.0)
+            .map(|(tool, score)| Hit { tool, score })
+            .collect::<Vec<_>>()
+    };
+    table.push((
+        "BM25F, query untyped".into(),
+        halves
+            .iter()
+            .map(|(_, set)| {
+                rates(set, &names, |i| {
+                    let mut hits = untyped(&set[i]);
+                    hits.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.tool.cmp(&b.tool)));
+                    hits
+                })
+            })
+            .collect(),
+    ));
 
     let dir = std::env::var_os("PTC_SEARCH_MODEL")
         .map(PathBuf::from)
@@ -181,17 +214,30 @@ fn main() {
             dir.display(),
             t.elapsed().as_secs_f64() * 1e3
         );
-        let halves_vecs: Vec<Vec<Vec<f32>>> = halves
-            .iter()
-            .map(|(_, set)| {
-                let q: Vec<&str> = set.iter().map(|q| q.text.as_str()).collect();
-                model.embed(&q).unwrap()
-            })
-            .collect();
-        let bm25: Vec<Vec<Vec<f64>>> = halves
-            .iter()
-            .map(|(_, set)| set.iter().map(|q| snap.search.scores(&q.text)).collect())
-            .collect();
+        // Each query's vector and BM25F scores as search_tools reads it (typed), and as given.
+        let query_vecs = |typed: bool| -> Vec<Vec<Vec<f32>>> {
+            halves
+                .iter()
+                .map(|(_, set)| {
+                    let q: Vec<String> = set.iter().map(|q| read(&q.text, typed)).collect();
+                    model
+                        .embed(&q.iter().map(String::as_str).collect::<Vec<_>>())
+                        .unwrap()
+                })
+                .collect()
+        };
+        let query_scores = |typed: bool| -> Vec<Vec<Vec<f64>>> {
+            halves
+                .iter()
+                .map(|(_, set)| {
+                    set.iter()
+                        .map(|q| snap.search.scores(&read(&q.text, typed)))
+                        .collect()
+                })
+                .collect()
+        };
+        let (halves_vecs, bm25) = (query_vecs(true), query_scores(true));
+        let (untyped_vecs, untyped_bm25) = (query_vecs(false), query_scores(false));
         // Each tool's vector for a text of it, the time it took printed.
         let embed_tools = |label: &str, text_of: TextOf| -> Vec<Vec<f32>> {
             let texts: Vec<String> = names
@@ -224,6 +270,25 @@ fn main() {
                 let cosines: Vec<f32> = by_all.iter().map(|t| dot(&halves_vecs[h][i], t)).collect();
                 snap.search.rank(&halves[h].1[i].text, Some(&cosines), 3)
             }),
+        ));
+        // The same two rankings before queries were typed.
+        let untyped_cosines = |h: usize, i: usize| -> Vec<f32> {
+            by_all.iter().map(|t| dot(&untyped_vecs[h][i], t)).collect()
+        };
+        table.push((
+            "search_tools, query untyped".into(),
+            half_rates(&|h, i| {
+                search::blend(
+                    &untyped_bm25[h][i],
+                    &untyped_cosines(h, i),
+                    search::BM25_WEIGHT,
+                    3,
+                )
+            }),
+        ));
+        table.push((
+            "model alone, query untyped".into(),
+            half_rates(&|h, i| search::fuse(&untyped_bm25[h][i], &untyped_cosines(h, i), 0.0, 3)),
         ));
         if std::env::var_os("SEARCH_MISSES").is_some() {
             for (i, q) in halves[0].1.iter().enumerate() {

@@ -20,7 +20,7 @@ use super::share::{QueryCache, Turns};
 use super::store::{self, Key, Store};
 use super::{EmbedError, Model, ModelError};
 use crate::render::Snapshot;
-use crate::render::search::embedded_text;
+use crate::render::search::{embedded_text, typed_query};
 use crate::util::lock;
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -419,7 +419,13 @@ impl Embeddings {
             self.inner.cached.fetch_add(1, Ordering::Relaxed);
             return Some(vector);
         }
-        let vector: Arc<[f32]> = self.inner.model.embed_query(query).ok()?.into();
+        // What BM25F reads too (`Index::rank`): each value followed by its kind.
+        let vector: Arc<[f32]> = self
+            .inner
+            .model
+            .embed_query(&typed_query(query))
+            .ok()?
+            .into();
         self.inner.passes.fetch_add(1, Ordering::Relaxed);
         lock(&self.inner.cache).put(*key, vector.clone());
         Some(vector)

@@ -12,6 +12,7 @@ pub mod lossless;
 pub mod lower;
 pub mod notes;
 pub mod parse;
+pub mod query;
 pub mod schema;
 pub mod search;
 pub mod signature;

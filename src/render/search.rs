@@ -8,6 +8,7 @@
 //! tool's results look like (the run layer adds the learned shapes to each hit).
 
 use super::description::Rendered;
+pub use super::query::typed_query;
 use crate::catalog::Catalog;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -90,10 +91,11 @@ impl Index {
     }
 
     /// The best `limit` tools for `query` (at most [`MAX_LIMIT`]), best first; ties in catalog
-    /// order. Tools that share no word with the query are not returned.
+    /// order. Tools that share no word with the query are not returned. The query is read
+    /// [`typed_query`]: a value's kind counts as a word of it.
     pub fn search(&self, query: &str, limit: usize) -> Vec<Hit> {
         let hits: Vec<Hit> = self
-            .scores(query)
+            .scores(&typed_query(query))
             .into_iter()
             .enumerate()
             .filter(|(_, s)| *s > 0.0)
@@ -104,18 +106,22 @@ impl Index {
 
     /// The best `limit` tools for `query`: with the search model's `cosines` (one per tool,
     /// in index order), BM25F and the cosines [`blend`]ed by [`BM25_WEIGHT`]; without them
-    /// (no model, or the catalog's vectors not ready yet), BM25F alone.
+    /// (no model, or the catalog's vectors not ready yet), BM25F alone. Both read the query
+    /// [`typed_query`] (the model's vector is of that text too: `embed::catalog`).
     pub fn rank(&self, query: &str, cosines: Option<&[f32]>, limit: usize) -> Vec<Hit> {
         match cosines {
-            Some(cosines) if cosines.len() == self.lengths.len() => {
-                blend(&self.scores(query), cosines, BM25_WEIGHT, limit)
-            }
+            Some(cosines) if cosines.len() == self.lengths.len() => blend(
+                &self.scores(&typed_query(query)),
+                cosines,
+                BM25_WEIGHT,
+                limit,
+            ),
             _ => self.search(query, limit),
         }
     }
 
-    /// Every tool's BM25F score for `query`, in index order (0 for a tool that shares no word
-    /// with it).
+    /// Every tool's BM25F score for the words of `query` as given (not typed), in index order
+    /// (0 for a tool that shares no word with it).
     pub fn scores(&self, query: &str) -> Vec<f64> {
         let query: String = query.chars().take(MAX_QUERY_CHARS).collect();
         let mut words = terms(&query);
