@@ -379,7 +379,7 @@ fn uids_of_our_own(config: &Config) -> anyhow::Result<()> {
     let asked = (!config.sandbox_uids_is_default)
         .then_some(config.sandbox_uids)
         .flatten();
-    sandbox::subordinate::enter(asked).map_err(|e| anyhow::anyhow!(e))
+    Ok(sandbox::subordinate::enter(asked)?)
 }
 
 /// The sidecar keeps its secrets from code (docs/SECURITY.md): once the configuration holds

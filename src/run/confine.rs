@@ -37,7 +37,7 @@ pub struct SandboxSettings {
     /// `uids` is the default, not a setting (see [`sandbox::Policy::uids_is_default`]).
     pub uids_is_default: bool,
     /// What [`sandbox::subordinate::enter`] did (see [`sandbox::Policy::subordinate`]).
-    pub subordinate: Option<Result<sandbox::subordinate::Subordinate, String>>,
+    pub subordinate: Option<Result<sandbox::subordinate::Subordinate, sandbox::Unavailable>>,
     /// The interpreter to use when the run user cannot start the configured one (the system's,
     /// when `PTC_PYTHON` is unset).
     pub fallback_python: Option<PathBuf>,

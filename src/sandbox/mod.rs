@@ -19,6 +19,7 @@ pub mod secrets;
 pub mod subordinate;
 pub mod uids;
 pub mod user;
+mod who;
 
 use serde::Serialize;
 use std::fmt;
@@ -103,7 +104,7 @@ pub struct Policy {
     /// What [`subordinate::enter`] did for an unprivileged sidecar: `Some(Ok)`, it is root in a
     /// user namespace of its own and runs get uids of its `/etc/subuid` grant (they replace
     /// `user` and `uids`); `Some(Err)`, why not (said in `missing`); `None`, not tried.
-    pub subordinate: Option<Result<subordinate::Subordinate, String>>,
+    pub subordinate: Option<Result<subordinate::Subordinate, Unavailable>>,
 }
 
 /// The documented default of `PTC_SANDBOX_USER`.
@@ -296,7 +297,7 @@ impl Sandbox {
                     landlock: "off".into(),
                     seccomp: false,
                     uid: my_uid.to_string(),
-                    uids: SHARED.into(),
+                    uids: who::SHARED.into(),
                     namespaces: Vec::new(),
                     subprocess: true,
                     missing: vec!["every layer: PTC_SANDBOX=off".into()],
@@ -326,20 +327,7 @@ impl Sandbox {
                 false
             }
         };
-        let (run_as, uid, uids) = match &policy.subordinate {
-            Some(Ok(given)) => subordinate_ids(&policy, given)?,
-            other => {
-                if let Some(Err(reason)) = other {
-                    missing.push(format!("a uid per run: {reason}"));
-                }
-                let (run_as, uid) = run_user(&policy, &mut missing)?;
-                let uids = match &run_as {
-                    Some(_) => run_uids(&policy, &mut missing)?,
-                    None => None,
-                };
-                (run_as, uid, uids)
-            }
-        };
+        let (run_as, uid, uids) = who::runs_as(&policy, &mut missing)?;
         if policy.mode == Mode::Strict {
             let mut refused = Vec::new();
             match landlock_abi {
@@ -363,11 +351,7 @@ impl Sandbox {
                 landlock,
                 seccomp,
                 uid,
-                uids: match (&uids, &policy.subordinate) {
-                    (None, _) => SHARED.into(),
-                    (Some(u), Some(Ok(_))) => format!("per run {} (subordinate)", u.range()),
-                    (Some(u), _) => format!("per run {}", u.range()),
-                },
+                uids: who::uids_status(uids.as_deref(), &policy),
                 namespaces: Vec::new(),
                 subprocess: policy.allow_subprocess,
                 missing,
@@ -517,121 +501,6 @@ impl Sandbox {
     }
 }
 
-/// How `/healthz` says that runs share the run user's uid.
-const SHARED: &str = "shared";
-
-/// The uids of `policy.uids`, where nobody else has one of them and this process can give
-/// them; else `None` with the reason in `missing` (the default range), or an error (a range
-/// the operator chose must hold).
-fn run_uids(policy: &Policy, missing: &mut Vec<String>) -> Result<Option<Arc<Uids>>, SandboxError> {
-    let Some(range) = policy.uids else {
-        return Ok(None);
-    };
-    let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
-    let checked = uids::check(
-        range,
-        &read("/etc/passwd"),
-        &read("/etc/group"),
-        &read("/etc/subuid"),
-        &read("/proc/self/uid_map"),
-    );
-    match checked {
-        Ok(()) => Ok(Some(Uids::new(range))),
-        Err(e) if policy.uids_is_default => {
-            missing.push(format!(
-                "a uid per run ({e}; set PTC_SANDBOX_UIDS to a free range): runs share the run \
-                 user's uid"
-            ));
-            Ok(None)
-        }
-        Err(e) => Err(e),
-    }
-}
-
-/// Whom code runs as, its name for `/healthz`, and the uids runs each get one of.
-type RunIds = (Option<RunAs>, String, Option<Arc<Uids>>);
-
-/// The run user, its name for `/healthz`, and the uids of an unprivileged sidecar in its own
-/// user namespace (`given`): its grant is checked as a root sidecar's range is, but for the
-/// grant's own line in `/etc/subuid`.
-fn subordinate_ids(
-    policy: &Policy,
-    given: &subordinate::Subordinate,
-) -> Result<RunIds, SandboxError> {
-    let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
-    let others: String = read("/etc/subuid")
-        .lines()
-        .filter(|line| line.split(':').next() != Some(given.user.as_str()))
-        .map(|line| format!("{line}\n"))
-        .collect();
-    uids::check(
-        given.range,
-        &read("/etc/passwd"),
-        &read("/etc/group"),
-        &others,
-        &read("/proc/self/uid_map"),
-    )?;
-    let run_as = RunAs {
-        name: given.run_user.to_string(),
-        uid: given.run_user,
-        gid: given.run_user,
-        max_processes: policy.max_processes,
-    };
-    Ok((
-        Some(run_as),
-        given.run_user.to_string(),
-        Some(Uids::new(given.range)),
-    ))
-}
-
-/// Whom code runs as under `policy`, and how `/healthz` names it; what cannot be had is
-/// added to `missing`. Errors where code would run as the sidecar's uid though it could
-/// switch (a named user that does not exist): only `PTC_SANDBOX_USER=none` asks for that.
-fn run_user(
-    policy: &Policy,
-    missing: &mut Vec<String>,
-) -> Result<(Option<RunAs>, String), SandboxError> {
-    let my_uid = user::current_uid();
-    let chosen = match &policy.user {
-        None => {
-            if can_switch_users() {
-                missing.push(format!(
-                    "user switch: PTC_SANDBOX_USER=none, so code runs as the sidecar's own \
-                     uid {my_uid}"
-                ));
-            }
-            (None, my_uid.to_string())
-        }
-        Some(name) if can_switch_users() => match user::resolve(name, policy.max_processes) {
-            Ok(run_as) => {
-                let uid = run_as.name.clone();
-                (Some(run_as), uid)
-            }
-            // The default user is missing: a uid of its own instead, never the sidecar's.
-            Err(_) if policy.user_is_default => {
-                let run_as = user::fallback(policy.max_processes);
-                tracing::info!(
-                    "the run user {DEFAULT_USER:?} does not exist: code runs as uid {FALLBACK_UID} \
-                     (create {DEFAULT_USER}, or set PTC_SANDBOX_USER)"
-                );
-                let uid = run_as.name.clone();
-                (Some(run_as), uid)
-            }
-            // Code would run with the sidecar's privileges: only PTC_SANDBOX_USER=none
-            // asks for that.
-            Err(e) => return Err(e),
-        },
-        Some(name) => {
-            missing.push(format!(
-                "user switch to {name:?}: the sidecar is not root and lacks CAP_SETUID and \
-                 CAP_SETGID, so code runs as the sidecar's uid {my_uid}"
-            ));
-            (None, my_uid.to_string())
-        }
-    };
-    Ok(chosen)
-}
-
 /// The directories the interpreter reads at run time (its prefixes, where its binary lives),
 /// asked of the interpreter itself once at startup.
 pub fn interpreter_paths(python: &Path) -> Result<Vec<PathBuf>, SandboxError> {
@@ -763,7 +632,7 @@ mod tests {
             Some((1_700_000_100, 1_700_000_100))
         );
         assert!(sandbox.uids().is_some_and(|u| u.range().count == 100));
-        policy.subordinate = Some(Err("/etc/subuid grants \"x\" no ids".into()));
+        policy.subordinate = Some(Err(Unavailable("/etc/subuid grants \"x\" no ids".into())));
         let sandbox = Sandbox::new(policy).unwrap();
         assert!(
             sandbox

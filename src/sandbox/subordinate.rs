@@ -13,8 +13,8 @@
 //! before the tokio runtime starts (`setns` into a user namespace needs a single thread). The
 //! rest is plain text and arithmetic, tested here.
 
-use super::UidRange;
 use super::uids::MIN_COUNT;
+use super::{UidRange, Unavailable};
 use std::sync::OnceLock;
 
 /// What the grant gives, in this process's user namespace once entered (the ids are the
@@ -37,10 +37,10 @@ pub struct Subordinate {
 /// What [`enter`] did: `None` when it was not tried (root, the sandbox or the uid range off),
 /// `Some(Err(reason))` when this machine gives no subordinate ids (the reason says how to get
 /// them), `Some(Ok(_))` when the sidecar is in its namespace.
-static OUTCOME: OnceLock<Result<Subordinate, String>> = OnceLock::new();
+static OUTCOME: OnceLock<Result<Subordinate, Unavailable>> = OnceLock::new();
 
 /// What [`enter`] did, for the sandbox's status (`/healthz` `sandbox.uids`).
-pub fn outcome() -> Option<Result<Subordinate, String>> {
+pub fn outcome() -> Option<Result<Subordinate, Unavailable>> {
     OUTCOME.get().cloned()
 }
 
@@ -84,15 +84,15 @@ pub fn layout(
     uids: Grant,
     gids: Grant,
     asked: Option<UidRange>,
-) -> Result<Layout, String> {
+) -> Result<Layout, Unavailable> {
     let count = uids.count.min(gids.count);
     let usable = count.saturating_sub(2);
     if usable < MIN_COUNT {
-        return Err(format!(
+        return Err(Unavailable(format!(
             "/etc/subuid and /etc/subgid grant {user:?} {count} ids; a uid per run needs at \
              least {} (the last two are the run user's and the sidecar's group)",
             MIN_COUNT + 2
-        ));
+        )));
     }
     let whole = UidRange {
         first: uids.first,
@@ -102,10 +102,10 @@ pub fn layout(
         None => whole,
         Some(r) if whole.contains(r.first) && whole.contains(r.last()) => r,
         Some(r) => {
-            return Err(format!(
+            return Err(Unavailable(format!(
                 "PTC_SANDBOX_UIDS={r}: an unprivileged sidecar gives runs ids of its /etc/subuid \
                  grant, {whole} here; choose a range inside it, or leave PTC_SANDBOX_UIDS unset"
-            ));
+            )));
         }
     };
     let run_user = uids.first + usable;
@@ -127,7 +127,7 @@ pub fn layout(
 ///
 /// Must be called before any other thread exists. The sidecar's environment never reaches the
 /// helpers (they run with an empty one).
-pub fn enter(asked: Option<UidRange>) -> Result<(), String> {
+pub fn enter(asked: Option<UidRange>) -> Result<(), Unavailable> {
     let started = std::time::Instant::now();
     let tried = try_enter(asked);
     match &tried {
@@ -144,15 +144,15 @@ pub fn enter(asked: Option<UidRange>) -> Result<(), String> {
     let failed = tried.as_ref().err().cloned();
     let _ = OUTCOME.set(tried);
     match (failed, asked) {
-        (Some(reason), Some(range)) => Err(format!(
+        (Some(reason), Some(range)) => Err(Unavailable(format!(
             "PTC_SANDBOX_UIDS={range}: an unprivileged sidecar needs subordinate ids for it, \
              and {reason}"
-        )),
+        ))),
         _ => Ok(()),
     }
 }
 
-fn try_enter(asked: Option<UidRange>) -> Result<Subordinate, String> {
+fn try_enter(asked: Option<UidRange>) -> Result<Subordinate, Unavailable> {
     // SAFETY: getuid and getgid cannot fail.
     let my_uid = unsafe { libc::getuid() };
     let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
@@ -166,14 +166,16 @@ fn try_enter(asked: Option<UidRange>) -> Result<Subordinate, String> {
         grant(&read("/etc/subuid"), &user, my_uid),
         grant(&read("/etc/subgid"), &user, my_uid),
     ) else {
-        return Err(format!(
+        return Err(Unavailable(format!(
             "/etc/subuid and /etc/subgid grant {user:?} no ids ({how})"
-        ));
+        )));
     };
     let layout = layout(&user, my_uid, uids, gids, asked)?;
     let helpers = ["newuidmap", "newgidmap"].map(find_program);
     let [Some(newuidmap), Some(newgidmap)] = helpers else {
-        return Err(format!("newuidmap or newgidmap is not installed ({how})"));
+        return Err(Unavailable(format!(
+            "newuidmap or newgidmap is not installed ({how})"
+        )));
     };
     namespace::join(&layout, &newuidmap, &newgidmap)?;
     Ok(layout.given)
@@ -193,15 +195,15 @@ fn find_program(name: &str) -> Option<std::path::PathBuf> {
 /// the sidecar joins it with `setns` (it owns the namespace, so it may), so a failure at any
 /// step leaves the sidecar where it was.
 mod namespace {
-    use super::Layout;
+    use super::{Layout, Unavailable};
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     use std::path::Path;
 
-    fn os_error(what: &str) -> String {
-        format!("{what}: {}", std::io::Error::last_os_error())
+    fn os_error(what: &str) -> Unavailable {
+        Unavailable(format!("{what}: {}", std::io::Error::last_os_error()))
     }
 
-    fn pipe() -> Result<(OwnedFd, OwnedFd), String> {
+    fn pipe() -> Result<(OwnedFd, OwnedFd), Unavailable> {
         let mut fds = [0; 2];
         // SAFETY: pipe2 writes two descriptors into `fds`, which we then own.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -226,7 +228,7 @@ mod namespace {
         }
     }
 
-    fn holder() -> Result<Holder, String> {
+    fn holder() -> Result<Holder, Unavailable> {
         let (ready_r, ready_w) = pipe()?;
         let (hold_r, hold_w) = pipe()?;
         // SAFETY: the process has one thread (the caller's promise); the child calls only
@@ -263,38 +265,44 @@ mod namespace {
         let n = unsafe { libc::read(ready_r.as_raw_fd(), bytes.as_mut_ptr().cast(), 4) };
         match (n, i32::from_ne_bytes(bytes)) {
             (4, 0) => Ok(holder),
-            (4, errno) => Err(format!(
+            (4, errno) => Err(Unavailable(format!(
                 "unshare(CLONE_NEWUSER): {} (user namespaces are off for this user)",
                 std::io::Error::from_raw_os_error(errno)
+            ))),
+            _ => Err(Unavailable(
+                "the child making the user namespace died".into(),
             )),
-            _ => Err("the child making the user namespace died".into()),
         }
     }
 
-    fn map(helper: &Path, pid: libc::pid_t, triples: &[u32]) -> Result<(), String> {
+    fn map(helper: &Path, pid: libc::pid_t, triples: &[u32]) -> Result<(), Unavailable> {
         let output = std::process::Command::new(helper)
             .arg(pid.to_string())
             .args(triples.iter().map(u32::to_string))
             .env_clear()
             .stdin(std::process::Stdio::null())
             .output()
-            .map_err(|e| format!("{}: {e}", helper.display()))?;
+            .map_err(|e| Unavailable(format!("{}: {e}", helper.display())))?;
         if output.status.success() {
             return Ok(());
         }
-        Err(format!(
+        Err(Unavailable(format!(
             "{} refused the map {triples:?}: {}",
             helper.display(),
             String::from_utf8_lossy(&output.stderr).trim()
-        ))
+        )))
     }
 
-    pub(super) fn join(layout: &Layout, newuidmap: &Path, newgidmap: &Path) -> Result<(), String> {
+    pub(super) fn join(
+        layout: &Layout,
+        newuidmap: &Path,
+        newgidmap: &Path,
+    ) -> Result<(), Unavailable> {
         let holder = holder()?;
         map(newuidmap, holder.pid, &layout.uid_map)?;
         map(newgidmap, holder.pid, &layout.gid_map)?;
         let ns = std::fs::File::open(format!("/proc/{}/ns/user", holder.pid))
-            .map_err(|e| format!("opening the new user namespace: {e}"))?;
+            .map_err(|e| Unavailable(format!("opening the new user namespace: {e}")))?;
         // SAFETY: setns on an open namespace descriptor; the process has one thread.
         if unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWUSER) } != 0 {
             return Err(os_error("setns into the new user namespace"));
@@ -375,12 +383,12 @@ mod tests {
             gids,
             Some("2000000000:65536".parse().unwrap()),
         );
-        assert!(outside.unwrap_err().contains("inside it"));
+        assert!(outside.unwrap_err().0.contains("inside it"));
         let small = Grant {
             first: 100000,
             count: 65,
         };
-        let e = layout("alice", 1000, small, gids, None).unwrap_err();
+        let e = layout("alice", 1000, small, gids, None).unwrap_err().0;
         assert!(
             e.contains("grant \"alice\" 65 ids") && e.contains("at least 66"),
             "{e}"
