@@ -103,7 +103,7 @@ pub fn layout(
         Some(r) if whole.contains(r.first) && whole.contains(r.last()) => r,
         Some(r) => {
             return Err(Unavailable(format!(
-                "PTC_SANDBOX_UIDS={r}: an unprivileged sidecar gives runs ids of its /etc/subuid \
+                "{r} is outside its user's /etc/subuid \
                  grant, {whole} here; choose a range inside it, or leave PTC_SANDBOX_UIDS unset"
             )));
         }
@@ -145,8 +145,8 @@ pub fn enter(asked: Option<UidRange>) -> Result<(), Unavailable> {
     let _ = OUTCOME.set(tried);
     match (failed, asked) {
         (Some(reason), Some(range)) => Err(Unavailable(format!(
-            "PTC_SANDBOX_UIDS={range}: an unprivileged sidecar needs subordinate ids for it, \
-             and {reason}"
+            "PTC_SANDBOX_UIDS={range}: an unprivileged sidecar gives runs subordinate ids: \
+             {reason}"
         ))),
         _ => Ok(()),
     }
