@@ -6,6 +6,7 @@
 use crate::common::{TEST_TIMEOUT, TempDir, TestSidecar, config, corpus, corpus_all};
 use pretty_assertions::assert_eq;
 use ptc_sidecar::catalog::Catalog;
+use ptc_sidecar::render::description::PREAMBLE_JS;
 use ptc_sidecar::render::{Lang, lossless, render_in, tokens};
 use ptc_sidecar::sources;
 use serde_json::{Value, json};
@@ -206,7 +207,61 @@ async fn tools_in_either_language_by_query_or_by_default() {
                 .0
                 .contains("\nlookup(q) — Look a thing up.")
         );
+        // The MCP front door's `exec_code` takes the default too.
+        let listed = mcp_tools_list(&s).await;
+        let tool = &listed["result"]["tools"][0];
+        assert_eq!(tool["name"], "exec_code", "{listed}");
+        assert!(
+            tool["description"]
+                .as_str()
+                .unwrap()
+                .starts_with(PREAMBLE_JS),
+            "{listed}"
+        );
+        assert_eq!(
+            tool["inputSchema"]["properties"]["code"]["description"],
+            "JavaScript source to run."
+        );
     })
     .await
     .expect("in time");
+}
+
+/// The MCP front door's `tools/list`, after the handshake, over streamable HTTP.
+async fn mcp_tools_list(s: &TestSidecar) -> Value {
+    let mut session = None;
+    let mut last = Value::Null;
+    for message in [
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "typescript-test", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+    ] {
+        let mut r = s
+            .http
+            .post(s.url("/mcp"))
+            .header("accept", "application/json, text/event-stream")
+            .json(&message);
+        if let Some(id) = &session {
+            r = r.header("mcp-session-id", id);
+        }
+        let r = r.send().await.unwrap();
+        if let Some(id) = r.headers().get("mcp-session-id") {
+            session = Some(id.to_str().unwrap().to_string());
+        }
+        let text = r.text().await.unwrap();
+        // An event stream's first event may be an empty one (a priming event).
+        let data = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:").map(str::trim))
+            .find(|d| !d.is_empty());
+        let is_stream = text.starts_with("data:") || text.starts_with("id:");
+        if let Some(data) =
+            data.or((!is_stream && !text.trim().is_empty()).then_some(text.as_str()))
+        {
+            last = serde_json::from_str(data).unwrap_or_else(|e| panic!("{e}: {text}"));
+        }
+    }
+    last
 }
