@@ -23,8 +23,8 @@ independent calls together with `Promise.all`). Only `console.log` output comes 
 what is needed. Failed calls throw ToolError (bad arguments: ToolInputError; denied: \
 ToolDenied). `await describe(\"name\")` prints a tool's full schema and docs; `saveFile(name, \
 data)` hands the user a file; `callTool(name, args)` takes the original name. Signatures: `?` \
-optional, bare name = string, `int` an integer, `: T` what the promise resolves to, else what \
-the tool gives, often a string. Under `## s__`, call `f` as `s__f`.";
+optional, bare name = string, `int` an integer, no `: T`: resolves to what the tool gives, \
+often a string. Under `## s__`, call `f` as `s__f`.";
 
 /// Said after the preamble when the description leaves signatures out for the budget (Python).
 pub const SEARCH_NOTE: &str = "\
