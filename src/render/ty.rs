@@ -154,11 +154,7 @@ impl Print for Ty {
             Ty::Dict(None) => f.write_str(if py { "dict" } else { "object" }),
             Ty::Dict(Some(value)) if py => write!(f, "dict[str, {value}]"),
             Ty::Dict(Some(value)) => write!(f, "Record<string, {}>", value.in_lang(lang)),
-            Ty::Object(fields) => {
-                f.write_char('{')?;
-                write_fields(f, fields, lang)?;
-                f.write_char('}')
-            }
+            Ty::Object(fields) => write_object(f, fields, lang),
             Ty::Literal(values) => {
                 // Python: `Literal['a', 1]`; TypeScript: a union of literal types, `"a" | 1`.
                 let (open, between, close) = if py {
@@ -229,7 +225,7 @@ impl Print for Params {
             (Params::Open(Some(ty)), Lang::Python) => write!(f, "**kwargs: {ty}"),
             // TypeScript: the one object of named arguments, written as its shape (`f({path})`).
             (Params::Fields(fields), _) if fields.is_empty() => Ok(()),
-            (Params::Fields(fields), _) => Ty::Object(fields.clone()).print(f, lang),
+            (Params::Fields(fields), _) => write_object(f, fields, lang),
             (Params::Open(None), _) => Ty::Dict(None).print(f, lang),
             // `**kwargs: T` is every argument a T, unless T is itself the object's shape.
             (Params::Open(Some(ty)), _) => match ty.as_ref() {
@@ -262,6 +258,13 @@ pub fn definition(name: &str, ty: &Ty, lang: Lang) -> String {
         Lang::Python => format!("{name} = {ty}"),
         Lang::JavaScript => format!("type {name} = {}", ty.in_lang(lang)),
     }
+}
+
+/// `{a, b?: int}`: an object shape (in TypeScript, a tool's parameters too).
+fn write_object(f: &mut fmt::Formatter<'_>, fields: &[Field], lang: Lang) -> fmt::Result {
+    f.write_char('{')?;
+    write_fields(f, fields, lang)?;
+    f.write_char('}')
 }
 
 fn write_fields(f: &mut fmt::Formatter<'_>, fields: &[Field], lang: Lang) -> fmt::Result {
