@@ -1,5 +1,6 @@
-//! The lossless check: reads a rendered description back and compares what each line says with
-//! the tool's source schema.
+//! The lossless check: reads a rendered description back (in Python or in JavaScript, the
+//! language a parameter of the parser) and compares what each line says with the tool's source
+//! schema.
 //!
 //! Deliberately independent of `lower`: both sides are reduced to *facts* — for every path
 //! (`.edits[].oldText`), the JSON types allowed there, whether the property is required, and
