@@ -10,11 +10,13 @@
 //! variable.
 
 pub mod control;
+mod lang;
 pub mod load;
 mod parse;
 mod validate;
 
 pub use control::{Control, LimitRules, LimitsError, LimitsSource, ToolLimit};
+pub use lang::{LANG_FORMS, Lang, UnknownLang};
 pub use load::{LoadError, Origin, Report, Unknown};
 
 use serde::Deserialize;
@@ -44,6 +46,7 @@ pub struct RawConfig {
     ptc_deny_tools: Option<String>,
     ptc_read_only_tools: Option<String>,
     ptc_description_budget: Option<String>,
+    ptc_lang: Option<String>,
     ptc_state_dir: Option<String>,
     ptc_search_model: Option<String>,
     ptc_learn_shapes: Option<String>,
@@ -197,6 +200,9 @@ pub struct Config {
     /// Tokens (o200k_base) the `exec_code` description may take; past it, full signatures for
     /// as many tools as fit and `search_tools` for the rest.
     pub description_budget: usize,
+    /// The language the `exec_code` description is written for (`PTC_LANG`): what every door
+    /// that offers `exec_code` shows unless a request names another (`GET /v1/tools?lang=`).
+    pub lang: Lang,
     /// Where what the sidecar learns is kept across restarts (the result shapes); none: in
     /// memory only.
     pub state_dir: Option<PathBuf>,
@@ -537,6 +543,10 @@ mod tests {
                 "PTC_DESCRIPTION_BUDGET=\"100\" is not valid: a whole number from 500 to 1000000",
             ),
             (
+                ("PTC_LANG", "ruby"),
+                "PTC_LANG=\"ruby\" is not valid: python, javascript (also js, typescript, ts)",
+            ),
+            (
                 ("PTC_DENY_TOOLS", "a b"),
                 "PTC_DENY_TOOLS=\"a b\" is not valid: comma-separated",
             ),
@@ -591,6 +601,11 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(c.description_budget, 2_000);
+        assert_eq!(c.lang, Lang::Python);
+        assert_eq!(
+            config(&[("PTC_LANG", "ts")]).unwrap().lang,
+            Lang::JavaScript
+        );
         assert_eq!(c.state_dir, Some(PathBuf::from("/var/lib/ptc")));
         assert_eq!(c.search_model, None);
         let c = config(&[("PTC_SEARCH_MODEL", "/opt/model")]).unwrap();

@@ -478,19 +478,15 @@ fn print_tools(mut config: Config, format: &str, saved: &[SavedCatalog]) -> anyh
     for line in snapshot.catalog.report() {
         eprintln!("warning: {line}");
     }
+    let rendered = snapshot.rendered_in(config.lang);
     if format == "description" {
-        out!("{}", snapshot.rendered.description);
+        out!("{}", rendered.description);
         return Ok(());
     }
     let format: Format = format
         .parse()
         .map_err(|e: UnknownFormat| anyhow::anyhow!("--format: {e}, or description"))?;
-    let tools = llm_tools(
-        &snapshot.catalog,
-        &snapshot.rendered,
-        format,
-        config.timeout,
-    );
+    let tools = llm_tools(&snapshot.catalog, rendered, format, config.timeout);
     out!("{}", serde_json::to_string_pretty(&tools)?);
     Ok(())
 }

@@ -230,7 +230,7 @@ impl Reloader {
             return;
         }
         let d = diff(&current.catalog, &catalog);
-        let snapshot = Arc::new(Snapshot::new(catalog));
+        let snapshot = Arc::new(sources::snapshot(&self.config, catalog));
         sources::log_report(&snapshot);
         let down: Vec<&str> = (snapshot.catalog.unavailable.iter())
             .map(|u| u.server.as_str())

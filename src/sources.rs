@@ -104,7 +104,15 @@ pub fn first_snapshot(
     hub: Option<&Hub>,
 ) -> Result<Snapshot, SourceError> {
     let input = load_input(config, saved)?;
-    Ok(Snapshot::new(build_catalog(config, input, hub, 1)))
+    Ok(snapshot(config, build_catalog(config, input, hub, 1)))
+}
+
+/// A snapshot of `catalog` with its description in `PTC_LANG` made now, where catalogs are
+/// made, not by the first request that asks for it.
+pub fn snapshot(config: &Config, catalog: Catalog) -> Snapshot {
+    let snapshot = Snapshot::new(catalog);
+    snapshot.rendered_in(config.lang);
+    snapshot
 }
 
 /// Starts the servers of `PTC_MCP_CONFIG` (when set) and waits for their first attempt, at

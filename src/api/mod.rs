@@ -32,7 +32,7 @@ pub use error::{ApiError, ResultsError};
 pub use state::AppState;
 
 use crate::metrics::Gauges;
-use crate::render::{Format, NativeError, llm_tools, native_tools, note_sessions};
+use crate::render::{Format, Lang, NativeError, llm_tools, native_tools, note_sessions};
 use crate::util::lock;
 use axum::extract::{Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
@@ -219,6 +219,9 @@ struct ToolsQuery {
     sessions: bool,
     /// `native`: the provider runs the model's code (`render::native_tools`).
     ptc: Option<String>,
+    /// The language of the `exec_code` description (`python`, `javascript`, `js`,
+    /// `typescript`, `ts`); none: `PTC_LANG`.
+    lang: Option<String>,
 }
 
 async fn tools(
@@ -244,15 +247,26 @@ async fn tools(
             ));
         }
     };
+    let lang = match q.lang.as_deref() {
+        None => state.config.lang,
+        Some(lang) => lang
+            .parse::<Lang>()
+            .map_err(|e| ApiError::BadRequest(e.to_string()))?,
+    };
     let snap = state.current();
-    let etag = snap.catalog.etag();
+    // Another language is another description of the same catalog: another entity.
+    let etag = match lang {
+        Lang::Python => snap.catalog.etag(),
+        Lang::JavaScript => format!("\"js-{:016x}\"", snap.catalog.fingerprint),
+    };
     let mut response = if if_none_match(&headers, &etag) {
         StatusCode::NOT_MODIFIED.into_response()
     } else {
         let tools = if native {
             native_tools(&snap.catalog, format).map_err(|e| ApiError::BadRequest(e.to_string()))?
         } else {
-            let mut tools = llm_tools(&snap.catalog, &snap.rendered, format, state.config.timeout);
+            let rendered = snap.rendered_in(lang);
+            let mut tools = llm_tools(&snap.catalog, rendered, format, state.config.timeout);
             if q.sessions {
                 note_sessions(&mut tools);
             }
@@ -262,6 +276,7 @@ async fn tools(
             "version": snap.catalog.version,
             "etag": etag,
             "ptc_enabled": snap.catalog.ptc_enabled,
+            "lang": lang.as_str(),
             "tools": tools,
         }))
         .into_response()

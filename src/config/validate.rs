@@ -15,9 +15,9 @@ use super::{
     Config, ConfigError, DEFAULT_ARTIFACT_MAX_MB, DEFAULT_ARTIFACT_TTL_SECS,
     DEFAULT_DESCRIPTION_BUDGET, DEFAULT_DIRECT_TOOLS, DEFAULT_LISTEN, DEFAULT_MAX_SESSIONS,
     DEFAULT_PATH, DEFAULT_PYTHON, DEFAULT_SESSION_IDLE_TTL_SECS, DEFAULT_SESSION_TTL_SECS,
-    DEFAULT_SHUTDOWN_GRACE_SECS, DEFAULT_TEMP_DIR, DESCRIPTION_BUDGET_RANGE, Listen, LogFormat,
-    MAX_SCRATCH_FILES, MAX_SHUTDOWN_GRACE_SECS, OUTPUT_BYTES_RANGE, RawConfig, SYSTEM_PYTHON,
-    SandboxMode, SandboxUser,
+    DEFAULT_SHUTDOWN_GRACE_SECS, DEFAULT_TEMP_DIR, DESCRIPTION_BUDGET_RANGE, LANG_FORMS, Lang,
+    Listen, LogFormat, MAX_SCRATCH_FILES, MAX_SHUTDOWN_GRACE_SECS, OUTPUT_BYTES_RANGE, RawConfig,
+    SYSTEM_PYTHON, SandboxMode, SandboxUser,
 };
 use crate::identity::jwt::{self, Verifier};
 use std::path::PathBuf;
@@ -64,6 +64,7 @@ impl RawConfig {
             deny_tools: core.deny_tools,
             read_only_tools: core.read_only_tools,
             description_budget: core.description_budget,
+            lang: core.lang,
             state_dir: core.state_dir,
             search_model: core.search_model,
             learn_shapes: core.learn_shapes,
@@ -217,6 +218,14 @@ impl RawConfig {
                 DEFAULT_DESCRIPTION_BUDGET,
                 DESCRIPTION_BUDGET_RANGE,
             )? as usize,
+            lang: match non_empty(self.ptc_lang.take()) {
+                None => Lang::default(),
+                Some(value) => value.parse().map_err(|_| ConfigError {
+                    variable: "PTC_LANG",
+                    value,
+                    expected: LANG_FORMS.into(),
+                })?,
+            },
             state_dir: non_empty(self.ptc_state_dir.take()).map(PathBuf::from),
             search_model: non_empty(self.ptc_search_model.take()).map(PathBuf::from),
             learn_shapes: parse_bool("PTC_LEARN_SHAPES", self.ptc_learn_shapes.take(), true)?,
@@ -395,6 +404,7 @@ struct Core {
     deny_tools: Vec<String>,
     read_only_tools: bool,
     description_budget: usize,
+    lang: Lang,
     state_dir: Option<PathBuf>,
     search_model: Option<PathBuf>,
     learn_shapes: bool,

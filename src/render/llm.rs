@@ -4,6 +4,7 @@
 //! PTC tool with its full schema, callable from that code.
 
 use super::description::Rendered;
+use super::ty::Lang;
 use crate::catalog::{Catalog, Class, Tool};
 use serde_json::{Value, json};
 use std::str::FromStr;
@@ -53,13 +54,17 @@ impl FromStr for Format {
     }
 }
 
-/// The input schema of `exec_code`; `timeout` is capped by `PTC_TIMEOUT`.
-pub fn exec_code_schema(max_timeout: Duration) -> Value {
+/// The input schema of `exec_code` for code in `lang`; `timeout` is capped by `PTC_TIMEOUT`.
+pub fn exec_code_schema(max_timeout: Duration, lang: Lang) -> Value {
     let max = max_timeout.as_secs().max(1);
+    let code = match lang {
+        Lang::Python => "Python source to run.",
+        Lang::JavaScript => "JavaScript source to run.",
+    };
     json!({
         "type": "object",
         "properties": {
-            "code": {"type": "string", "description": "Python source to run."},
+            "code": {"type": "string", "description": code},
             "timeout": {
                 "type": "integer",
                 "minimum": 1,
@@ -87,7 +92,7 @@ pub fn llm_tools(
             format,
             EXEC_CODE,
             &rendered.description,
-            &exec_code_schema(max_timeout),
+            &exec_code_schema(max_timeout, rendered.lang),
         ));
     }
     Value::Array(tools)

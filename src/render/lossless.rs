@@ -1,5 +1,6 @@
-//! The lossless check: reads a rendered description back and compares what each line says with
-//! the tool's source schema.
+//! The lossless check: reads a rendered description back (in Python or in JavaScript, the
+//! language a parameter of the parser) and compares what each line says with the tool's source
+//! schema.
 //!
 //! Deliberately independent of `lower`: both sides are reduced to *facts* — for every path
 //! (`.edits[].oldText`), the JSON types allowed there, whether the property is required, and
@@ -15,8 +16,8 @@ mod from_schema;
 
 pub use from_schema::schema_facts;
 
-use super::description::{SECTION_PREFIX_END, TYPES_HEADER};
-use super::ty::{Params, ParseError, Signature, Ty, parse_definition, parse_signature};
+use super::description::{SECTION_PREFIX_END, TYPES_HEADER, code_name};
+use super::ty::{Lang, Params, ParseError, Signature, Ty, parse_definition_in, parse_signature_in};
 use crate::catalog::Catalog;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -32,12 +33,18 @@ const RECURSION: &str = "<recursion>";
 #[derive(Debug, Default)]
 pub struct ParsedDescription {
     pub definitions: HashMap<String, Ty>,
-    /// By Python name.
+    /// By the name code calls the tool by.
     pub signatures: BTreeMap<String, Signature>,
 }
 
-/// Reads the catalog part of an `exec_code` description (everything after the first `## `).
+/// Reads the catalog part of a Python `exec_code` description (everything after the first
+/// `## `).
 pub fn parse_description(text: &str) -> Result<ParsedDescription, ParseError> {
+    parse_description_in(text, Lang::Python)
+}
+
+/// Reads the catalog part of an `exec_code` description in `lang`.
+pub fn parse_description_in(text: &str, lang: Lang) -> Result<ParsedDescription, ParseError> {
     let mut parsed = ParsedDescription::default();
     let mut section: Option<&str> = None;
     for line in text.lines() {
@@ -51,11 +58,11 @@ pub fn parse_description(text: &str) -> Result<ParsedDescription, ParseError> {
         match section {
             None => {}
             Some(header) if format!("## {header}") == TYPES_HEADER => {
-                let (name, ty) = parse_definition(line)?;
+                let (name, ty) = parse_definition_in(line, lang)?;
                 parsed.definitions.insert(name, ty);
             }
             Some(header) => {
-                let mut sig = parse_signature(line)?;
+                let mut sig = parse_signature_in(line, lang)?;
                 if header.ends_with(SECTION_PREFIX_END) {
                     sig.name.insert_str(0, header);
                 }
@@ -66,23 +73,28 @@ pub fn parse_description(text: &str) -> Result<ParsedDescription, ParseError> {
     Ok(parsed)
 }
 
-/// Checks every PTC tool of a catalog against the description; returns the differences, none
-/// when the description is lossless.
+/// Checks every PTC tool of a catalog against its Python description; returns the
+/// differences, none when the description is lossless.
 pub fn check_catalog(catalog: &Catalog, description: &str) -> Vec<String> {
-    let parsed = match parse_description(description) {
+    check_catalog_in(catalog, description, Lang::Python)
+}
+
+/// [`check_catalog`] for a description in `lang`.
+pub fn check_catalog_in(catalog: &Catalog, description: &str, lang: Lang) -> Vec<String> {
+    let parsed = match parse_description_in(description, lang) {
         Ok(parsed) => parsed,
         Err(e) => return vec![format!("the description does not parse: {e}")],
     };
     let mut problems = Vec::new();
     let mut expected = BTreeSet::new();
     for tool in catalog.ptc() {
-        expected.insert(tool.python_name.as_str());
-        let Some(sig) = parsed.signatures.get(&tool.python_name) else {
+        let name = code_name(tool, lang);
+        let Some(sig) = parsed.signatures.get(&name) else {
             problems.push(format!("{}: no signature line", tool.name));
             continue;
         };
         let found = params_facts(&sig.params, &parsed.definitions);
-        let want = schema_facts(&tool.input_schema);
+        let want = input_facts(&tool.input_schema);
         problems.extend(compare(&tool.name, "input", &want, &found));
         match (&tool.output_schema, &sig.returns) {
             (Some(schema), Some(ret)) => {
@@ -93,6 +105,7 @@ pub fn check_catalog(catalog: &Catalog, description: &str) -> Vec<String> {
             (None, Some(_)) => problems.push(format!("{}: shows an output it has not", tool.name)),
             (None, None) => {}
         }
+        expected.insert(name);
     }
     for name in parsed.signatures.keys() {
         if !expected.contains(name.as_str()) {
@@ -100,6 +113,19 @@ pub fn check_catalog(catalog: &Catalog, description: &str) -> Vec<String> {
         }
     }
     problems
+}
+
+/// The facts of a tool's input schema. A call's arguments are always an object (MCP's
+/// `arguments`), so a schema that allows anything at its root (`{}`, only a `$schema`: real
+/// servers send it) allows an object of any keys, which is what the line says.
+fn input_facts(schema: &Value) -> Facts {
+    let mut facts = schema_facts(schema);
+    if let Some(root) = facts.get_mut(&Vec::new())
+        && only_any(root)
+    {
+        root.types = BTreeSet::from(["object"]);
+    }
+    facts
 }
 
 /// Facts at one path.

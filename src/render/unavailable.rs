@@ -3,6 +3,7 @@
 //! preamble at every level; what counts as not running is the MCP hub's to say (the catalog's
 //! `unavailable`). Pure.
 
+use super::ty::Lang;
 use crate::catalog::Catalog;
 
 /// Most MCP servers the note names one by one (the rest are counted): the note is paid on every
@@ -17,13 +18,18 @@ pub const MAX_UNAVAILABLE_NAMED: usize = 5;
 /// as a signature.
 ///
 /// [`Unavailable::new`]: crate::catalog::Unavailable::new
-pub fn note(catalog: &Catalog) -> String {
+/// In `lang`'s words: Python raises, JavaScript throws.
+pub fn note(catalog: &Catalog, lang: Lang) -> String {
     let down = &catalog.unavailable;
     let Some(within) = down.iter().map(|u| u.retry_within).max() else {
         return String::new();
     };
+    let raise = match lang {
+        Lang::Python => "raise",
+        Lang::JavaScript => "throw",
+    };
     let mut out = format!(
-        "MCP servers not running now, so their tools are missing or raise ToolError (each is \
+        "MCP servers not running now, so their tools are missing or {raise} ToolError (each is \
          tried again within {} s):",
         within.as_secs()
     );

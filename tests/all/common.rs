@@ -31,6 +31,14 @@ pub fn corpus() -> Vec<SavedCatalog> {
     support::saved_catalogs_in(&corpus_dir())
 }
 
+/// The 15 real catalogs of `tests/corpus` and `tests/corpus-search` (255 tools).
+pub fn corpus_all() -> Vec<SavedCatalog> {
+    let mut all = corpus();
+    let more = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus-search");
+    all.extend(support::saved_catalogs_in(&more));
+    all
+}
+
 /// The `name`s of a tool list (the array itself, or the `tools` of a `/v1/tools` answer).
 pub fn names(tools: &Value) -> Vec<&str> {
     tools

@@ -325,6 +325,21 @@ fn the_tools_command_prints_the_description_without_ptc_enabled() {
         );
         assert!(stdout.contains("\n## github__\n"), "{stdout}");
     }
+    // PTC_LANG=javascript: the description for JavaScript, TypeScript signatures.
+    let out = sidecar(
+        &dir,
+        &["tools", "--format", "description", "--mcp-catalog", &github],
+        &[("PTC_LANG", "javascript")],
+    );
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.starts_with("JavaScript with the tools below"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("\nget_issue({owner, repo, issue_number: number}) // "),
+        "{stdout}"
+    );
     // The tool lists still follow PTC_ENABLED: off, the tools are offered directly.
     let out = sidecar(&dir, &["tools", "--mcp-catalog", &github], &[]);
     let names = tool_names(&out);

@@ -47,3 +47,4 @@ mod shapes;
 mod shutdown;
 mod soak;
 mod startup;
+mod typescript;

@@ -11,7 +11,7 @@ use proptest::test_runner::TestRunner;
 use ptc_sidecar::catalog::source::{ToolDef, parse_manifest, parse_tool_list};
 use ptc_sidecar::catalog::{Catalog, CatalogInput, Policy};
 use ptc_sidecar::mcp;
-use ptc_sidecar::render::{self, lossless};
+use ptc_sidecar::render::{self, Lang, lossless};
 use serde_json::{Map, Value, json};
 use std::path::Path;
 
@@ -34,7 +34,8 @@ fn config(cases: u32) -> ProptestConfig {
     }
 }
 
-/// Names that trip a renderer: Python keywords, spaces, dashes, digits first, `$`, non-ASCII.
+/// Names that trip a renderer: Python keywords, JavaScript's reserved words and globals,
+/// spaces, dashes, digits first, `$`, non-ASCII.
 fn name() -> impl Strategy<Value = String> {
     prop_oneof![
         prop::sample::select(vec![
@@ -56,6 +57,9 @@ fn name() -> impl Strategy<Value = String> {
             "type",
             "items",
             "__init__",
+            "delete",
+            "default",
+            "console",
         ])
         .prop_map(str::to_string),
         "[a-zA-Z_][a-zA-Z0-9_-]{0,10}",
@@ -184,7 +188,7 @@ fn ptc_policy() -> Policy {
 
 /// Every generated catalog renders the same twice, reads back line by line (each signature
 /// and each shape definition parses), has one signature per PTC tool, and passes the
-/// lossless check.
+/// lossless check, in Python and in JavaScript.
 #[test]
 fn generated_schemas_render_read_back_and_are_lossless() {
     let mut runner = TestRunner::new(config(CASES));
@@ -195,36 +199,38 @@ fn generated_schemas_render_read_back_and_are_lossless() {
                 ..CatalogInput::default()
             };
             let catalog = Catalog::build(input, &ptc_policy(), 1);
-            let rendered = render::render(&catalog);
-            let again = render::render(&catalog);
-            prop_assert_eq!(&rendered.description, &again.description);
-            prop_assert_eq!(&rendered.lines, &again.lines);
-            let parsed = lossless::parse_description(&rendered.description);
-            prop_assert!(
-                parsed.is_ok(),
-                "{:?}\n{}",
-                parsed.err(),
-                rendered.description
-            );
-            let parsed = parsed.unwrap_or_default();
-            prop_assert_eq!(
-                parsed.signatures.len(),
-                catalog.ptc().count(),
-                "{}",
-                rendered.description
-            );
-            // Past the renderer's depth bound a type is shown as Any, on purpose and with a
-            // note; only then may the check find a difference.
-            let deep = rendered
-                .notes
-                .iter()
-                .any(|n| n.contains("nesting deeper than"));
-            let problems = lossless::check_catalog(&catalog, &rendered.description);
-            prop_assert!(
-                deep || problems.is_empty(),
-                "{problems:#?}\n{}",
-                rendered.description
-            );
+            for lang in [Lang::Python, Lang::JavaScript] {
+                let rendered = render::render_in(&catalog, lang);
+                let again = render::render_in(&catalog, lang);
+                prop_assert_eq!(&rendered.description, &again.description);
+                prop_assert_eq!(&rendered.lines, &again.lines);
+                let parsed = lossless::parse_description_in(&rendered.description, lang);
+                prop_assert!(
+                    parsed.is_ok(),
+                    "{:?}\n{}",
+                    parsed.err(),
+                    rendered.description
+                );
+                let parsed = parsed.unwrap_or_default();
+                prop_assert_eq!(
+                    parsed.signatures.len(),
+                    catalog.ptc().count(),
+                    "{}",
+                    rendered.description
+                );
+                // Past the renderer's depth bound a type is shown as Any, on purpose and with
+                // a note; only then may the check find a difference.
+                let deep = rendered
+                    .notes
+                    .iter()
+                    .any(|n| n.contains("nesting deeper than"));
+                let problems = lossless::check_catalog_in(&catalog, &rendered.description, lang);
+                prop_assert!(
+                    deep || problems.is_empty(),
+                    "{problems:#?}\n{}",
+                    rendered.description
+                );
+            }
             Ok(())
         })
         .unwrap();

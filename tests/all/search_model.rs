@@ -4,12 +4,11 @@
 //! PTC_STATE_DIR and a restart embeds nothing again; `/healthz` says which ranking; a broken
 //! model directory stops the start with a clear error.
 
-use crate::common::{TEST_TIMEOUT, TempDir, TestSidecar, config, corpus, support};
+use crate::common::{TEST_TIMEOUT, TempDir, TestSidecar, config, corpus_all};
 use ptc_sidecar::app::{Sidecar, StartError};
 use ptc_sidecar::embed::model_dir_for_tests as model_dir;
-use ptc_sidecar::sources::SavedCatalog;
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// Queries of `benches/search-queries-users.json` that BM25F alone misses (not in its top 3)
@@ -29,15 +28,7 @@ const BY_MEANING: [(&str, &str); 3] = [
     ),
 ];
 
-/// The 15 real catalogs of `tests/corpus` and `tests/corpus-search` (255 tools).
-fn catalogs() -> Vec<SavedCatalog> {
-    let mut all = corpus();
-    let more = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus-search");
-    all.extend(support::saved_catalogs_in(&more));
-    all
-}
-
-/// A sidecar over [`catalogs`], with or without the model.
+/// A sidecar over [`corpus_all`], with or without the model.
 async fn sidecar(model: Option<&str>, state: &str) -> TestSidecar {
     let mut vars = vec![
         ("PTC_ENABLED", "true"),
@@ -47,7 +38,7 @@ async fn sidecar(model: Option<&str>, state: &str) -> TestSidecar {
     if let Some(dir) = model {
         vars.push(("PTC_SEARCH_MODEL", dir));
     }
-    TestSidecar::start_with(&vars, &catalogs()).await
+    TestSidecar::start_with(&vars, &corpus_all()).await
 }
 
 /// `/healthz`'s `search` once the published catalog's vectors are made.

@@ -139,7 +139,8 @@ impl Front {
     /// input of `POST /v1/exec_code`'s tool with a `session_id`.
     fn tool(&self) -> Tool {
         let (snapshot, _) = self.catalog();
-        let mut schema = exec_code_schema(self.state.config.timeout);
+        let lang = self.state.config.lang;
+        let mut schema = exec_code_schema(self.state.config.timeout, lang);
         if let Some(props) = schema["properties"].as_object_mut() {
             props.insert(
                 "session_id".into(),
@@ -152,7 +153,7 @@ impl Front {
         };
         Tool::new(
             EXEC_CODE,
-            snapshot.rendered.description.clone(),
+            snapshot.rendered_in(lang).description.clone(),
             Arc::new(schema),
         )
     }

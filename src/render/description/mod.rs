@@ -7,24 +7,27 @@
 //! details of each parameter are left to `describe()`. Three levels, the richest that fits the
 //! catalog's token budget: rich (whole first sentences and parameter notes), compact (summaries
 //! cut at 44 characters), budgeted (some signatures, the rest by name for `search_tools`).
+//!
+//! In Python or in JavaScript with TypeScript signatures ([`render_in`]): one lowering, one
+//! sharing of shapes and one choice of level for both, the language a parameter of the
+//! printing and of the words (`prose`). `budget` makes the budgeted level, `shapes` names the
+//! shapes that repeat.
 
-use super::lower::{Shapes, is_reserved, shape_name};
+mod budget;
+mod prose;
+mod shapes;
+
+pub use prose::{PREAMBLE, PREAMBLE_JS, SEARCH_NOTE, SEARCH_NOTE_JS, preamble, search_note};
+
+use super::lower::Shapes;
 use super::signature::{rich_summary, signature};
 use super::tokens;
-use super::ty::{Params, Signature, Ty};
+use super::ty::{Lang, Print, Signature, Ty, definition};
 use super::unavailable::note as unavailable_note;
-use crate::catalog::Catalog;
-use crate::catalog::names::is_identifier;
-use std::collections::HashMap;
-
-/// What the model is told once, before the signatures.
-pub const PREAMBLE: &str = "\
-Python with the tools below as async functions (top-level `await` works; run independent calls \
-together with `asyncio.gather`). Only printed output comes back: print just what is needed. \
-Failed calls raise ToolError (bad arguments: ToolInputError). `describe(\"name\")` prints a \
-tool's full schema and docs; `save_file(name, data)` hands the user a file. Signatures: `?` optional, bare name = str, `{k: T}` a dict with \
-those keys, no `->`: returns what the tool gives, often a str. Under `## s__`, call `f` as \
-`s__f`. asyncio, json, re are imported.";
+use crate::catalog::names::{is_identifier, js_name};
+use crate::catalog::{Catalog, Tool};
+use budget::budgeted;
+use shapes::share_shapes;
 
 /// Said instead of the signatures when no tool is callable from code.
 pub const NO_TOOLS: &str = "No tools are callable from code right now.";
@@ -36,13 +39,6 @@ pub const SECTION_PREFIX_END: &str = "__";
 /// Header of the host tools' section.
 pub const HOST_HEADER: &str = "## tools";
 
-/// Said after the preamble when the description leaves signatures out for the budget.
-pub const SEARCH_NOTE: &str = "\
-Not every signature fits here: a section lists some tools in full and the rest by name after \
-`more:`. `search_tools(\"what you need\", limit=5)` returns the best matches, each a dict with \
-its `signature` and `summary` (print it); `describe(\"name\")` prints one tool's docs. Every \
-listed name is callable.";
-
 /// Starts the line of a section's tools listed by name only.
 pub const MORE: &str = "more: ";
 
@@ -51,10 +47,13 @@ pub const MORE: &str = "more: ";
 pub struct Rendered {
     /// The whole `exec_code` description.
     pub description: String,
-    /// `(tool name, signature line)` for each PTC tool, in catalog order, with its whole
-    /// Python name (the description leaves a section's prefix out).
+    /// The language it is written for.
+    pub lang: Lang,
+    /// `(tool name, signature line)` for each PTC tool, in catalog order, with the whole name
+    /// code calls it by (the description leaves a section's prefix out). The same tools in the
+    /// same order in every language.
     pub lines: Vec<(String, String)>,
-    /// Named shapes, as `Name = type` lines.
+    /// Named shapes, as `Name = type` lines (TypeScript: `type Name = type`).
     pub definitions: Vec<(String, Ty)>,
     /// Things the renderer had to simplify, per tool.
     pub notes: Vec<String>,
@@ -89,7 +88,12 @@ struct Section {
 ///
 /// [`MAX_SUMMARY_CHARS`]: super::signature::MAX_SUMMARY_CHARS
 pub fn render(catalog: &Catalog) -> Rendered {
-    let (mut rendered, sections, sigs) = render_full(catalog);
+    render_in(catalog, Lang::Python)
+}
+
+/// [`render`] in `lang`: the same tools, shapes and level rules, in its words and signatures.
+pub fn render_in(catalog: &Catalog, lang: Lang) -> Rendered {
+    let (mut rendered, sections, sigs) = render_full(catalog, lang);
     let Some(budget) = catalog.description_budget else {
         return rendered;
     };
@@ -98,7 +102,7 @@ pub fn render(catalog: &Catalog) -> Rendered {
     // The compact whole first: the rich one says all it says and more, so when the compact one
     // is over, the rich one is too, and a large catalog is counted once, not twice.
     if !tokens::within(&rendered.description, budget) {
-        let note = unavailable_note(catalog);
+        let note = unavailable_note(catalog, lang);
         let (description, listed) = budgeted(&rendered, &sections, budget, &note);
         rendered.description = description;
         rendered.listed = listed;
@@ -113,7 +117,7 @@ pub fn render(catalog: &Catalog) -> Rendered {
 
 /// The rich description: the compact whole with each line's summary replaced by the whole
 /// first sentence and the parameter notes ([`rich_summary`]). Its lines read back as the same
-/// signatures: the summary is the rest of a line after ` — `.
+/// signatures: the summary is the rest of a line after ` — ` (TypeScript: ` // `).
 fn rich(catalog: &Catalog, full: &Rendered, sections: &[Section], sigs: &[Signature]) -> String {
     let lines: Vec<String> = catalog
         .ptc()
@@ -124,14 +128,16 @@ fn rich(catalog: &Catalog, full: &Rendered, sections: &[Section], sigs: &[Signat
                 summary,
                 ..sig.clone()
             }
+            .in_lang(full.lang)
             .to_string()
         })
         .collect();
     whole(
+        full.lang,
         &full.definitions,
         sections,
         &lines,
-        &unavailable_note(catalog),
+        &unavailable_note(catalog, full.lang),
     )
 }
 
@@ -146,12 +152,13 @@ fn push_note(out: &mut String, note: &str) {
 /// A whole description: the preamble, the note on servers not running, the named shapes, every
 /// section with every line.
 fn whole(
+    lang: Lang,
     definitions: &[(String, Ty)],
     sections: &[Section],
     lines: &[String],
     note: &str,
 ) -> String {
-    let mut out = String::from(PREAMBLE);
+    let mut out = String::from(preamble(lang));
     if lines.is_empty() {
         out.push_str("\n\n");
         out.push_str(NO_TOOLS);
@@ -161,7 +168,8 @@ fn whole(
         out.push_str("\n\n");
         out.push_str(TYPES_HEADER);
         for (name, ty) in definitions {
-            out.push_str(&format!("\n{name} = {ty}"));
+            out.push('\n');
+            out.push_str(&definition(name, ty, lang));
         }
     }
     for section in sections {
@@ -177,13 +185,14 @@ fn whole(
 }
 
 /// The compact whole, its sections, and each tool's signature (in catalog order).
-fn render_full(catalog: &Catalog) -> (Rendered, Vec<Section>, Vec<Signature>) {
+fn render_full(catalog: &Catalog, lang: Lang) -> (Rendered, Vec<Section>, Vec<Signature>) {
     let mut shapes = Shapes::default();
     let mut notes = Vec::new();
     let mut sigs: Vec<Signature> = Vec::new();
     let tools: Vec<_> = catalog.ptc().collect();
     for tool in &tools {
-        let (sig, tool_notes) = signature(tool, &mut shapes);
+        let (mut sig, tool_notes) = signature(tool, &mut shapes);
+        sig.name = code_name(tool, lang);
         notes.extend(
             tool_notes
                 .into_iter()
@@ -197,7 +206,7 @@ fn render_full(catalog: &Catalog) -> (Rendered, Vec<Section>, Vec<Signature>) {
     let lines: Vec<(String, String)> = tools
         .iter()
         .zip(&sigs)
-        .map(|(tool, sig)| (tool.name.clone(), sig.to_string()))
+        .map(|(tool, sig)| (tool.name.clone(), sig.in_lang(lang).to_string()))
         .collect();
     let mut sections = Vec::new();
     let mut start = 0;
@@ -225,7 +234,14 @@ fn render_full(catalog: &Catalog) -> (Rendered, Vec<Section>, Vec<Signature>) {
     }
     let texts: Vec<String> = lines.iter().map(|(_, line)| line.clone()).collect();
     let rendered = Rendered {
-        description: whole(&definitions, &sections, &texts, &unavailable_note(catalog)),
+        description: whole(
+            lang,
+            &definitions,
+            &sections,
+            &texts,
+            &unavailable_note(catalog, lang),
+        ),
+        lang,
         listed: lines.len(),
         lines,
         definitions,
@@ -234,192 +250,16 @@ fn render_full(catalog: &Catalog) -> (Rendered, Vec<Section>, Vec<Signature>) {
     (rendered, sections, sigs)
 }
 
-/// The description within `budget` tokens, and how many signatures it shows. Always: the
-/// preamble, [`SEARCH_NOTE`], the note on servers not running (`note`), every section's header
-/// with its tool count. Then, while they
-/// fit, every section's tool names (`more: a, b`); then full signatures in catalog order (so
-/// the text depends on the catalog alone, never on usage), each with the named shapes it
-/// uses. When not even the names fit, the sections keep their names in order while they fit;
-/// when not even the headers fit, the last line counts the sections left out. The preamble, the
-/// notes and that line are the floor: a budget under it gets them anyway (the configuration
-/// allows no budget that small).
-fn budgeted(full: &Rendered, sections: &[Section], budget: usize, note: &str) -> (String, usize) {
-    let refs = references(full);
-    let fits = |plan: &Plan| tokens::within(&plan.assemble(full, sections, &refs, note), budget);
-    // Each step is the largest that fits, found by bisection on the real count (more shown is
-    // more tokens); whatever it settles on was measured to fit, or is the floor.
-    let largest = |most: usize, plan: &dyn Fn(usize) -> Plan| -> usize {
-        let (mut lo, mut hi) = (0, most);
-        while lo < hi {
-            let mid = (lo + hi).div_ceil(2);
-            if fits(&plan(mid)) {
-                lo = mid;
-            } else {
-                hi = mid - 1;
-            }
-        }
-        lo
-    };
-    let all = sections.len();
-    let headers = largest(all, &|h| Plan {
-        headers: h,
-        names: 0,
-        signatures: 0,
-    });
-    let names = if headers == all {
-        largest(all, &|n| Plan {
-            headers,
-            names: n,
-            signatures: 0,
-        })
-    } else {
-        0
-    };
-    let signatures = if names == all {
-        largest(full.lines.len(), &|k| Plan {
-            headers,
-            names,
-            signatures: k,
-        })
-    } else {
-        0
-    };
-    let plan = Plan {
-        headers,
-        names,
-        signatures,
-    };
-    (plan.assemble(full, sections, &refs, note), plan.signatures)
-}
-
-/// How much of the catalog a budgeted description shows: the first `headers` sections, the
-/// names of the first `names`, the signatures of the first `signatures` tools.
-struct Plan {
-    headers: usize,
-    names: usize,
-    signatures: usize,
-}
-
-impl Plan {
-    fn assemble(
-        &self,
-        full: &Rendered,
-        sections: &[Section],
-        refs: &References,
-        note: &str,
-    ) -> String {
-        let mut shown = vec![false; full.definitions.len()];
-        for i in 0..self.signatures {
-            for d in refs.of_line(i) {
-                shown[d] = true;
-            }
-        }
-        let mut out = format!("{PREAMBLE}\n\n{SEARCH_NOTE}");
-        push_note(&mut out, note);
-        if shown.iter().any(|&s| s) {
-            out.push_str("\n\n");
-            out.push_str(TYPES_HEADER);
-            for ((name, ty), _) in full.definitions.iter().zip(&shown).filter(|(_, s)| **s) {
-                out.push_str(&format!("\n{name} = {ty}"));
-            }
-        }
-        for (n, section) in sections.iter().enumerate().take(self.headers) {
-            out.push_str("\n\n");
-            out.push_str(&heading(section));
-            let mut more = Vec::new();
-            for i in section.tools.clone() {
-                let line = &full.lines[i].1;
-                if i < self.signatures {
-                    out.push('\n');
-                    out.push_str(&line[section.prefix..]);
-                } else {
-                    more.push(short_name(line, section.prefix));
-                }
-            }
-            if n < self.names && !more.is_empty() {
-                out.push('\n');
-                out.push_str(MORE);
-                out.push_str(&more.join(", "));
-            }
-        }
-        if self.headers < sections.len() {
-            let left: usize = sections[self.headers..].iter().map(|s| s.tools.len()).sum();
-            out.push_str(&format!(
-                "\n\n({} more sections, {left} tools: find them with search_tools)",
-                sections.len() - self.headers
-            ));
-        }
-        out
+/// The name code calls a tool by in `lang`: its Python name, or its JavaScript name (the same
+/// but for a word JavaScript has taken, `catalog::names::js_name`).
+pub fn code_name(tool: &Tool, lang: Lang) -> String {
+    match lang {
+        Lang::Python => tool.python_name.clone(),
+        Lang::JavaScript => js_name(&tool.python_name),
     }
 }
 
-/// A section's header in a budgeted description: `## github__ (26 tools)`.
-fn heading(section: &Section) -> String {
-    let n = section.tools.len();
-    format!(
-        "{} ({n} tool{})",
-        section.header,
-        if n == 1 { "" } else { "s" }
-    )
-}
-
-/// A signature line's Python name without the section prefix.
-fn short_name(line: &str, prefix: usize) -> String {
-    let name = line.split('(').next().unwrap_or(line);
-    name.get(prefix..).unwrap_or(name).to_string()
-}
-
-/// Which named shapes each line and each shape uses, transitively.
-struct References {
-    by_line: Vec<Vec<usize>>,
-}
-
-impl References {
-    fn of_line(&self, i: usize) -> impl Iterator<Item = usize> + '_ {
-        self.by_line[i].iter().copied()
-    }
-}
-
-fn references(full: &Rendered) -> References {
-    let defs = &full.definitions;
-    let texts: Vec<String> = defs.iter().map(|(_, ty)| ty.to_string()).collect();
-    let direct = |text: &str| -> Vec<usize> {
-        (0..defs.len())
-            .filter(|&d| mentions(text, &defs[d].0))
-            .collect()
-    };
-    let def_refs: Vec<Vec<usize>> = texts.iter().map(|t| direct(t)).collect();
-    let by_line = full
-        .lines
-        .iter()
-        .map(|(_, line)| {
-            let mut found = direct(line);
-            let mut i = 0;
-            while i < found.len() {
-                for &d in &def_refs[found[i]] {
-                    if !found.contains(&d) {
-                        found.push(d);
-                    }
-                }
-                i += 1;
-            }
-            found.sort_unstable();
-            found
-        })
-        .collect();
-    References { by_line }
-}
-
-/// Whether `text` has `name` as a whole word.
-fn mentions(text: &str, name: &str) -> bool {
-    let word = |c: char| c.is_alphanumeric() || c == '_';
-    text.match_indices(name).any(|(i, _)| {
-        !text[..i].chars().next_back().is_some_and(word)
-            && !text[i + name.len()..].chars().next().is_some_and(word)
-    })
-}
-
-/// The `server__` prefix all Python names of a server's section share, when each name is an
+/// The `server__` prefix all names of a server's section share, when each name is an
 /// identifier without it; `None` means the lines keep their whole names.
 fn section_prefix(sigs: &[Signature]) -> Option<&str> {
     let first = &sigs.first()?.name;
@@ -427,165 +267,6 @@ fn section_prefix(sigs: &[Signature]) -> Option<&str> {
     sigs.iter()
         .all(|s| s.name.strip_prefix(prefix).is_some_and(is_identifier))
         .then_some(prefix)
-}
-
-/// Names object shapes that repeat, while naming one saves characters: greedily, the best
-/// saving first, until none saves. Deterministic: ties go to the shape seen first.
-fn share_shapes(sigs: &mut [Signature], definitions: &mut Vec<(String, Ty)>) {
-    loop {
-        let mut seen = ShapeCounts::default();
-        for sig in sigs.iter() {
-            match &sig.params {
-                Params::Fields(fields) => {
-                    for f in fields {
-                        seen.visit(&f.ty, &f.name);
-                    }
-                }
-                Params::Open(Some(ty)) => seen.visit(ty, &sig.name),
-                Params::Open(None) => {}
-            }
-            if let Some(ret) = &sig.returns {
-                let hint = match ret {
-                    Ty::Object(fields) if fields.len() == 1 => fields[0].name.clone(),
-                    _ => sig.name.rsplit('_').next().unwrap_or("Result").to_string(),
-                };
-                seen.visit_return(ret, &hint);
-            }
-        }
-        for (_, ty) in definitions.iter() {
-            if let Ty::Object(fields) = ty {
-                for f in fields {
-                    seen.visit(&f.ty, &f.name);
-                }
-            }
-        }
-        let taken: Vec<&str> = definitions.iter().map(|(n, _)| n.as_str()).collect();
-        let best = seen
-            .shapes
-            .iter()
-            .map(|s| {
-                let name = unique_name(&s.hint, s.is_return, &taken);
-                let (n, len, m) = (s.count as i64, s.text.len() as i64, name.len() as i64);
-                // Inline: n·len. Named: a definition line (m + len + 4) and n·m.
-                (n * len - (m + len + 4) - n * m, name, s)
-            })
-            .filter(|(saving, _, _)| *saving > 0)
-            .max_by(|a, b| a.0.cmp(&b.0).then(b.2.first.cmp(&a.2.first)));
-        let Some((_, name, shape)) = best else {
-            return;
-        };
-        let (text, ty) = (shape.text.clone(), shape.ty.clone());
-        for sig in sigs.iter_mut() {
-            match &mut sig.params {
-                Params::Fields(fields) => {
-                    for f in fields {
-                        replace(&mut f.ty, &text, &name);
-                    }
-                }
-                Params::Open(Some(ty)) => replace(ty, &text, &name),
-                Params::Open(None) => {}
-            }
-            if let Some(ret) = &mut sig.returns {
-                replace(ret, &text, &name);
-            }
-        }
-        for (_, def) in definitions.iter_mut() {
-            if let Ty::Object(fields) = def {
-                for f in fields {
-                    replace(&mut f.ty, &text, &name);
-                }
-            }
-        }
-        definitions.push((name, ty));
-    }
-}
-
-fn unique_name(hint: &str, is_return: bool, taken: &[&str]) -> String {
-    let mut base = shape_name(hint);
-    // A result shape named after its tool (`delete_entities`) must not pass for the thing the
-    // tool works on (`Entity`).
-    if is_return && taken.contains(&base.as_str()) {
-        base.push_str("Result");
-    }
-    let mut name = base.clone();
-    let mut n = 2;
-    while taken.contains(&name.as_str()) || is_reserved(&name) {
-        name = format!("{base}{n}");
-        n += 1;
-    }
-    name
-}
-
-fn replace(ty: &mut Ty, text: &str, name: &str) {
-    if matches!(ty, Ty::Object(_)) && ty.to_string() == text {
-        *ty = Ty::Named(name.to_string());
-        return;
-    }
-    match ty {
-        Ty::Object(fields) => fields
-            .iter_mut()
-            .for_each(|f| replace(&mut f.ty, text, name)),
-        Ty::List(Some(inner)) | Ty::Dict(Some(inner)) => replace(inner, text, name),
-        Ty::Union(members) => members.iter_mut().for_each(|m| replace(m, text, name)),
-        _ => {}
-    }
-}
-
-struct Shape {
-    text: String,
-    ty: Ty,
-    hint: String,
-    /// First seen as a tool's whole return type, its hint taken from the tool's name.
-    is_return: bool,
-    count: usize,
-    first: usize,
-}
-
-#[derive(Default)]
-struct ShapeCounts {
-    shapes: Vec<Shape>,
-    index: HashMap<String, usize>,
-}
-
-impl ShapeCounts {
-    fn visit_return(&mut self, ty: &Ty, hint: &str) {
-        let known = self.shapes.len();
-        self.visit(ty, hint);
-        if let Some(shape) = self.shapes.get_mut(known)
-            && shape.text == ty.to_string()
-        {
-            shape.is_return = true;
-        }
-    }
-
-    fn visit(&mut self, ty: &Ty, hint: &str) {
-        match ty {
-            Ty::Object(fields) => {
-                let text = ty.to_string();
-                match self.index.get(&text) {
-                    Some(&i) => self.shapes[i].count += 1,
-                    None => {
-                        let first = self.shapes.len();
-                        self.index.insert(text.clone(), first);
-                        self.shapes.push(Shape {
-                            text,
-                            ty: ty.clone(),
-                            hint: hint.to_string(),
-                            is_return: false,
-                            count: 1,
-                            first,
-                        });
-                    }
-                }
-                for f in fields {
-                    self.visit(&f.ty, &f.name);
-                }
-            }
-            Ty::List(Some(inner)) | Ty::Dict(Some(inner)) => self.visit(inner, hint),
-            Ty::Union(members) => members.iter().for_each(|m| self.visit(m, hint)),
-            _ => {}
-        }
-    }
 }
 
 #[cfg(test)]
@@ -696,10 +377,10 @@ mod tests {
             format!("{PREAMBLE}\n\n{NO_TOOLS}\n\n{first}")
         );
         // Bounded: five named, the rest counted.
-        let many = unavailable_note(&catalog_down(None, down(9)));
+        let many = unavailable_note(&catalog_down(None, down(9)), Lang::Python);
         assert_eq!(many.lines().count(), 1 + MAX_UNAVAILABLE_NAMED + 1);
         assert!(many.ends_with("\n- s4: cannot start \"x\": gone\n- and 4 more servers"));
-        assert_eq!(unavailable_note(&catalog(None)), "");
+        assert_eq!(unavailable_note(&catalog(None), Lang::Python), "");
     }
 
     /// The description after the preamble and, when budgeted, the search note.
@@ -805,5 +486,95 @@ mod tests {
                 assert_eq!(body(Some(budget / 2)).0, text);
             }
         }
+    }
+
+    #[test]
+    fn the_javascript_description_says_the_same_in_typescript() {
+        let _vocabulary = tokens::scope();
+        let sig = "({id: int, assignee?, milestone?, due_date?, labels?: string[]})";
+        let line = |name: &str, what: &str| format!("{name}{sig} // {what}.");
+        let whole = format!(
+            "{PREAMBLE_JS}\n\n## tickets__\n{}\n{}\n{}\n{}\n\n## wiki__\n{}\n{}\n{}\n{}",
+            line("assign_ticket", "Assign a ticket"),
+            line("close_ticket", "Close a ticket"),
+            line("label_ticket", "Label a ticket"),
+            line("open_ticket", "Open a ticket"),
+            line("delete_page", "Delete a page"),
+            line("edit_page", "Edit a page"),
+            line("move_page", "Move a page"),
+            line("read_page", "Read a page"),
+        );
+        let c = catalog(None);
+        let js = render_in(&c, Lang::JavaScript);
+        assert_eq!(js.description, whole);
+        assert_eq!(js.lang, Lang::JavaScript);
+        // The same tools in the same order as in Python: a search hit's index finds either.
+        let py = render(&c);
+        let names = |r: &Rendered| r.lines.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&js), names(&py));
+        assert_eq!(
+            js.line("tickets__open_ticket"),
+            Some(format!("tickets__{}", line("open_ticket", "Open a ticket")).as_str())
+        );
+        // Same input, same bytes; and it reads back, nothing lost, at every level.
+        assert_eq!(render_in(&c, Lang::JavaScript), js);
+        let check = |c: &Catalog| {
+            let r = render_in(c, Lang::JavaScript);
+            let problems = super::super::lossless::check_catalog_in(c, &r.description, r.lang);
+            assert_eq!(problems, Vec::<String>::new(), "{}", r.description);
+            r
+        };
+        check(&c);
+        let rich = check(&catalog(Some(1 << 20)));
+        assert!(
+            rich.description.contains("[id: >= 1]"),
+            "{}",
+            rich.description
+        );
+        // Budgeted: the search note and the count of what is left out, in JavaScript's words;
+        // the lines it shows read back.
+        let shown = |c: &Catalog| {
+            let r = render_in(c, Lang::JavaScript);
+            let lines = r.description.lines().skip_while(|l| !l.starts_with("## "));
+            let sigs =
+                lines.filter(|l| !l.is_empty() && !l.starts_with("## ") && !l.starts_with(MORE));
+            for line in sigs.clone() {
+                crate::render::ty::parse_signature_in(line, r.lang).unwrap();
+            }
+            assert_eq!(sigs.count(), r.listed, "{}", r.description);
+            r
+        };
+        let floor = shown(&catalog(Some(1)));
+        assert_eq!(
+            floor.description,
+            format!(
+                "{PREAMBLE_JS}\n\n{SEARCH_NOTE_JS}\n\n\
+                 (2 more sections, 8 tools: find them with searchTools)"
+            )
+        );
+        let budget = tokens::count(&format!(
+            "{PREAMBLE_JS}\n\n{SEARCH_NOTE_JS}\n\n## tickets__ (4 tools)\n{}\n\
+             more: close_ticket, label_ticket, open_ticket\n\n## wiki__ (4 tools)\n\
+             more: delete_page, edit_page, move_page, read_page",
+            line("assign_ticket", "Assign a ticket")
+        ));
+        let some = shown(&catalog(Some(budget)));
+        assert_eq!(some.listed, 1);
+        assert!(tokens::count(&some.description) <= budget);
+        // A server not running: JavaScript throws.
+        let down = vec![Unavailable::new(
+            "s0",
+            "gone",
+            std::time::Duration::from_secs(60),
+        )];
+        let r = render_in(&catalog_down(None, down), Lang::JavaScript);
+        assert!(
+            r.description.starts_with(&format!(
+                "{PREAMBLE_JS}\n\nMCP servers not running now, so their tools are missing or \
+                 throw ToolError"
+            )),
+            "{}",
+            r.description
+        );
     }
 }
