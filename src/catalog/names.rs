@@ -100,6 +100,118 @@ pub fn assign<'a>(names: impl IntoIterator<Item = &'a str>) -> (Vec<String>, Vec
     (assigned, renames)
 }
 
+/// JavaScript's reserved words (ES2024, strict mode and modules: user code is an ES module)
+/// and the names a JavaScript run's globals already have (the SDK's own and node's): a
+/// function cannot be bound to the first, and would hide the second.
+const JS_TAKEN: &[&str] = &[
+    "await",
+    "break",
+    "case",
+    "catch",
+    "class",
+    "const",
+    "continue",
+    "debugger",
+    "default",
+    "delete",
+    "do",
+    "else",
+    "enum",
+    "export",
+    "extends",
+    "false",
+    "finally",
+    "for",
+    "function",
+    "if",
+    "implements",
+    "import",
+    "in",
+    "instanceof",
+    "interface",
+    "let",
+    "new",
+    "null",
+    "package",
+    "private",
+    "protected",
+    "public",
+    "return",
+    "static",
+    "super",
+    "switch",
+    "this",
+    "throw",
+    "true",
+    "try",
+    "typeof",
+    "var",
+    "void",
+    "while",
+    "with",
+    "yield",
+    "arguments",
+    "eval",
+    "undefined",
+    "NaN",
+    "Infinity",
+    "globalThis",
+    "tools",
+    "callTool",
+    "describe",
+    "searchTools",
+    "saveFile",
+    "ToolError",
+    "ToolInputError",
+    "ToolDenied",
+    "console",
+    "process",
+    "require",
+    "module",
+    "exports",
+    "Buffer",
+    "Promise",
+    "JSON",
+    "Math",
+    "Object",
+    "Array",
+    "String",
+    "Number",
+    "Boolean",
+    "Symbol",
+    "Error",
+    "TypeError",
+    "Date",
+    "RegExp",
+    "Map",
+    "Set",
+    "URL",
+    "fetch",
+    "setTimeout",
+    "setInterval",
+    "setImmediate",
+    "clearTimeout",
+    "clearInterval",
+    "queueMicrotask",
+    "structuredClone",
+    "atob",
+    "btoa",
+    "crypto",
+    "performance",
+    "navigator",
+];
+
+/// A tool's JavaScript name, from its Python name (already an ASCII identifier, unique in the
+/// catalog): the same name, with `_tool` after a name [`JS_TAKEN`] has (`delete` →
+/// `delete_tool`, `console` → `console_tool`). One rule for the JavaScript SDK's functions and
+/// the description in JavaScript.
+pub fn js_name(python_name: &str) -> String {
+    match JS_TAKEN.contains(&python_name) {
+        true => format!("{python_name}_tool"),
+        false => python_name.to_string(),
+    }
+}
+
 /// Whether `name` is a Python identifier (ASCII: what our normalised names are made of).
 pub fn is_identifier(name: &str) -> bool {
     let mut chars = name.chars();
@@ -111,6 +223,19 @@ pub fn is_identifier(name: &str) -> bool {
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
+
+    #[test]
+    fn javascript_names_are_python_names_never_a_taken_word() {
+        for (python, js) in [
+            ("get_weather", "get_weather"),
+            ("delete", "delete_tool"),
+            ("console", "console_tool"),
+            ("class_tool", "class_tool"),
+            ("demo__add", "demo__add"),
+        ] {
+            assert_eq!(js_name(python), js, "{python}");
+        }
+    }
 
     #[test]
     fn normalises_like_the_design_says() {

@@ -19,6 +19,7 @@
 //! | `shapes` | the result shapes learned from calls, per agent, never from a call that chose the keys, [`shapes::Shapes`] (`PTC_LEARN_SHAPES`, `PTC_STATE_DIR`) | — |
 //! | `zygote` | the fork server of one catalog, [`zygote::Program`] (what a forked child may become) | `child` |
 //! | `bash` | bash runs: tools as bash functions, what bash is started with, how a result prints | `zygote` |
+//! | `javascript` | JavaScript and TypeScript runs: the code read (a syntax error at its line, TypeScript's types stripped), what node is started with | `sdk`, `zygote` |
 //! | `prepare` | the prepared-SDK cache, one [`prepare::CatalogKey`] for every catalog | `sdk`, `dispatch` |
 //! | `pool` | where a child comes from: warm, forked or cold; the refill loop | `child`, `zygote`, `prepare` |
 //! | `calls` | the live runs by token, [`calls::RunCtx`], [`CallRecord`], `call(run, tool, args)`: limits, approval, dispatch | `approval`, `clock`, `dispatch`, `limits`, `prepare`, `shapes` |
@@ -48,6 +49,7 @@ pub mod dispatch;
 pub mod files;
 pub mod guards;
 pub mod ipc;
+pub mod javascript;
 pub mod limits;
 pub mod live;
 pub mod native;

@@ -46,6 +46,13 @@ struct ZygoteSlot {
     failed_at: Option<Instant>,
 }
 
+/// Which fork server makes a program's child ([`Pool::start_program`]): the one of
+/// `prepared`'s catalog, or with `own` one of the run's own.
+pub struct OnServer<'a> {
+    pub prepared: &'a Prepared,
+    pub own: bool,
+}
+
 pub struct Pool {
     spec: SpawnSpec,
     warm_workers: usize,
@@ -121,20 +128,27 @@ impl Pool {
         self.fresh(prepared, id, Some(workspace)).await
     }
 
-    /// A child for one run that becomes `program` once confined (a bash run), its stdin closed.
-    /// Any fork server will do, since the program does not load the SDK: the one of
-    /// `prepared` (pass the current catalog's, so as not to replace it) when there is a warm
-    /// pool, else one of its own, started for this run and stopped with it. Never a cold
-    /// child: a program may start processes, and the fork server is the subreaper that kills
-    /// what it leaves behind.
+    /// A child for one run that becomes `program` once confined (a bash or JavaScript run),
+    /// `job` written to its stdin, then closed. Forked by the fork server of `prepared` (its ruleset names that
+    /// catalog's SDK directory: node reads the JavaScript SDK and `catalog.json` there; bash
+    /// reads nothing, so pass the current catalog's, so as not to replace it) when there is a
+    /// warm pool and not `own`, else by one of its own, started for this run and
+    /// stopped with it. Never a cold child: a program may start processes, and the fork server
+    /// is the subreaper that kills what it leaves behind.
     pub async fn start_program(
         &self,
-        prepared: &Prepared,
+        server: OnServer<'_>,
         id: &str,
         program: &Program,
+        job: &[u8],
         workspace: Option<&Path>,
     ) -> std::io::Result<Child> {
-        let mut child = match self.zygote_for(prepared).await {
+        let prepared = server.prepared;
+        let shared = match server.own {
+            true => None,
+            false => self.zygote_for(prepared).await,
+        };
+        let mut child = match shared {
             Some(zygote) => {
                 zygote
                     .fork(&self.spec, id, Some(program), workspace)
@@ -147,7 +161,7 @@ impl Pool {
                     .await?
             }
         };
-        write_job(&mut child, b"").await?;
+        write_job(&mut child, job).await?;
         Ok(child)
     }
 
