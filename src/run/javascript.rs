@@ -153,6 +153,10 @@ pub fn program(sdk_dir: &Path, may_spawn: bool) -> Program {
             // Not the machine's /etc/ssl/openssl.cnf, which a run may not read (Landlock) and
             // without which node will not start; nothing a run does needs OpenSSL's config.
             "--openssl-config=/dev/null".to_string(),
+            // WebAssembly (fetch's HTTP parser is some) within the run's RLIMIT_AS: V8's trap
+            // handler reserves ~10 GB of address space per WebAssembly memory, and without it
+            // every instance fails "Out of memory"; bounds are checked in code instead.
+            "--disable-wasm-trap-handler".to_string(),
             sdk_dir.join(JS_SDK_FILE).to_string_lossy().into_owned(),
         ],
         env: Vec::new(),
@@ -223,6 +227,7 @@ mod tests {
             [
                 "/usr/bin/node",
                 "--openssl-config=/dev/null",
+                "--disable-wasm-trap-handler",
                 "/sdk/ptc_sdk.mjs"
             ]
         );

@@ -197,6 +197,11 @@ const r = process.binding("spawn_sync").spawn({
   stdio: [{type: "ignore"}, {type: "ignore"}, {type: "ignore"}],
 });
 console.log("binding", r.error);
+// WebAssembly within the run's address-space limit (fetch parses HTTP with it), and fetch
+// reaches nothing: the network is the IPC bridge's alone.
+const wasm = await WebAssembly.instantiate(new Uint8Array([0,97,115,109,1,0,0,0,5,3,1,0,1]));
+console.log("wasm", wasm.instance.exports !== undefined);
+try { await fetch("http://127.0.0.1:47999/"); } catch (e) { console.log("fetch", e.cause?.code); }
 "#;
         let r = f
             .s
@@ -214,7 +219,7 @@ console.log("binding", r.error);
         assert_eq!(
             out(&r, "stdout"),
             format!(
-                "HOME,LANG,PATH,TMPDIR\nfalse\nrefused EPERM\nrefused EPERM\nbinding {}\n",
+                "HOME,LANG,PATH,TMPDIR\nfalse\nrefused EPERM\nrefused EPERM\nbinding {}\nwasm true\nfetch EACCES\n",
                 -libc::EPERM
             ),
             "{r}"
