@@ -21,7 +21,7 @@ use super::ipc;
 use super::javascript;
 use super::live::{Interpreters, Lost};
 use super::output::Captured;
-use super::pool::{self, Pool};
+use super::pool::{self, OnServer, Pool};
 use super::prepare::{Preparations, Prepared};
 use super::request::{
     DataPath, ExecRequest, ExecResult, ExecStatus, Lang, RunnerConfig, StateChange, Workspace,
@@ -660,10 +660,14 @@ impl Runner {
                     _ => self.inner.preparations.current().await.ok().map(|(_, p)| p),
                 };
                 let fork_from = current.as_deref().unwrap_or(prepared);
+                let on = OnServer {
+                    prepared: fork_from,
+                    own: false,
+                    warm_node: false,
+                };
                 let job = Job::Program {
                     program: &program,
-                    fork_from,
-                    own_server: false,
+                    on,
                     job: b"",
                 };
                 Turn::fresh(pool, cfg, run, job).await
@@ -675,10 +679,14 @@ impl Runner {
                 let job = job.to_string();
                 // node reads the run's catalog in the SDK directory of the server it is forked
                 // from: a request's own catalog gets a server of its own.
+                let on = OnServer {
+                    prepared,
+                    own: req.snapshot.is_some(),
+                    warm_node: true,
+                };
                 let job = Job::Program {
                     program: &program,
-                    fork_from: prepared,
-                    own_server: req.snapshot.is_some(),
+                    on,
                     job: job.as_bytes(),
                 };
                 Turn::fresh(pool, cfg, run, job).await
