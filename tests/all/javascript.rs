@@ -254,3 +254,26 @@ console.log(file.name, file.size);
     .await
     .unwrap();
 }
+
+/// With a `session_id` a JavaScript run works in the session's folder: its files pass from one
+/// run to the next (in either language), its variables do not.
+#[tokio::test]
+async fn a_session_keeps_a_javascript_runs_files_not_its_state() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let f = fixture(&[]).await;
+        let session = "js-session-1";
+        let first = json!({"lang": "ts", "session_id": session, "code":
+            "import fs from \"node:fs\";\nconst n: number = 41;\nfs.writeFileSync(\"n.txt\", String(n + 1));\nglobalThis.kept = n;\n"});
+        let r = f.s.exec_body(first).await;
+        assert_eq!(r["status"], "ok", "{r}");
+        let second = json!({"lang": "js", "session_id": session, "code":
+            "import fs from \"node:fs\";\nconsole.log(fs.readFileSync(\"n.txt\", \"utf8\"), typeof globalThis.kept);\n"});
+        let r = f.s.exec_body(second).await;
+        assert_eq!(out(&r, "stdout"), "42 undefined\n", "{r}");
+        let python = json!({"session_id": session, "code": "print(open('n.txt').read())"});
+        let r = f.s.exec_body(python).await;
+        assert_eq!(out(&r, "stdout"), "42\n", "{r}");
+    })
+    .await
+    .unwrap();
+}
