@@ -166,7 +166,8 @@ function post(path, body, { contentType, keepAlive, timeoutMs, maxAnswer, what }
 }
 
 function broken(what, e) {
-  return new ToolError(`the connection to the sidecar broke during ${what}: ${e.code || e.message}`, "ipc");
+  const why = e.code || e.message;
+  return new ToolError(`the connection to the sidecar broke during ${what}: ${why}`, "ipc");
 }
 
 /** The `result` of a `/call` answer, or the error it carries thrown. */
@@ -185,7 +186,9 @@ function answerOf(status, body) {
   if (status !== 200) {
     const error = isObject ? answer.error : null;
     const message =
-      error && typeof error.message === "string" ? error.message : `HTTP ${status} from the sidecar`;
+      error && typeof error.message === "string"
+        ? error.message
+        : `HTTP ${status} from the sidecar`;
     const kind = error && typeof error.type === "string" && error.type ? error.type : "ipc";
     throw new ToolError(message, kind);
   }
@@ -284,7 +287,10 @@ function didYouMean(name) {
 
 // Keys that the runtime itself asks any object for (`await`, `console.log`, JSON): answered as
 // for a plain object, never as an unknown tool.
-const PLAIN_KEYS = new Set(["then", "toJSON", "constructor", "inspect", "valueOf", "toString", "prototype", "length", "name", "__proto__"]);
+const PLAIN_KEYS = new Set([
+  "then", "toJSON", "constructor", "inspect", "valueOf", "toString", "prototype", "length",
+  "name", "__proto__",
+]);
 
 /** Every tool by its JavaScript name; an unknown name is a ToolError with suggestions. */
 const tools = new Proxy(Object.freeze(stubs), {
@@ -313,7 +319,9 @@ async function describe(name) {
   }
   const tool =
     (typeof name === "function" && name.tool) || BY_JS_NAME.get(name) || BY_NAME.get(name);
-  if (!tool) throw new ToolError(`no tool named ${inspect(name)}${didYouMean(name)}`, "unknown_tool");
+  if (!tool) {
+    throw new ToolError(`no tool named ${inspect(name)}${didYouMean(name)}`, "unknown_tool");
+  }
   const out = [headline(tool)];
   if (tool.name !== tool.js_name) out.push(`Dispatched as: ${tool.name}`);
   const description = (tool.description || "").trim();
@@ -339,13 +347,15 @@ async function learnedShape(name) {
   let reply;
   try {
     const body = Buffer.from(JSON.stringify({ tool: name }), "utf8");
-    reply = await lookup("/describe", body, "application/json", CALL_TIMEOUT_MS || LOOKUP_TIMEOUT_MS, "describe");
+    const timeoutMs = CALL_TIMEOUT_MS || LOOKUP_TIMEOUT_MS;
+    reply = await lookup("/describe", body, "application/json", timeoutMs, "describe");
   } catch {
     return null;
   }
   if (typeof reply.returns !== "string") return null;
   const calls = reply.calls;
-  return `Returns (learned from ${calls} call${calls === 1 ? "" : "s"}, no output schema): ${reply.returns}`;
+  const learned = `learned from ${calls} call${calls === 1 ? "" : "s"}`;
+  return `Returns (${learned}, no output schema): ${reply.returns}`;
 }
 
 /** The tools that best match `query`, best first: `{name, signature, summary, returns?}`. */
@@ -357,7 +367,8 @@ async function searchTools(query, limit = 5) {
     throw new ToolInputError("searchTools(query, limit = 5): limit must be a positive integer");
   }
   const body = Buffer.from(JSON.stringify({ query, limit }), "utf8");
-  const answer = await lookup("/search", body, "application/json", Math.max(CALL_TIMEOUT_MS, SEARCH_TIMEOUT_MS), "searchTools");
+  const timeoutMs = Math.max(CALL_TIMEOUT_MS, SEARCH_TIMEOUT_MS);
+  const answer = await lookup("/search", body, "application/json", timeoutMs, "searchTools");
   if (answer.note) console.error(`searchTools: ${answer.note}`);
   return answer.results || [];
 }
@@ -370,9 +381,15 @@ async function saveFile(name, data) {
   }
   let bytes;
   if (typeof data === "string") bytes = Buffer.from(data, "utf8");
-  else if (ArrayBuffer.isView(data)) bytes = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+  else if (ArrayBuffer.isView(data)) {
+    bytes = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+  }
   else if (data instanceof ArrayBuffer) bytes = Buffer.from(data);
-  else throw new TypeError(`saveFile(name, data): data must be a string, a Buffer or a typed array, not ${typeof data}`);
+  else {
+    throw new TypeError(
+      `saveFile(name, data): data must be a string, a Buffer or a typed array, not ${typeof data}`,
+    );
+  }
   const path = `/file?name=${encodeURIComponent(name)}`;
   const reply = await lookup(path, bytes, "application/octet-stream", CALL_TIMEOUT_MS, "saveFile");
   return reply.file;
@@ -382,11 +399,17 @@ async function saveFile(name, data) {
 // No processes, unless the sidecar allows them
 
 if (!MAY_SPAWN) {
-  for (const name of ["spawn", "spawnSync", "exec", "execSync", "execFile", "execFileSync", "fork"]) {
+  const starters = ["spawn", "spawnSync", "exec", "execSync", "execFile", "execFileSync", "fork"];
+  for (const name of starters) {
     const refuse = () => {
-      throw Object.assign(new Error(NO_PROCESSES.replace("%s", `child_process.${name}`)), { code: "EPERM" });
+      const message = NO_PROCESSES.replace("%s", `child_process.${name}`);
+      throw Object.assign(new Error(message), { code: "EPERM" });
     };
-    Object.defineProperty(childProcess, name, { value: refuse, writable: false, configurable: false });
+    Object.defineProperty(childProcess, name, {
+      value: refuse,
+      writable: false,
+      configurable: false,
+    });
   }
   // `import {spawn} from "node:child_process"` sees the refusals too.
   syncBuiltinESMExports();
@@ -424,7 +447,9 @@ function die(error) {
 process.on("uncaughtException", die);
 process.on("unhandledRejection", die);
 
-Object.assign(globalThis, { tools, callTool, describe, searchTools, saveFile, ToolError, ToolInputError, ToolDenied });
+Object.assign(globalThis, {
+  tools, callTool, describe, searchTools, saveFile, ToolError, ToolInputError, ToolDenied,
+});
 // A tool's name never is a global's (catalog::names::js_name); should one be, the global stays.
 for (const [name, stub] of Object.entries(stubs)) {
   if (!(name in globalThis)) globalThis[name] = stub;
