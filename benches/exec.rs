@@ -44,15 +44,21 @@
 //!     `await` in the run's code; p50 of N calls each way (1,000; 200 with `--quick`), in five
 //!     alternating rounds; the difference is what the API adds (target: at most 0.2 ms).
 //!
+//! 14. JavaScript runs beside Python ones (`javascript_vs_python`, `exec/javascript.rs`):
+//!     `console.log(1)` against `print(1)` p50, spaced and back to back, the sequential call
+//!     overhead and a `Promise.all` of G calls against `asyncio.gather` (target: within 2x).
+//!
 //! Run: `cargo bench --bench exec` (`-- --no-peer` to skip progtc, `-- --quick` for a smoke run,
-//! `-- --only front_door`, `sandbox_on_off`, `control_on_off`, `librechat_jwt` or `tools_call`
-//! for that workload alone).
+//! `-- --only front_door`, `sandbox_on_off`, `control_on_off`, `librechat_jwt`, `tools_call` or
+//! `javascript_vs_python` for that workload alone).
 //! The sidecars inherit this process's environment: `PTC_SANDBOX=off cargo bench --bench exec`
 //! measures workloads 1–5 without the sandbox.
 
 // A benchmark stops at the first broken step: unwrap/expect are its assertions.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "exec/javascript.rs"]
+mod javascript;
 #[path = "exec/librechat_jwt.rs"]
 mod librechat_jwt;
 #[path = "shared/mod.rs"]
@@ -209,9 +215,14 @@ async fn only(name: &str, p: &Params) -> Value {
         "control_on_off" => control_on_off(&http, host, p).await,
         "librechat_jwt" => librechat_jwt::librechat_jwt(&http, host).await,
         "tools_call" => tools_call(&http, host, p).await,
+        "javascript_vs_python" => {
+            let sidecar = start_sidecar(host, None);
+            wait_up(&http, &sidecar).await;
+            javascript::javascript_vs_python(&http, &sidecar.url, p).await
+        }
         other => json!({"error": format!(
-            "--only takes front_door, sandbox_on_off, control_on_off, librechat_jwt or \
-             tools_call, not {other}"
+            "--only takes front_door, sandbox_on_off, control_on_off, librechat_jwt, \
+             tools_call or javascript_vs_python, not {other}"
         )}),
     }
 }
@@ -240,6 +251,7 @@ async fn bench_sidecar(p: &Params) -> Value {
     let (mcp_seq_calls, mcp_gather_calls) =
         call_workloads(&http, &sidecar.url, empty_ms, "demo__noop", p).await;
     let bash = bash_vs_python(&http, &sidecar.url, p).await;
+    let js = javascript::javascript_vs_python(&http, &sidecar.url, p).await;
     let sessions = sessions(&http, &sidecar.url, p).await;
     drop(sidecar);
     let events = events_on_off(&http, host, p).await;
@@ -254,6 +266,7 @@ async fn bench_sidecar(p: &Params) -> Value {
         "control_on_off": control,
         "sessions": sessions,
         "bash_vs_python": bash,
+        "javascript_vs_python": js,
         "sandbox_on_off": sandbox,
         "events_on_off": events,
         "observability_on_off": observability,

@@ -115,6 +115,7 @@ def _libc_handle():
 BASE_PROGRAM = "base"
 RUN_PROGRAM = "run"
 EXEC_PROGRAM = "exec"
+ALONE_PROGRAM = "alone"
 
 
 def load_filters(path, names=(BASE_PROGRAM, RUN_PROGRAM)):

@@ -5,12 +5,13 @@ then forks one child per request. A child starts from exactly the state a cold b
 before it reads its job, so its run is the same as a cold one's (docs/runner-protocol.md).
 
 Requests: one JSON message per fork, `{"id", "scratch", "env", "limits", "cwd"?, "exec"?,
-"user"?}` (`user`: `{"uid", "gid"}`, the run's own ids where it has them), with the child's
-stdin, stdout and stderr, and its Landlock ruleset when there is one, attached as SCM_RIGHTS;
-the child confines itself (ptc_sandbox) before it continues as a cold child would, or, with
-`exec` (an argv), becomes that program (a bash run) under the same layers, where the seccomp
-rules against process creation are left out: the run's processes stay in its sandbox, and are
-killed with it. The server has the seccomp program under every run (`base`) installed on
+"spawn"?, "user"?}` (`user`: `{"uid", "gid"}`, the run's own ids where it has them), with the
+child's stdin, stdout and stderr, and its Landlock ruleset when there is one, attached as
+SCM_RIGHTS; the child confines itself (ptc_sandbox) before it continues as a cold child would,
+or, with `exec` (an argv), becomes that program under the same layers: with `spawn` (a bash
+run) the seccomp rules against process creation are left out (the run's processes stay in its
+sandbox, and are killed with it); without it (a JavaScript run) they hold, but for the one
+execve of the program (seccomp program `alone`). The server has the seccomp program under every run (`base`) installed on
 itself, so a child installs only the program of its run's kind. Replies: `forked ID PID` (with the run's end of the IPC bridge attached, a
 socket listening inside its network namespace, when it has one: see `_NetSlots`), or `failed ID ERRNO MESSAGE`
 when the run could not be made (EAGAIN: its process limit is reached), and `exited PID CODE`
@@ -47,12 +48,13 @@ def main():
     # What each child applies after its fork (docs/SECURITY.md): the filters are read once,
     # and the program under every run is this server's own from here on (its children have it).
     spec = ptc_sandbox.settle(ptc_sandbox.spec_from_env() or dict(ptc_bootstrap._EVERY_LAYER))
-    filters = exec_filters = None
+    filters = exec_filters = alone_filters = None
     if spec.get("seccomp") and spec.get("filters"):
-        names = [ptc_sandbox.BASE_PROGRAM, ptc_sandbox.RUN_PROGRAM, ptc_sandbox.EXEC_PROGRAM]
+        names = [ptc_sandbox.BASE_PROGRAM, ptc_sandbox.RUN_PROGRAM, ptc_sandbox.EXEC_PROGRAM,
+                 ptc_sandbox.ALONE_PROGRAM]
         try:
-            base, run, run_exec = ptc_sandbox.load_filters(spec["filters"], names)
-            filters, exec_filters = [run], [run_exec]
+            base, run, run_exec, alone = ptc_sandbox.load_filters(spec["filters"], names)
+            filters, exec_filters, alone_filters = [run], [run_exec], [alone]
             ptc_sandbox.confine_server([base])
         except ptc_sandbox.SandboxError as e:
             sys.stderr.write("ptc: the fork server cannot install its seccomp program: %s\n" % e)
@@ -78,16 +80,17 @@ def main():
     signal.signal(signal.SIGTERM, lambda *_: _leave())
 
     try:
-        _serve(ctl, (wake_r, wake_w), runs, prepared, spec, (filters, exec_filters), server_pid,
-               resource, life)
+        _serve(ctl, (wake_r, wake_w), runs, prepared, spec,
+               (filters, exec_filters, alone_filters), server_pid, resource, life)
     finally:
         _leave()  # the sidecar is done with us, or something here broke: nothing stays behind
 
 
 def _serve(ctl, wake, runs, prepared, spec, filter_sets, server_pid, resource, life):
     """Answers fork requests until the sidecar shuts the socket down or goes away.
-    `filter_sets`: the seccomp programs of a Python run, and of a run that execs a program (a
-    bash run: it may start processes, all of them inside its sandbox and killed with it).
+    `filter_sets`: the seccomp programs of a Python run, of a run that execs a program that may
+    start processes (a bash run: all of them inside its sandbox and killed with it), and of one
+    that execs a program that may not (a JavaScript run: `spawn` false in its request).
 
     Where runs get namespaces of their own, a run's process works for milliseconds making them
     its own before it reports: the server does not wait for it, but goes on reaping and
@@ -415,7 +418,8 @@ def _fork_run(ctl, request, fds, kept, prepared, spec, filter_sets, server_pid, 
             ptc_sandbox.confine_or_exit(
                 ptc_sandbox.confine_spec, spec,
                 ruleset_fd=fds[3] if len(fds) > 3 else None,
-                filters=filter_sets[1 if argv else 0], parent_pid=parent,
+                filters=filter_sets[(1 if request.get("spawn") else 2) if argv else 0],
+                parent_pid=parent,
             )
             if argv:
                 _exec(argv)

@@ -102,7 +102,8 @@ struct ExecBody {
     timeout_ms: Option<u64>,
     /// Seconds, as the `exec_code` tool's own input has it; `timeout_ms` wins when both are given.
     timeout: Option<u64>,
-    /// `"python"` (the default) or `"bash"` (every PTC tool a bash function).
+    /// `"python"` (the default), `"bash"` (every PTC tool a bash function), `"javascript"`
+    /// (`"js"`) or `"typescript"` (`"ts"`): node, every PTC tool an async function.
     lang: Option<String>,
     /// A session: its files are the run's working directory, and Python's globals persist
     /// from one run of the session to the next.
@@ -121,15 +122,17 @@ async fn exec_code(State(exec): State<Exec>, request: Request) -> Result<Respons
     let body: ExecBody = json_body(
         request,
         MAX_EXEC_BYTES,
-        r#"{"code": "...", "timeout_ms"?: N, "lang"?: "python" | "bash", "session_id"?: "...", "reset"?: bool}"#,
+        r#"{"code": "...", "timeout_ms"?: N, "lang"?: "python" | "bash" | "javascript" | "typescript", "session_id"?: "...", "reset"?: bool}"#,
     )
     .await?;
     let lang = match body.lang.as_deref() {
         None | Some("python" | "py" | "python3") => Lang::Python,
         Some("bash") => Lang::Bash,
+        Some("javascript" | "js") => Lang::JavaScript,
+        Some("typescript" | "ts") => Lang::TypeScript,
         Some(other) => {
             return Err(ApiError::BadRequest(format!(
-                "lang {other:?} is not run here: use \"python\" (the default) or \"bash\""
+                "lang {other:?} is not run here: use \"python\" (the default), \"bash\", \"javascript\" or \"typescript\""
             )));
         }
     };

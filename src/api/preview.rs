@@ -128,6 +128,12 @@ async fn preview(State(p): State<Preview>, request: Request) -> Result<Json<Valu
     let mut answer = match lang {
         Lang::Python => python(runner, &snapshot.catalog, body.code).await?,
         Lang::Bash => bash_script(runner, &snapshot.catalog, &body.code).await?,
+        // Refused above: a preview reads Python and bash only.
+        Lang::JavaScript | Lang::TypeScript => {
+            return Err(ApiError::BadRequest(
+                "JavaScript cannot be previewed yet".into(),
+            ));
+        }
     };
     answer["catalog_version"] = json!(snapshot.catalog.version);
     Ok(Json(answer))

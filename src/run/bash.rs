@@ -271,6 +271,7 @@ pub fn program(code: &str, scratch: &Path, ipc_port: u16, token: &str) -> Progra
             ),
         ],
         files: Vec::new(),
+        may_spawn: true,
     }
 }
 

@@ -19,8 +19,9 @@
 //! | `shapes` | the result shapes learned from calls, per agent, never from a call that chose the keys, [`shapes::Shapes`] (`PTC_LEARN_SHAPES`, `PTC_STATE_DIR`) | — |
 //! | `zygote` | the fork server of one catalog, [`zygote::Program`] (what a forked child may become) | `child` |
 //! | `bash` | bash runs: tools as bash functions, what bash is started with, how a result prints | `zygote` |
+//! | `javascript` | JavaScript and TypeScript runs: the code read (a syntax error at its line, TypeScript's types stripped), what node is started with | `sdk`, `zygote` |
 //! | `prepare` | the prepared-SDK cache, one [`prepare::CatalogKey`] for every catalog | `sdk`, `dispatch` |
-//! | `pool` | where a child comes from: warm, forked or cold; the refill loop | `child`, `zygote`, `prepare` |
+//! | `pool` | where a child comes from: warm (Python, or node for JavaScript), forked or cold; the refill loop | `child`, `zygote`, `javascript`, `prepare` |
 //! | `calls` | the live runs by token, [`calls::RunCtx`], [`CallRecord`], `call(run, tool, args)`: limits, approval, dispatch | `approval`, `clock`, `dispatch`, `limits`, `prepare`, `shapes` |
 //! | `ipc` | the IPC bridge (`/call`, `/tool_call`, `/bash/{tool}`, `/file`, `/search`, `/describe`): the loopback listener and each run's own ([`ipc::Bridge`]), their bounds | `calls`, `dispatch`, `bash`, `files`, `shapes` |
 //! | `native` | a runtime's call (native PTC, `POST /v1/tools/call`) through `calls`' path: which run it belongs to (the provider's program, or the call alone), [`native::lookup`] of any catalog tool | `approval`, `calls`, `clock`, `dispatch`, `limits`, `prepare`, `shapes` |
@@ -48,6 +49,7 @@ pub mod dispatch;
 pub mod files;
 pub mod guards;
 pub mod ipc;
+pub mod javascript;
 pub mod limits;
 pub mod live;
 pub mod native;

@@ -1,7 +1,8 @@
 //! The pool: where a run's child comes from. A warm child of the current catalog when one is
 //! ready (pre-started, waiting for its job), else a fresh one: forked from the catalog's fork
 //! server (~1 ms) when there is a warm pool, else started cold (~40 ms). The refill loop keeps
-//! `warm_workers` children of the current catalog ready.
+//! `warm_workers` children of the current catalog ready, and as many node children once a
+//! JavaScript run asked for one (node's start, ~50 ms of CPU, is not a fork's).
 //!
 //! A child is made in exactly two places, [`Pool::cold`] and [`Pool::forked`]: how a child is
 //! confined (today the resource limits of `SpawnSpec`) is applied there and nowhere else.
@@ -10,6 +11,7 @@
 //! decide how long a run may take (the runner's).
 
 use super::child::{self, Child, SpawnSpec};
+use super::javascript;
 use super::prepare::{CatalogKey, Preparations, Prepared};
 use super::zygote::{Program, Zygote};
 use crate::render::Snapshot;
@@ -46,11 +48,26 @@ struct ZygoteSlot {
     failed_at: Option<Instant>,
 }
 
+/// Which fork server makes a program's child ([`Pool::start_program`]): the one of
+/// `prepared`'s catalog, or with `own` one of the run's own. `warm_node`: the program is
+/// node's ([`javascript::program`]), and a pre-started one of that catalog may take the run.
+pub struct OnServer<'a> {
+    pub prepared: &'a Prepared,
+    pub own: bool,
+    pub warm_node: bool,
+}
+
 pub struct Pool {
     spec: SpawnSpec,
     warm_workers: usize,
     /// Ready children, each with the catalog it loaded.
     warm: Mutex<VecDeque<(CatalogKey, Child)>>,
+    /// Ready node children (JavaScript runs), each with the catalog whose SDK it loaded,
+    /// blocked reading its job: node's start (~50 ms of CPU) is paid before the run.
+    warm_node: Mutex<VecDeque<(CatalogKey, Child)>>,
+    /// Whether node children are kept warm, and whether they may start processes: set by the
+    /// first JavaScript run (a sidecar that never runs JavaScript keeps none).
+    node_wanted: Mutex<Option<bool>>,
     /// Wakes the refill loop (shared with it so it does not keep the pool alive).
     refill: Arc<Notify>,
     zygote: Mutex<ZygoteSlot>,
@@ -67,6 +84,8 @@ impl Pool {
             spec,
             warm_workers,
             warm: Mutex::new(VecDeque::new()),
+            warm_node: Mutex::new(VecDeque::new()),
+            node_wanted: Mutex::new(None),
             refill: Arc::new(Notify::new()),
             zygote: Mutex::new(ZygoteSlot::default()),
             zygote_start: tokio::sync::Mutex::new(()),
@@ -121,20 +140,37 @@ impl Pool {
         self.fresh(prepared, id, Some(workspace)).await
     }
 
-    /// A child for one run that becomes `program` once confined (a bash run), its stdin closed.
-    /// Any fork server will do, since the program does not load the SDK: the one of
-    /// `prepared` (pass the current catalog's, so as not to replace it) when there is a warm
-    /// pool, else one of its own, started for this run and stopped with it. Never a cold
-    /// child: a program may start processes, and the fork server is the subreaper that kills
-    /// what it leaves behind.
+    /// A child for one run that becomes `program` once confined (a bash or JavaScript run),
+    /// `job` written to its stdin, then closed. Forked by the fork server of `prepared` (its ruleset names that
+    /// catalog's SDK directory: node reads the JavaScript SDK and `catalog.json` there; bash
+    /// reads nothing, so pass the current catalog's, so as not to replace it) when there is a
+    /// warm pool and not `own`, else by one of its own, started for this run and
+    /// stopped with it. Never a cold child: a program may start processes, and the fork server
+    /// is the subreaper that kills what it leaves behind.
     pub async fn start_program(
         &self,
-        prepared: &Prepared,
+        server: OnServer<'_>,
         id: &str,
         program: &Program,
+        job: &[u8],
         workspace: Option<&Path>,
     ) -> std::io::Result<Child> {
-        let mut child = match self.zygote_for(prepared).await {
+        let prepared = server.prepared;
+        if server.warm_node && !server.own && workspace.is_none() && self.warm_workers > 0 {
+            *lock(&self.node_wanted) = Some(program.may_spawn);
+            let ready = take_warm(&self.warm_node, prepared.key);
+            self.refill.notify_one();
+            if let Some(mut c) = ready
+                && write_job(&mut c, job).await.is_ok()
+            {
+                return Ok(c);
+            }
+        }
+        let shared = match server.own {
+            true => None,
+            false => self.zygote_for(prepared).await,
+        };
+        let mut child = match shared {
             Some(zygote) => {
                 zygote
                     .fork(&self.spec, id, Some(program), workspace)
@@ -147,7 +183,7 @@ impl Pool {
                     .await?
             }
         };
-        write_job(&mut child, b"").await?;
+        write_job(&mut child, job).await?;
         Ok(child)
     }
 
@@ -159,15 +195,39 @@ impl Pool {
     /// A ready child of this catalog; children of another one, or that died waiting, are
     /// dropped on the way.
     fn take_warm(&self, key: CatalogKey) -> Option<Child> {
-        let mut warm = lock(&self.warm);
-        while let Some((k, mut c)) = warm.pop_front() {
-            if k == key && !c.has_exited() {
-                return Some(c);
-            }
-        }
-        None
+        take_warm(&self.warm, key)
     }
 
+    /// A node child of `prepared`'s catalog, waiting for its job, forked by the catalog's
+    /// fork server (none without one: a warm node is kept only beside a warm pool).
+    async fn fresh_node(
+        &self,
+        prepared: &Prepared,
+        id: &str,
+        may_spawn: bool,
+    ) -> std::io::Result<Child> {
+        let zygote = self
+            .zygote_for(prepared)
+            .await
+            .ok_or_else(|| std::io::Error::other("no fork server to pre-start node from"))?;
+        let program = javascript::program(&prepared.sdk_dir, may_spawn);
+        zygote.fork(&self.spec, id, Some(&program), None).await
+    }
+}
+
+/// A ready child of this catalog from `warm`; children of another one, or that died waiting,
+/// are dropped on the way.
+fn take_warm(warm: &Mutex<VecDeque<(CatalogKey, Child)>>, key: CatalogKey) -> Option<Child> {
+    let mut warm = lock(warm);
+    while let Some((k, mut c)) = warm.pop_front() {
+        if k == key && !c.has_exited() {
+            return Some(c);
+        }
+    }
+    None
+}
+
+impl Pool {
     /// A new child: forked from the catalog's fork server when there is one, else cold.
     async fn fresh(
         &self,
@@ -275,9 +335,7 @@ impl Pool {
 
     /// Ready children of this catalog, after dropping the others and the dead.
     fn keep_only(&self, key: CatalogKey) -> usize {
-        let mut warm = lock(&self.warm);
-        warm.retain_mut(|(k, c)| *k == key && !c.has_exited());
-        warm.len()
+        keep_only(&self.warm, key)
     }
 
     /// Warm children ready now.
@@ -288,8 +346,16 @@ impl Pool {
     /// Kills every warm child and the fork server (shutdown).
     pub fn clear(&self) {
         lock(&self.warm).clear();
+        lock(&self.warm_node).clear();
         lock(&self.zygote).current = None;
     }
+}
+
+/// Ready children of this catalog in `warm`, after dropping the others and the dead.
+fn keep_only(warm: &Mutex<VecDeque<(CatalogKey, Child)>>, key: CatalogKey) -> usize {
+    let mut warm = lock(warm);
+    warm.retain_mut(|(k, c)| *k == key && !c.has_exited());
+    warm.len()
 }
 
 /// Whether `prepared`'s SDK directory still holds what was written (when it does not, it is
@@ -311,6 +377,24 @@ async fn write_job(child: &mut Child, job: &[u8]) -> std::io::Result<()> {
     stdin.write_all(job).await?;
     stdin.shutdown().await?;
     Ok(())
+}
+
+/// Keeps `warm_workers` node children of `prepared`'s catalog ready, once a JavaScript run
+/// asked for one (`node_wanted`), one at a time: a run that finds none forks its own.
+async fn refill_node(pool: &Pool, prepared: &Prepared, shutdown: &CancellationToken) {
+    let Some(may_spawn) = *lock(&pool.node_wanted) else {
+        return;
+    };
+    while keep_only(&pool.warm_node, prepared.key) < pool.warm_workers && !shutdown.is_cancelled() {
+        let id = format!("w{}", pool.workers.fetch_add(1, Ordering::Relaxed));
+        match pool.fresh_node(prepared, &id, may_spawn).await {
+            Ok(c) => lock(&pool.warm_node).push_back((prepared.key, c)),
+            Err(e) => {
+                tracing::warn!("cannot pre-start a node worker: {e}");
+                return;
+            }
+        }
+    }
 }
 
 /// Keeps `warm_workers` children of the current catalog ready until `shutdown` or until the
@@ -358,6 +442,7 @@ pub async fn refill(
                     break;
                 }
             }
+            refill_node(&strong, &prepared, &shutdown).await;
         }
         let refill = strong.refill.clone();
         drop(strong);

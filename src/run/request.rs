@@ -65,6 +65,17 @@ pub enum Lang {
     Python,
     /// Bash: tools are bash functions ([`bash`]); the code may start processes.
     Bash,
+    /// JavaScript in node: tools are async functions ([`javascript`](super::javascript)).
+    JavaScript,
+    /// TypeScript: JavaScript once its types are stripped in the sidecar.
+    TypeScript,
+}
+
+impl Lang {
+    /// A run in node (JavaScript or TypeScript).
+    pub fn is_node(self) -> bool {
+        matches!(self, Lang::JavaScript | Lang::TypeScript)
+    }
 }
 
 /// The path LibreChat's client tells the model its files are under. A run cannot have a

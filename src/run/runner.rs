@@ -18,9 +18,10 @@ use super::cpu;
 use super::dispatch::Backends;
 use super::guards::{FinishGuard, Waiting};
 use super::ipc;
+use super::javascript;
 use super::live::{Interpreters, Lost};
 use super::output::Captured;
-use super::pool::{self, Pool};
+use super::pool::{self, OnServer, Pool};
 use super::prepare::{Preparations, Prepared};
 use super::request::{
     DataPath, ExecRequest, ExecResult, ExecStatus, Lang, RunnerConfig, StateChange, Workspace,
@@ -350,7 +351,19 @@ impl Runner {
             max_calls: cfg.max_calls_per_run,
             max_in_flight: cfg.max_in_flight_per_run,
         };
-        let functions = (req.lang == Lang::Bash).then(|| bash::functions(&snapshot.catalog));
+        let runs = match req.lang {
+            Lang::Python => Runs::Python,
+            Lang::Bash => Runs::Bash(bash::functions(&snapshot.catalog)),
+            Lang::JavaScript | Lang::TypeScript => match node_module(&code, req.lang).await {
+                Ok(module) => Runs::Node(module),
+                Err(error) => {
+                    let mut result = failed((ExecStatus::Error, data.into_output(error)));
+                    // As node exits on a syntax error of its own.
+                    result.exit_code = Some(1);
+                    return result;
+                }
+            },
+        };
         let mut run = RunCtx::new(
             id.to_string(),
             snapshot,
@@ -385,7 +398,7 @@ impl Runner {
             Some(workspace) => Some(note_session(workspace).await),
             None => None,
         };
-        let turn = self.turn(&req, on, &code, functions).await;
+        let turn = self.turn(&req, on, &code, runs).await;
         let mut watched = None;
         let finished = match turn {
             Ok(mut turn) => {
@@ -594,14 +607,14 @@ impl Runner {
     }
 
     /// The run's turn on an interpreter: the session's live one for Python code of a live
-    /// session, else a fresh child (Python, or bash with the tool functions). A run that cannot
-    /// start is finished with why.
+    /// session, else a fresh child (Python, bash with the tool functions, or node with the
+    /// code's module). A run that cannot start is finished with why.
     async fn turn(
         &self,
         req: &ExecRequest,
         run: TurnRun<'_>,
         code: &str,
-        functions: Option<String>,
+        runs: Runs,
     ) -> Result<Turn, Finished> {
         let cfg = &self.inner.cfg;
         let pool = &self.inner.pool;
@@ -622,8 +635,8 @@ impl Runner {
             let live = &self.inner.live;
             return Turn::live(pool, cfg, live, session, run, job, &nonce).await;
         }
-        let started = match functions {
-            None => {
+        let started = match runs {
+            Runs::Python => {
                 let job = job.to_string();
                 let warm = req.snapshot.is_none();
                 Turn::fresh(
@@ -637,7 +650,7 @@ impl Runner {
                 )
                 .await
             }
-            Some(functions) => {
+            Runs::Bash(functions) => {
                 let mut program =
                     bash::program(code, &pool.scratch_of(id), self.ipc_addr().port(), token);
                 program.files = vec![(bash::FUNCTIONS_FILE.into(), functions)];
@@ -647,9 +660,34 @@ impl Runner {
                     _ => self.inner.preparations.current().await.ok().map(|(_, p)| p),
                 };
                 let fork_from = current.as_deref().unwrap_or(prepared);
+                let on = OnServer {
+                    prepared: fork_from,
+                    own: false,
+                    warm_node: false,
+                };
                 let job = Job::Program {
                     program: &program,
-                    fork_from,
+                    on,
+                    job: b"",
+                };
+                Turn::fresh(pool, cfg, run, job).await
+            }
+            Runs::Node(module) => {
+                let program = javascript::program(&prepared.sdk_dir, cfg.allow_subprocess);
+                job["code"] = json!(module);
+                job["source_map"] = json!(req.lang == Lang::TypeScript);
+                let job = job.to_string();
+                // node reads the run's catalog in the SDK directory of the server it is forked
+                // from: a request's own catalog gets a server of its own.
+                let on = OnServer {
+                    prepared,
+                    own: req.snapshot.is_some(),
+                    warm_node: true,
+                };
+                let job = Job::Program {
+                    program: &program,
+                    on,
+                    job: job.as_bytes(),
                 };
                 Turn::fresh(pool, cfg, run, job).await
             }
@@ -658,6 +696,7 @@ impl Runner {
             let program = match req.lang {
                 Lang::Python => cfg.python.display().to_string(),
                 Lang::Bash => bash::BASH.to_string(),
+                Lang::JavaScript | Lang::TypeScript => javascript::NODE.to_string(),
             };
             Finished {
                 status: ExecStatus::Error,
@@ -670,6 +709,26 @@ impl Runner {
             }
         })
     }
+}
+
+/// What a run's child runs beyond its job: the SDK's bootstrap, or a program.
+enum Runs {
+    Python,
+    /// bash, with the file of its tool functions.
+    Bash(String),
+    /// node, with the module of the code ([`javascript::module`]).
+    Node(String),
+}
+
+/// The module node imports for `code` (TypeScript stripped of its types), or the syntax error
+/// as the run prints it; on a blocking thread.
+async fn node_module(code: &str, lang: Lang) -> Result<String, String> {
+    let code = code.to_string();
+    let typescript = lang == Lang::TypeScript;
+    tokio::task::spawn_blocking(move || javascript::module(&code, typescript))
+        .await
+        .map_err(|e| format!("ptc-sidecar could not read the code: {e}"))?
+        .map_err(|e| e.to_string())
 }
 
 /// What the session's data directory holds before its run (`scratch::note_session`, on a

@@ -1,7 +1,8 @@
-//! The SDK a run loads: the Python files of `sdk-template/`, embedded in the binary, written
-//! with the catalog's `catalog.json` into one directory per catalog version.
+//! The SDK a run loads: the Python files of `sdk-template/` and the JavaScript SDK
+//! (`ptc_sdk.mjs`), embedded in the binary, written with the catalog's `catalog.json` into one
+//! directory per catalog version.
 //!
-//! Rust only fills in the catalog; everything the child does is in the Python files.
+//! Rust only fills in the catalog; everything the child does is in the SDK's own files.
 
 use crate::catalog::Catalog;
 use crate::render::Snapshot;
@@ -13,6 +14,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// `ptc_sandbox.py`, which the sandbox's startup probe also runs (`confine::setup`).
 pub const SANDBOX_PY: &str = include_str!("../../sdk-template/ptc_sandbox.py");
+
+/// The JavaScript SDK's file in an SDK directory: what `node` starts a JavaScript run with
+/// (`javascript::program`).
+pub const JS_SDK_FILE: &str = "ptc_sdk.mjs";
 
 /// The SDK's files, as shipped in this binary.
 const FILES: &[(&str, &str)] = &[
@@ -34,6 +39,7 @@ const FILES: &[(&str, &str)] = &[
         "ptc_zygote.py",
         include_str!("../../sdk-template/ptc_zygote.py"),
     ),
+    (JS_SDK_FILE, include_str!("../../sdk-template/ptc_sdk.mjs")),
 ];
 
 /// What `catalog.json` holds: the tools code may call, with everything the stubs need.
@@ -45,6 +51,7 @@ fn catalog_json(snapshot: &Snapshot) -> Value {
             json!({
                 "name": t.name,
                 "python_name": t.python_name,
+                "js_name": crate::catalog::names::js_name(&t.python_name),
                 "signature": snapshot.rendered.line(&t.name).unwrap_or_default(),
                 "description": t.description,
                 "input_schema": t.input_schema,

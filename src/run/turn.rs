@@ -17,7 +17,7 @@ use super::files::Files;
 use super::ipc::{Bridge, Bridges};
 use super::live::{Interpreters, Live, Lost, Slot};
 use super::output::{self, Capture, Captured, OutputChunk};
-use super::pool::Pool;
+use super::pool::{OnServer, Pool};
 use super::prepare::Prepared;
 use super::request::{ExecStatus, RunnerConfig, SessionState, StateChange, Workspace};
 use super::zygote::Program;
@@ -64,10 +64,12 @@ pub enum Job<'a> {
     /// The SDK's bootstrap reads `job`; `warm`: a warm or forked child of the current catalog
     /// may take it (else it starts cold).
     Python { job: &'a [u8], warm: bool },
-    /// A program forked from `fork_from`'s server (a bash run).
+    /// A program (a bash or JavaScript run) forked from the server `on` says, `job` on its
+    /// stdin.
     Program {
         program: &'a Program,
-        fork_from: &'a Prepared,
+        on: OnServer<'a>,
+        job: &'a [u8],
     },
 }
 
@@ -145,8 +147,8 @@ impl Turn {
         let dir = run.workspace.map(|w| w.dir.as_path());
         let mut child = match job {
             Job::Python { job, warm } => pool.start(run.prepared, warm, run.id, job, dir).await?,
-            Job::Program { program, fork_from } => {
-                pool.start_program(fork_from, run.id, program, dir).await?
+            Job::Program { program, on, job } => {
+                pool.start_program(on, run.id, program, job, dir).await?
             }
         };
         let bridge = bridge_of(&mut child, run.bridges)?;

@@ -69,6 +69,10 @@ pub struct Program {
     /// Files written into the run's scratch directory before the fork (read-only to the run):
     /// name, content.
     pub files: Vec<(String, String)>,
+    /// The program may start processes (bash; node with `PTC_ALLOW_SUBPROCESS`): the seccomp
+    /// program `exec`. Otherwise `alone`: process creation refused, the one exec of the
+    /// program aside.
+    pub may_spawn: bool,
 }
 
 /// A running fork server.
@@ -271,6 +275,7 @@ fn request(
             env.insert(k.clone(), v.clone().into());
         }
         message["exec"] = json!(program.argv);
+        message["spawn"] = json!(program.may_spawn);
     }
     message["env"] = env.into();
     if let Some(dir) = workspace {

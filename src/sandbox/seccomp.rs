@@ -27,6 +27,11 @@
 //!   undoing our prctls;
 //! - `run` only, unless `PTC_ALLOW_SUBPROCESS`: process creation, EPERM for fork, vfork,
 //!   clone without CLONE_THREAD, execve. Threads still start.
+//! - `alone` (a run that becomes a program that may not start processes: a JavaScript run),
+//!   unless `PTC_ALLOW_SUBPROCESS`: `exec`'s rules and process creation as for `run`, but for
+//!   execve, which the child needs once to become its program (installed before it, a filter
+//!   cannot tell that exec from a later one). A later exec only replaces the run's one
+//!   process, inside every layer; node has no call that makes one in any case.
 //!
 //! A syscall is allowed only when every program a process has allows it (the kernel takes the
 //! strictest answer). The guards are hand-written instructions put in front of what
@@ -94,6 +99,10 @@ pub const RUN_PROGRAM: &str = "run";
 /// The program of a run that becomes a program (a bash run): it may start processes, all of
 /// them inside its sandbox and killed with it.
 pub const EXEC_PROGRAM: &str = "exec";
+/// The program of a run that becomes a program that may not start processes (a JavaScript
+/// run without `PTC_ALLOW_SUBPROCESS`): `exec`'s rules, and `run`'s against process creation
+/// but for execve (the child's exec of its program).
+pub const ALONE_PROGRAM: &str = "alone";
 
 /// What the programs allow beyond the rules every run has.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -108,32 +117,43 @@ pub struct Options {
     pub own_uid: bool,
 }
 
-/// The three programs, `base`, `run` and `exec`, for this architecture: a run has `base` and
-/// one of the other two.
+/// The four programs, `base`, `run`, `exec` and `alone`, for this architecture: a run has
+/// `base` and one of the other three.
 pub fn programs(options: Options) -> Result<Vec<Program>, SandboxError> {
     let (arch, _) = native_arch()?;
     let exec = run_rules()?;
     let mut run = exec.clone();
+    let mut alone = exec.clone();
     if !options.allow_subprocess {
-        for (nr, rules) in process_rules()? {
-            match run.entry(nr) {
-                Entry::Vacant(v) => {
-                    v.insert(rules);
-                }
-                // No rule is a refusal whatever the arguments, which either side keeps;
-                // else either side's rules refuse it, as two programs of one action would.
-                Entry::Occupied(mut o) => match o.get().is_empty() || rules.is_empty() {
-                    true => o.get_mut().clear(),
-                    false => o.get_mut().extend(rules),
-                },
-            }
-        }
+        let process = process_rules()?;
+        let mut spawning = process.clone();
+        spawning.remove(&libc::SYS_execve);
+        refuse_too(&mut run, process);
+        refuse_too(&mut alone, spawning);
     }
     Ok(vec![
         compile(BASE_PROGRAM, base_rules(options)?, arch)?,
         compile(RUN_PROGRAM, run, arch)?,
         compile(EXEC_PROGRAM, exec, arch)?,
+        compile(ALONE_PROGRAM, alone, arch)?,
     ])
+}
+
+/// `rules` refuses what `more` refuses too.
+fn refuse_too(rules: &mut Rules, more: Rules) {
+    for (nr, more) in more {
+        match rules.entry(nr) {
+            Entry::Vacant(v) => {
+                v.insert(more);
+            }
+            // No rule is a refusal whatever the arguments, which either side keeps;
+            // else either side's rules refuse it, as two programs of one action would.
+            Entry::Occupied(mut o) => match o.get().is_empty() || more.is_empty() {
+                true => o.get_mut().clear(),
+                false => o.get_mut().extend(more),
+            },
+        }
+    }
 }
 
 /// The filter file the children read: `{"arch": "x86_64", "filters": [{"name", "bpf": hex}]}`.
@@ -662,7 +682,10 @@ mod tests {
             })
             .unwrap();
             let names: Vec<_> = all.iter().map(|p| p.name).collect();
-            assert_eq!(names, [BASE_PROGRAM, RUN_PROGRAM, EXEC_PROGRAM]);
+            assert_eq!(
+                names,
+                [BASE_PROGRAM, RUN_PROGRAM, EXEC_PROGRAM, ALONE_PROGRAM]
+            );
             for p in &all {
                 assert!(p.bpf.len() % 8 == 0 && !p.bpf.is_empty(), "{}", p.name);
                 assert!(p.bpf.len() / 8 <= 4096, "{}", p.name);
@@ -678,10 +701,13 @@ mod tests {
         let run: &[&[u8]] = &[&base, &program(false, RUN_PROGRAM)];
         let exec: &[&[u8]] = &[&base, &program(false, EXEC_PROGRAM)];
         let run_allowing: &[&[u8]] = &[&program(true, BASE_PROGRAM), &program(true, RUN_PROGRAM)];
+        let alone: &[&[u8]] = &[&base, &program(false, ALONE_PROGRAM)];
+        let alone_allowing: &[&[u8]] =
+            &[&program(true, BASE_PROGRAM), &program(true, ALONE_PROGRAM)];
         let none = [0; 6];
         let eperm = errno(libc::EPERM);
         let verdict = answer;
-        for bpf in [run, exec, run_allowing] {
+        for bpf in [run, exec, run_allowing, alone, alone_allowing] {
             assert_eq!(verdict(bpf, libc::SYS_getpid as u32, none), ALLOW);
             assert_eq!(verdict(bpf, libc::SYS_read as u32, none), ALLOW);
             assert_eq!(
@@ -750,6 +776,13 @@ mod tests {
         assert_eq!(verdict(exec, libc::SYS_execve as u32, none), ALLOW);
         assert_eq!(verdict(run_allowing, libc::SYS_clone as u32, fork), ALLOW);
         assert_eq!(verdict(run_allowing, libc::SYS_execve as u32, none), ALLOW);
+        // A JavaScript run: its program's exec, and no process of its own unless allowed.
+        assert_eq!(verdict(alone, libc::SYS_execve as u32, none), ALLOW);
+        assert_eq!(verdict(alone, libc::SYS_clone as u32, fork), eperm);
+        #[cfg(target_arch = "x86_64")]
+        assert_eq!(verdict(alone, libc::SYS_vfork as u32, none), eperm);
+        assert_eq!(verdict(alone_allowing, libc::SYS_clone as u32, fork), ALLOW);
+        assert_eq!(verdict(alone, libc::SYS_execveat as u32, none), eperm);
         // Refused to both whatever the arguments.
         assert_eq!(verdict(exec, libc::SYS_execveat as u32, none), eperm);
         assert_eq!(verdict(run, libc::SYS_execveat as u32, none), eperm);
@@ -864,7 +897,7 @@ mod tests {
         let base = program(false, BASE_PROGRAM);
         let none = [3, 128, 0, 0, 0, 0];
         let eperm = errno(libc::EPERM);
-        for kind in [RUN_PROGRAM, EXEC_PROGRAM] {
+        for kind in [RUN_PROGRAM, EXEC_PROGRAM, ALONE_PROGRAM] {
             let installed: &[&[u8]] = &[&base, &program(false, kind)];
             assert_eq!(answer(installed, libc::SYS_listen as u32, none), eperm);
             let connect = libc::SYS_connect as u32;

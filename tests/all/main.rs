@@ -21,6 +21,7 @@ mod files;
 mod first_hour;
 mod front;
 mod host;
+mod javascript;
 mod librechat;
 mod librechat_users;
 mod limits;

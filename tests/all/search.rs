@@ -72,7 +72,7 @@ async fn the_description_is_byte_identical_whatever_the_listing_and_start_order(
             .await;
             assert_eq!(first, second, "budget {budget}");
             let description = first.split_once('\n').unwrap().1;
-            assert!(tokens::count(description) <= budget.parse().unwrap());
+            assert!(tokens::count(description) <= budget.parse::<usize>().unwrap());
             if budget == "500" {
                 assert!(first.contains("search_tools("), "{first}");
                 assert!(first.contains("\nmore: "), "{first}");

@@ -480,7 +480,7 @@ async fn plain(
         .await?;
     let code = match lang {
         Lang::Python => unwrap_plain(&body.code).unwrap_or(body.code),
-        Lang::Bash => body.code,
+        Lang::Bash | Lang::JavaScript | Lang::TypeScript => body.code,
     };
     let result = runner
         .exec(ExecRequest {

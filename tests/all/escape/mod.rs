@@ -45,6 +45,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod gaps;
+mod javascript;
 mod lifetime;
 mod metadata;
 mod other_runs;

@@ -1,0 +1,464 @@
+// The SDK of a JavaScript (or TypeScript) run: `node SDK_DIR/ptc_sdk.mjs`, which the run's
+// confined child becomes (src/run/javascript.rs), after every layer of its sandbox. It reads
+// the run's job on stdin, as a Python run's bootstrap does: `{"code", "ipc", "token",
+// "call_timeout", "allow_subprocess", "source_map"}` (the code is the module the sidecar made
+// of the user's: TypeScript already stripped, with its source map).
+//
+// Owns what the user's code sees of the catalog (one async function per PTC tool, by its
+// JavaScript name, as a global and in `tools`; `callTool`, `describe`, `searchTools`,
+// `saveFile`, the error classes) and how a call reaches the sidecar: `POST /call` on the IPC
+// bridge with the run's token, the wire of ptc_sdk.py (docs/runner-protocol.md). Then it imports
+// the user's code as an ES module (top-level `await`, its own lines) and prints an uncaught
+// error with the user's frames only. It must not validate arguments against schemas (the
+// sidecar does, and answers `input` errors) nor start a process.
+//
+// Errors say who has to act, as in Python: `ToolInputError` (fix the arguments; type
+// `input`), `ToolDenied` (a person said no; `denied`), `ToolError` with the sidecar's `type`
+// (`unknown_tool`, `tool`, `timeout`, `limit`, `rate_limited`, `unavailable`, ...) and two of
+// the SDK's own: `timeout` (no answer within the call timeout) and `ipc` (the connection to
+// the sidecar broke, or it answered something that is not the protocol).
+
+import http from "node:http";
+import { readFileSync, writeFileSync } from "node:fs";
+import { syncBuiltinESMExports } from "node:module";
+import { dirname, join } from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
+import { inspect } from "node:util";
+import childProcess from "node:child_process";
+
+// Most connections open to the IPC bridge at once; calls beyond wait for a free one (a
+// `Promise.all` of thousands of calls must not open thousands of sockets on the sidecar).
+const MAX_CONNECTIONS = 32;
+// Longest answer read from `/search`, `/describe` or `/file`: a few entries, not a file.
+const MAX_LOOKUP_ANSWER = 256 * 1024;
+// Longest wait for a search: the sidecar may wait up to 30 s for the search model's vectors
+// of a new catalog (embed::MODEL_WAIT).
+const SEARCH_TIMEOUT_MS = 45_000;
+// Longest wait for `/describe` when the run has no call timeout: the sidecar answers from
+// memory, so a silent bridge is a broken one.
+const LOOKUP_TIMEOUT_MS = 10_000;
+// What a run may not do unless the sidecar allows it (PTC_ALLOW_SUBPROCESS); the seccomp
+// program refuses it anyway, this says why in words.
+const NO_PROCESSES =
+  "exec_code may not start processes (%s); call a tool instead, " +
+  "or run the sidecar with PTC_ALLOW_SUBPROCESS=true";
+
+// The SDK's directory (the catalog), and the run's scratch directory (where the module goes),
+// read before the code could change either variable.
+const SDK_DIR = dirname(fileURLToPath(import.meta.url));
+const SCRATCH = process.env.TMPDIR || process.cwd();
+
+// The module loader's first import costs 5-10 ms: paid here, before the job, by a warm worker.
+await import("data:text/javascript,");
+
+// The job: the whole of stdin, which the sidecar closes after it (a warm worker waits here).
+const JOB = JSON.parse(readFileSync(0, "utf8"));
+const IPC_PORT = Number(String(JOB.ipc || "").split(":").pop()) || 0;
+const TOKEN = String(JOB.token || "");
+const CALL_TIMEOUT_MS = Math.max(0, Number(JOB.call_timeout) || 0) * 1000;
+const MAY_SPAWN = JOB.allow_subprocess === true;
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+
+class ToolError extends Error {
+  /** A tool call failed. `e.message` says what; `e.type` says why (`tool`, `timeout`, ...). */
+  constructor(message = "", type = "tool") {
+    super(message);
+    this.type = type;
+  }
+  get name() {
+    return this.constructor.name;
+  }
+}
+
+class ToolInputError extends ToolError {
+  /** The arguments do not match the tool's input schema; nothing was dispatched. */
+  constructor(message = "", type = "input") {
+    super(message, type);
+  }
+}
+
+class ToolDenied extends ToolError {
+  /** A person denied the call, or did not answer in time: the tool was not called. */
+  constructor(message = "", type = "denied") {
+    super(message, type);
+  }
+}
+
+/** The error for the `error` object of an answer. */
+function errorFrom(error) {
+  if (error === null || typeof error !== "object" || Array.isArray(error)) {
+    return new ToolError(`malformed error from the sidecar: ${inspect(error)}`, "ipc");
+  }
+  const kind = typeof error.type === "string" && error.type ? error.type : "tool";
+  let message = error.message;
+  if (typeof message !== "string") message = message == null ? kind : String(message);
+  if (kind === "input") return new ToolInputError(message);
+  if (kind === "denied") return new ToolDenied(message);
+  return new ToolError(message, kind);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The IPC client
+
+// Kept-alive connections for calls; an idle one is unref'd by the agent, so it holds the run
+// open for nothing.
+const agent = new http.Agent({ keepAlive: true, maxSockets: MAX_CONNECTIONS });
+
+/**
+ * POSTs `body` (a Buffer) to the bridge's `path` with the run's token: `{status, body}`, or a
+ * ToolError of type `ipc` (the connection broke) or `timeout` (no answer within `timeoutMs`).
+ * `what` names the request in errors.
+ */
+function post(path, body, { contentType, keepAlive, timeoutMs, maxAnswer, what }) {
+  return new Promise((resolve, reject) => {
+    let settled = false;
+    const fail = (error) => {
+      if (!settled) {
+        settled = true;
+        reject(error);
+      }
+    };
+    const request = http.request(
+      {
+        host: "127.0.0.1",
+        port: IPC_PORT,
+        path,
+        method: "POST",
+        agent: keepAlive ? agent : false,
+        headers: {
+          Authorization: `Bearer ${TOKEN}`,
+          "Content-Type": contentType,
+          "Content-Length": body.length,
+        },
+      },
+      (response) => {
+        const chunks = [];
+        let size = 0;
+        response.on("data", (chunk) => {
+          size += chunk.length;
+          if (size > maxAnswer) {
+            response.destroy();
+            fail(new ToolError(`the sidecar's answer to ${what} is too long`, "ipc"));
+            return;
+          }
+          chunks.push(chunk);
+        });
+        response.on("end", () => {
+          if (!settled) {
+            settled = true;
+            resolve({ status: response.statusCode, body: Buffer.concat(chunks) });
+          }
+        });
+        response.on("error", (e) => fail(broken(what, e)));
+      },
+    );
+    if (timeoutMs > 0) {
+      request.setTimeout(timeoutMs, () => {
+        fail(new ToolError(`no answer from the sidecar within ${timeoutMs / 1000}s`, "timeout"));
+        request.destroy();
+      });
+    }
+    request.on("error", (e) => fail(broken(what, e)));
+    request.end(body);
+  });
+}
+
+function broken(what, e) {
+  const why = e.code || e.message;
+  return new ToolError(`the connection to the sidecar broke during ${what}: ${why}`, "ipc");
+}
+
+/** The `result` of a `/call` answer, or the error it carries thrown. */
+function answerOf(status, body) {
+  let answer = null;
+  try {
+    answer = JSON.parse(body.toString("utf8"));
+  } catch {
+    answer = null;
+  }
+  const isObject = answer !== null && typeof answer === "object" && !Array.isArray(answer);
+  if (status === 200 && isObject) {
+    if (answer.ok === true) return answer;
+    if (answer.ok === false) throw errorFrom(answer.error);
+  }
+  if (status !== 200) {
+    const error = isObject ? answer.error : null;
+    const message =
+      error && typeof error.message === "string"
+        ? error.message
+        : `HTTP ${status} from the sidecar`;
+    const kind = error && typeof error.type === "string" && error.type ? error.type : "ipc";
+    throw new ToolError(message, kind);
+  }
+  throw new ToolError(`malformed answer from the sidecar: ${body.toString("utf8", 0, 200)}`, "ipc");
+}
+
+/** One call of `tool` (its original name) with `args`; `label` names it in errors. */
+async function call(tool, args, label) {
+  if (args === undefined || args === null) args = {};
+  if (typeof args !== "object" || Array.isArray(args)) {
+    throw new ToolInputError(
+      `${label}(args): the arguments are one object of named arguments, ` +
+        `like ${label}({name: value}); got ${Array.isArray(args) ? "an array" : typeof args}`,
+    );
+  }
+  let body;
+  try {
+    body = JSON.stringify({ tool, args });
+  } catch (e) {
+    throw new ToolInputError(`arguments of ${label} are not JSON: ${e.message}`);
+  }
+  const { status, body: answer } = await post("/call", Buffer.from(body, "utf8"), {
+    contentType: "application/json",
+    keepAlive: true,
+    timeoutMs: CALL_TIMEOUT_MS,
+    maxAnswer: Infinity,
+    what: `a call to ${label}`,
+  });
+  return answerOf(status, answer).result;
+}
+
+/** A `/search`, `/describe` or `/file` request on a connection of its own: the answer. */
+async function lookup(path, body, contentType, timeoutMs, what) {
+  const { status, body: answer } = await post(path, body, {
+    contentType,
+    keepAlive: false,
+    timeoutMs,
+    maxAnswer: MAX_LOOKUP_ANSWER,
+    what,
+  });
+  return answerOf(status, answer);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The catalog: `tools`, the globals, `callTool`, `describe`, `searchTools`, `saveFile`
+
+const CATALOG = JSON.parse(readFileSync(join(SDK_DIR, "catalog.json"), "utf8"));
+const TOOLS = (Array.isArray(CATALOG.tools) ? CATALOG.tools : []).filter(
+  (t) => t && typeof t.name === "string" && typeof t.js_name === "string" && t.js_name,
+);
+const BY_JS_NAME = new Map(TOOLS.map((t) => [t.js_name, t]));
+const BY_NAME = new Map(TOOLS.map((t) => [t.name, t]));
+
+function stubOf(tool) {
+  const label = tool.js_name;
+  // Named after the tool, so a stack shows `at async get_weather`.
+  const stub = { async [label](args) { return call(tool.name, args, label); } }[label];
+  Object.defineProperty(stub, "tool", { value: tool });
+  return stub;
+}
+
+const stubs = Object.create(null);
+for (const tool of TOOLS) {
+  if (!(tool.js_name in stubs)) stubs[tool.js_name] = stubOf(tool);
+}
+
+/** Tool JavaScript names the model may have meant by `name`: `server__name` first, then close. */
+function suggest(name) {
+  const names = [...BY_JS_NAME.keys()];
+  const found = names.filter((n) => n.includes("__") && n.split("__").slice(1).join("__") === name);
+  const scored = names
+    .map((n) => [distance(name, n), n])
+    .filter(([d, n]) => d <= Math.max(1, Math.floor(Math.max(name.length, n.length) / 4)))
+    .sort((a, b) => a[0] - b[0]);
+  for (const [, n] of scored) if (!found.includes(n)) found.push(n);
+  return found.slice(0, 5);
+}
+
+function distance(a, b) {
+  let previous = Array.from({ length: b.length + 1 }, (_, i) => i);
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i];
+    for (let j = 1; j <= b.length; j++) {
+      const cost = a[i - 1] === b[j - 1] ? 0 : 1;
+      row.push(Math.min(previous[j] + 1, row[j - 1] + 1, previous[j - 1] + cost));
+    }
+    previous = row;
+  }
+  return previous[b.length];
+}
+
+function didYouMean(name) {
+  const names = typeof name === "string" ? suggest(name) : [];
+  return names.length ? `; did you mean ${names.join(" or ")}?` : "";
+}
+
+// Keys that the runtime itself asks any object for (`await`, `console.log`, JSON): answered as
+// for a plain object, never as an unknown tool.
+const PLAIN_KEYS = new Set([
+  "then", "toJSON", "constructor", "inspect", "valueOf", "toString", "prototype", "length",
+  "name", "__proto__",
+]);
+
+/** Every tool by its JavaScript name; an unknown name is a ToolError with suggestions. */
+const tools = new Proxy(Object.freeze(stubs), {
+  get(target, key) {
+    if (typeof key === "string" && !(key in target) && !PLAIN_KEYS.has(key)) {
+      throw new ToolError(`tools has no tool named ${key}${didYouMean(key)}`, "unknown_tool");
+    }
+    return target[key];
+  },
+});
+
+/** Calls a tool by its original name (or its JavaScript name) with one arguments object. */
+async function callTool(name, args) {
+  if (typeof name !== "string" || !name) {
+    throw new ToolInputError("callTool(name, args): name must be a non-empty string");
+  }
+  const tool = BY_NAME.get(name) || BY_JS_NAME.get(name);
+  return call(tool ? tool.name : name, args, tool ? tool.js_name : name);
+}
+
+/** Prints everything about a tool (by either name, or the function itself); no name: all. */
+async function describe(name) {
+  if (name === undefined) {
+    for (const tool of TOOLS) console.log(headline(tool));
+    return;
+  }
+  const tool =
+    (typeof name === "function" && name.tool) || BY_JS_NAME.get(name) || BY_NAME.get(name);
+  if (!tool) {
+    throw new ToolError(`no tool named ${inspect(name)}${didYouMean(name)}`, "unknown_tool");
+  }
+  const out = [headline(tool)];
+  if (tool.name !== tool.js_name) out.push(`Dispatched as: ${tool.name}`);
+  const description = (tool.description || "").trim();
+  if (description) out.push("", description);
+  out.push("", "Input schema:", JSON.stringify(tool.input_schema ?? null, null, 2));
+  if (tool.output_schema != null) {
+    out.push("", "Output schema:", JSON.stringify(tool.output_schema, null, 2));
+  } else {
+    const learned = await learnedShape(tool.name);
+    if (learned) out.push("", learned);
+  }
+  console.log(out.join("\n"));
+}
+
+/** A tool's one line: its JavaScript name and the first line of its description. */
+function headline(tool) {
+  const first = (tool.description || "").trim().split("\n")[0];
+  return `${tool.js_name}(args)${first ? `  // ${first}` : ""}`;
+}
+
+/** What calls taught the sidecar of a tool's results, or null. */
+async function learnedShape(name) {
+  let reply;
+  try {
+    const body = Buffer.from(JSON.stringify({ tool: name }), "utf8");
+    const timeoutMs = CALL_TIMEOUT_MS || LOOKUP_TIMEOUT_MS;
+    reply = await lookup("/describe", body, "application/json", timeoutMs, "describe");
+  } catch {
+    return null;
+  }
+  if (typeof reply.returns !== "string") return null;
+  const calls = reply.calls;
+  const learned = `learned from ${calls} call${calls === 1 ? "" : "s"}`;
+  return `Returns (${learned}, no output schema): ${reply.returns}`;
+}
+
+/** The tools that best match `query`, best first: `{name, signature, summary, returns?}`. */
+async function searchTools(query, limit = 5) {
+  if (typeof query !== "string" || !query.trim()) {
+    throw new ToolInputError("searchTools(query, limit = 5): query must be a non-empty string");
+  }
+  if (!Number.isInteger(limit) || limit < 1) {
+    throw new ToolInputError("searchTools(query, limit = 5): limit must be a positive integer");
+  }
+  const body = Buffer.from(JSON.stringify({ query, limit }), "utf8");
+  const timeoutMs = Math.max(CALL_TIMEOUT_MS, SEARCH_TIMEOUT_MS);
+  const answer = await lookup("/search", body, "application/json", timeoutMs, "searchTools");
+  if (answer.note) console.error(`searchTools: ${answer.note}`);
+  return answer.results || [];
+}
+
+/** Saves `data` (a string as UTF-8, a Buffer or a typed array) as the run's file `name`:
+ *  `{name, size, mime, url}`. An image also comes back as an image the model can see. */
+async function saveFile(name, data) {
+  if (typeof name !== "string" || !name) {
+    throw new TypeError("saveFile(name, data): name must be a non-empty string");
+  }
+  let bytes;
+  if (typeof data === "string") bytes = Buffer.from(data, "utf8");
+  else if (ArrayBuffer.isView(data)) {
+    bytes = Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+  }
+  else if (data instanceof ArrayBuffer) bytes = Buffer.from(data);
+  else {
+    throw new TypeError(
+      `saveFile(name, data): data must be a string, a Buffer or a typed array, not ${typeof data}`,
+    );
+  }
+  const path = `/file?name=${encodeURIComponent(name)}`;
+  const reply = await lookup(path, bytes, "application/octet-stream", CALL_TIMEOUT_MS, "saveFile");
+  return reply.file;
+}
+
+// ---------------------------------------------------------------------------------------------
+// No processes, unless the sidecar allows them
+
+if (!MAY_SPAWN) {
+  const starters = ["spawn", "spawnSync", "exec", "execSync", "execFile", "execFileSync", "fork"];
+  for (const name of starters) {
+    const refuse = () => {
+      const message = NO_PROCESSES.replace("%s", `child_process.${name}`);
+      throw Object.assign(new Error(message), { code: "EPERM" });
+    };
+    Object.defineProperty(childProcess, name, {
+      value: refuse,
+      writable: false,
+      configurable: false,
+    });
+  }
+  // `import {spawn} from "node:child_process"` sees the refusals too.
+  syncBuiltinESMExports();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Running the code
+
+const CODE_FILE = join(SCRATCH, ".ptc-code.mjs");
+const CODE_URL = pathToFileURL(CODE_FILE).href;
+// The code's own file, and the TypeScript source its source map names (`code.ts`, which a
+// mapped frame shows as a path), as a frame shows them: `<code>` instead of a path in the
+// sidecar's runtime directory.
+const CODE_FILES = [CODE_URL, new URL("code.ts", CODE_URL).href, join(SCRATCH, "code.ts")];
+
+/** An error as the model should read it: the user's frames, `<code>:LINE:COL`. */
+function shown(error) {
+  if (!(error instanceof Error) || typeof error.stack !== "string") {
+    return `Uncaught ${inspect(error)}`;
+  }
+  let stack = error.stack;
+  for (const file of CODE_FILES) stack = stack.split(file).join("<code>");
+  const lines = stack.split("\n");
+  const kept = lines.filter((line) => !/^\s+at /.test(line) || line.includes("<code>"));
+  return kept.join("\n");
+}
+
+function die(error) {
+  process.stderr.write(`${shown(error)}\n`);
+  process.exitCode = 1;
+  // Whatever else the code left running (timers, calls) dies with it, as a Python run's does.
+  process.exit(1);
+}
+
+process.on("uncaughtException", die);
+process.on("unhandledRejection", die);
+
+Object.assign(globalThis, {
+  tools, callTool, describe, searchTools, saveFile, ToolError, ToolInputError, ToolDenied,
+});
+// A tool's name never is a global's (catalog::names::js_name); should one be, the global stays.
+for (const [name, stub] of Object.entries(stubs)) {
+  if (!(name in globalThis)) globalThis[name] = stub;
+}
+
+try {
+  writeFileSync(CODE_FILE, String(JOB.code ?? ""), { mode: 0o400 });
+  if (JOB.source_map) process.setSourceMapsEnabled(true);
+  await import(CODE_URL);
+} catch (error) {
+  die(error);
+}
