@@ -366,7 +366,8 @@ async function searchTools(query, limit = 5) {
   if (!Number.isInteger(limit) || limit < 1) {
     throw new ToolInputError("searchTools(query, limit = 5): limit must be a positive integer");
   }
-  const body = Buffer.from(JSON.stringify({ query, limit }), "utf8");
+  // lang: the results name tools and show signatures as the JavaScript description does.
+  const body = Buffer.from(JSON.stringify({ query, limit, lang: "javascript" }), "utf8");
   const timeoutMs = Math.max(CALL_TIMEOUT_MS, SEARCH_TIMEOUT_MS);
   const answer = await lookup("/search", body, "application/json", timeoutMs, "searchTools");
   if (answer.note) console.error(`searchTools: ${answer.note}`);

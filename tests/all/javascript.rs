@@ -234,7 +234,9 @@ async fn search_describe_and_save_file_are_there() {
     tokio::time::timeout(TEST_TIMEOUT, async {
         let f = fixture(&[]).await;
         let code = r#"const hits = await searchTools("country capital population");
-console.log(hits.some((h) => h.name === "demo__lookup_country"));
+// The JavaScript description's line (one object of named arguments), not Python's.
+console.log(hits.some((h) => h.name === "demo__lookup_country"
+  && h.signature.startsWith("demo__lookup_country({")));
 await describe("get-weather");
 const file = await saveFile("note.txt", "hello");
 console.log(file.name, file.size);

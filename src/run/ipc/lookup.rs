@@ -4,6 +4,8 @@
 //! own checks (the token, the body's bounds) are the parent's.
 
 use super::{MAX_LOOKUP_BYTES, authorized_within, plain, refuse, reply};
+use crate::catalog::names::js_name;
+use crate::config::Lang;
 use crate::embed::MODEL_WAIT;
 use crate::render::search::{HIT_SUMMARY_CHARS, MAX_QUERY_CHARS};
 use crate::render::signature::summary;
@@ -22,6 +24,10 @@ pub(super) struct SearchBody {
     query: String,
     #[serde(default = "default_limit")]
     limit: usize,
+    /// The language of the run asking (`"javascript"` from the JavaScript SDK): its names and
+    /// signatures are what the results show. Python when absent.
+    #[serde(default)]
+    lang: Option<String>,
 }
 
 fn default_limit() -> usize {
@@ -30,7 +36,8 @@ fn default_limit() -> usize {
 
 /// One tool found, as both doors show it.
 struct Found {
-    python_name: String,
+    /// The name the run's language calls it by (Python's, or JavaScript's).
+    name: String,
     tool: String,
     signature: String,
     summary: String,
@@ -59,7 +66,13 @@ struct Searched {
 /// BM25F answers and says why. A search is one of the run's calls (`max_calls`), and the model
 /// takes the run's queries one at a time, in turn with other runs' (`Embeddings::cosines_for`):
 /// a run that floods searches waits behind itself.
-async fn found(calls: &Calls, run: &RunCtx, query: &str, limit: usize) -> Result<Searched, String> {
+async fn found(
+    calls: &Calls,
+    run: &RunCtx,
+    query: &str,
+    limit: usize,
+    lang: Lang,
+) -> Result<Searched, String> {
     run.count_call("search_tools").map_err(|e| e.to_string())?;
     let snapshot = &run.snapshot;
     let wait = run
@@ -79,14 +92,19 @@ async fn found(calls: &Calls, run: &RunCtx, query: &str, limit: usize) -> Result
         .rank(query, cosines.as_deref(), limit)
         .into_iter()
         .filter_map(|hit| {
-            let (name, line) = snapshot.rendered.lines.get(hit.tool)?;
+            // The description's line in the run's language: both renderings list the tools in
+            // the same order.
+            let (name, line) = snapshot.rendered_in(lang).lines.get(hit.tool)?;
             let tool = snapshot.catalog.get(name)?;
             let returns = match tool.output_schema {
                 None => calls.shapes().get(&tool.name).map(|l| l.shape.show()),
                 Some(_) => None,
             };
             Some(Found {
-                python_name: tool.python_name.clone(),
+                name: match lang {
+                    Lang::Python => tool.python_name.clone(),
+                    Lang::JavaScript => js_name(&tool.python_name),
+                },
                 tool: tool.name.clone(),
                 signature: line.clone(),
                 summary: summary(&tool.description, HIT_SUMMARY_CHARS),
@@ -113,7 +131,12 @@ pub(super) async fn search(State(calls): State<Calls>, request: Request) -> Resp
             return refuse(StatusCode::BAD_REQUEST, "input", &message);
         }
     };
-    let searched = match found(&calls, &run, &query.query, query.limit).await {
+    let lang = query
+        .lang
+        .as_deref()
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(Lang::Python);
+    let searched = match found(&calls, &run, &query.query, query.limit, lang).await {
         Ok(searched) => searched,
         Err(message) => return refuse(StatusCode::TOO_MANY_REQUESTS, "limit", &message),
     };
@@ -122,7 +145,7 @@ pub(super) async fn search(State(calls): State<Calls>, request: Request) -> Resp
         .into_iter()
         .map(|f| {
             let mut result = json!({
-                "name": f.python_name,
+                "name": f.name,
                 "tool": f.tool,
                 "signature": f.signature,
                 "summary": f.summary,
@@ -180,7 +203,7 @@ pub(super) async fn bash_search(
         }
     };
     let limit = limit.limit.unwrap_or(default_limit());
-    let searched = match found(&calls, &run, query, limit).await {
+    let searched = match found(&calls, &run, query, limit, Lang::Python).await {
         Ok(searched) => searched,
         Err(message) => return plain(StatusCode::TOO_MANY_REQUESTS, format!("{message}\n")),
     };

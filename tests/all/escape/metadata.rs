@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 /// What a metadata change would alter, read from outside: mode, owner, group, modification
 /// time, and whether the attack's extended attribute is there.
 #[derive(Debug, PartialEq, Eq)]
-struct Meta {
+pub(super) struct Meta {
     mode: u32,
     uid: u32,
     gid: u32,
@@ -21,7 +21,7 @@ struct Meta {
     xattr: bool,
 }
 
-fn meta(path: &Path) -> Option<Meta> {
+pub(super) fn meta(path: &Path) -> Option<Meta> {
     let m = std::fs::symlink_metadata(path).ok()?;
     Some(Meta {
         mode: m.mode(),
@@ -41,7 +41,7 @@ fn has_xattr(path: &Path) -> bool {
 }
 
 /// The folder of the fork server's SDK: where its `ptc_zygote.py` is.
-fn sdk_dir(s: &Stage) -> Option<PathBuf> {
+pub(super) fn sdk_dir(s: &Stage) -> Option<PathBuf> {
     let server = s.fork_server()?;
     let cmd = std::fs::read(format!("/proc/{server}/cmdline")).ok()?;
     let zygote = cmd
