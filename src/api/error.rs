@@ -69,7 +69,7 @@ pub enum ApiError {
     Internal(String),
     /// 422 `{"error": "unsupported_capability"}`: a `lang` other than Python. The LibreChat
     /// client reads this code (not a `type`) as a permanent capability mismatch.
-    #[error("ptc-sidecar runs Python and bash, not {lang:?}")]
+    #[error("ptc-sidecar runs Python, bash, JavaScript and TypeScript, not {lang:?}")]
     UnsupportedLang { lang: String },
     /// 429 `{"error": "rate_limited", "retry_after_seconds"}`: too many open runs; the
     /// LibreChat client reads both keys.

@@ -126,15 +126,10 @@ async fn exec_code(State(exec): State<Exec>, request: Request) -> Result<Respons
     )
     .await?;
     let lang = match body.lang.as_deref() {
-        None | Some("python" | "py" | "python3") => Lang::Python,
-        Some("bash") => Lang::Bash,
-        Some("javascript" | "js") => Lang::JavaScript,
-        Some("typescript" | "ts") => Lang::TypeScript,
-        Some(other) => {
-            return Err(ApiError::BadRequest(format!(
-                "lang {other:?} is not run here: use \"python\" (the default), \"bash\", \"javascript\" or \"typescript\""
-            )));
-        }
+        None => Lang::Python,
+        Some(name) => lang_named(name).ok_or_else(|| {
+            ApiError::BadRequest(format!("lang {name:?} is not run here: use {LANGS}"))
+        })?,
     };
     let timeout = match (body.timeout_ms, body.timeout) {
         (Some(0), _) | (None, Some(0)) => {
@@ -158,6 +153,21 @@ async fn exec_code(State(exec): State<Exec>, request: Request) -> Result<Respons
         return Ok(exec.attached.stream(door.runner, request, held));
     }
     Ok(Json(door.finish(request, held).await).into_response())
+}
+
+/// The languages a door's refusal names.
+pub const LANGS: &str = r#""python" (the default), "bash", "javascript" or "typescript""#;
+
+/// The language `name` names, by any of the names the doors take (`py`, `js`, `ts` as
+/// LibreChat's client sends them, `sh`); `None` for a language not run here.
+pub fn lang_named(name: &str) -> Option<Lang> {
+    match name {
+        "python" | "py" | "python3" => Some(Lang::Python),
+        "bash" | "sh" => Some(Lang::Bash),
+        "javascript" | "js" => Some(Lang::JavaScript),
+        "typescript" | "ts" => Some(Lang::TypeScript),
+        _ => None,
+    }
 }
 
 /// What one `exec_code` asks, whichever door it came through (`POST /v1/exec_code`, the MCP

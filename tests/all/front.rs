@@ -44,7 +44,7 @@ fn hosts_dir() -> PathBuf {
 
 /// A door's surroundings: a callback host tool (`double`), the demo MCP server, a manifest a
 /// scenario may rewrite, and an in-process sidecar with the same configuration.
-struct Door {
+pub struct Door {
     host: HostServer,
     _dir: TempDir,
     manifest: PathBuf,
@@ -55,7 +55,7 @@ struct Door {
 }
 
 impl Door {
-    async fn open() -> Door {
+    pub async fn open() -> Door {
         let host = HostServer::start(vec![(
             "double",
             tool(|input| json!({"result": input["x"].as_i64().unwrap_or(0) * 2})),
@@ -100,7 +100,7 @@ impl Door {
 
     /// The spec a client connects with: the binary on stdio (its own runtime directory), or
     /// the in-process sidecar's `/mcp` with the key.
-    fn spec(&self, wire: Wire, scenario: &str) -> Value {
+    pub fn spec(&self, wire: Wire, scenario: &str) -> Value {
         match wire {
             Wire::Stdio => {
                 let mut env: serde_json::Map<String, Value> =
@@ -153,7 +153,7 @@ impl Door {
     /// Nothing of either sidecar's runs left: the stdio binary's processes gone (its fork
     /// server and runs are in its runtime directory), no run and no live interpreter of the
     /// in-process one (its fork server stays: it is the sidecar's own).
-    async fn assert_nothing_left(&self) {
+    pub async fn assert_nothing_left(&self) {
         let runner = self.sidecar.sidecar.state.runner.clone().unwrap();
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         loop {
@@ -173,7 +173,7 @@ impl Door {
 
 /// Runs a host's client with `spec` and returns what it printed (its last line, JSON),
 /// failing the test when the client says it failed.
-async fn client(host: Host, spec: Value) -> Value {
+pub async fn client(host: Host, spec: Value) -> Value {
     let (seen, stderr) = run_client(host, spec).await;
     assert!(
         seen.get("error").is_none(),
@@ -226,13 +226,13 @@ async fn run_client(host: Host, mut spec: Value) -> (Value, String) {
     (seen, stderr)
 }
 
-fn text(result: &Value) -> &str {
+pub fn text(result: &Value) -> &str {
     result["content"][0]["text"].as_str().unwrap_or_default()
 }
 
 /// Ends the sessions a 2026-07-28 host was given over HTTP: it has no MCP session to end
 /// them with (they would live on until PTC_SESSION_IDLE_TTL, for the host to pass back).
-async fn end_sessions(door: &Door, host: Host, wire: Wire, seen: &Value) {
+pub async fn end_sessions(door: &Door, host: Host, wire: Wire, seen: &Value) {
     fn ids(v: &Value, out: &mut Vec<String>) {
         match v {
             Value::Object(map) => {
@@ -288,9 +288,13 @@ async fn tour(host: Host, wire: Wire) {
         );
         let schema = &tools[0]["inputSchema"];
         assert_eq!(schema["required"], json!(["code"]), "{schema}");
-        for key in ["code", "timeout", "session_id"] {
+        for key in ["code", "lang", "timeout", "session_id"] {
             assert!(schema["properties"].get(key).is_some(), "{key}: {schema}");
         }
+        assert_eq!(
+            schema["properties"]["lang"]["enum"],
+            json!(["python", "bash", "javascript", "typescript"])
+        );
         if host == Host::PyAuto {
             assert_eq!(seen["protocol"], "2026-07-28");
             assert!(
@@ -383,7 +387,7 @@ async fn tour(host: Host, wire: Wire) {
         // Bad arguments: an error that says what to fix.
         let bad = &seen["bad"];
         for (case, says) in [
-            ("not_a_string", "code must be a string of Python"),
+            ("not_a_string", "code must be a string"),
             ("missing_code", "code is missing"),
             ("unknown_key", "\"cod\" is not one of its arguments"),
         ] {
@@ -558,6 +562,9 @@ async fn approve(host: Host, wire: Wire) {
     .await
     .unwrap();
 }
+
+/// `every_host!(scenario)` in another module: its tests of one scenario, for every host.
+pub(crate) use every_host;
 
 every_host!(tour);
 every_host!(approve);

@@ -103,6 +103,65 @@ print(w["temp_c"], a["city"], b["city"])
     .unwrap();
 }
 
+/// An attached run of `body` to its end, every `get-weather` call answered and every `boom`
+/// failed on `/results`: the tools called, in order, and the `done` event's data.
+async fn attached_run(s: &TestSidecar, body: Value) -> (Vec<String>, Value) {
+    let mut sse = Sse::open_body(s, body).await;
+    let (name, started) = sse.next().await.unwrap();
+    assert_eq!(name, "started");
+    let exec_id = started["exec_id"].as_str().unwrap().to_string();
+    let (mut calls, mut done) = (Vec::new(), None);
+    while let Some((name, data)) = sse.next().await {
+        match name.as_str() {
+            "tool_call" => {
+                let (id, tool) = (data["id"].clone(), data["tool"].as_str().unwrap());
+                calls.push(tool.to_string());
+                let answer = match tool {
+                    "get-weather" => {
+                        json!({"id": id, "result": {"city": data["input"]["city"], "temp_c": 21}})
+                    }
+                    _ => json!({"id": id, "error": "boom failed"}),
+                };
+                let (status, r) = post_results(s, &exec_id, json!([answer])).await;
+                assert_eq!((status, &r["applied"]), (200, &json!([id])), "{r}");
+            }
+            "done" => done = Some(data),
+            _ => {}
+        }
+    }
+    (calls, done.expect("a done event"))
+}
+
+/// The attached stream takes `lang` as the JSON answer does: JavaScript and TypeScript whose
+/// host tool calls (one, a `Promise.all` of two, a failing one) the caller answers.
+#[tokio::test]
+async fn attached_stream_runs_javascript_and_typescript() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let (s, _dir) = attached_sidecar(&[]).await;
+        let code = r#"
+console.log("start");
+const w = await get_weather({city: "Paris"});
+const [a, b] = await Promise.all([get_weather({city: "A"}), tools.get_weather({city: "B"})]);
+try { await boom({}); } catch (e) { console.log("caught", e.name, e.type, e.message); }
+console.log(w.temp_c, a.city, b.city);
+"#;
+        let (calls, done) =
+            attached_run(&s, json!({"code": code, "lang": "javascript", "timeout_ms": 20000})).await;
+        assert_eq!(done["status"], "ok", "{done}");
+        assert_eq!(done["stdout"], "start\ncaught ToolError tool boom failed\n21 A B\n");
+        assert_eq!(calls, ["get-weather", "get-weather", "get-weather", "boom"]);
+
+        let code = "const w: {temp_c: number} = await get_weather({city: \"Rome\"});\nconsole.log(w.temp_c * 2);\n";
+        let (calls, done) =
+            attached_run(&s, json!({"code": code, "lang": "ts", "timeout_ms": 20000})).await;
+        assert_eq!(done["stdout"], "42\n", "{done}");
+        assert_eq!(calls, ["get-weather"]);
+        assert_nothing_left(&s).await;
+    })
+    .await
+    .unwrap();
+}
+
 #[tokio::test]
 async fn results_need_the_api_key_when_one_is_set() {
     tokio::time::timeout(TEST_TIMEOUT, async {

@@ -464,15 +464,16 @@ pub async fn drive_client(
 }
 
 /// The real LibreChat client (`tests/librechat/drive.mjs` and `drive-bash.mjs`, its own
-/// programmatic tool runners for Python and bash) against this sidecar. Skipped where
-/// [`real_client`] is missing.
+/// programmatic tool runners for Python and bash; `drive-js.mjs`, its `execute_code` tool with
+/// `js` and `ts` and its wire functions driving JavaScript through continuations) against this
+/// sidecar. Skipped where [`real_client`] is missing.
 #[tokio::test]
 async fn the_real_librechat_client() {
     let Some(dir) = real_client() else { return };
     tokio::time::timeout(TEST_TIMEOUT, async {
         let s = sidecar(&[("PTC_API_KEY", "drive-key")]).await;
-        // The Python runner, then the bash runner, each with its own scenarios.
-        for (script, scenarios) in [("drive.mjs", 9), ("drive-bash.mjs", 8)] {
+        // The Python runner, the bash runner, then JavaScript, each with its own scenarios.
+        for (script, scenarios) in [("drive.mjs", 9), ("drive-bash.mjs", 8), ("drive-js.mjs", 5)] {
             drive_client(&dir, script, &s, &["drive-key"], &[], scenarios).await;
         }
         // The aborted run (it would sleep 30 s) was stopped by the client's /cancel; the bash

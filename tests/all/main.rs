@@ -20,6 +20,7 @@ mod faults;
 mod files;
 mod first_hour;
 mod front;
+mod front_javascript;
 mod host;
 mod javascript;
 mod librechat;

@@ -1,6 +1,6 @@
 // A host of the MCP front door, with the official TypeScript SDK (@modelcontextprotocol/sdk,
 // pinned in package.json). The twin of client.py: tests/all/front.rs runs
-// `node client.mjs SPEC` with the same SPEC (transport, scenario, marker, manifest, host_tool;
+// `node client.mjs SPEC` with the same SPEC (transport, scenario, marker, manifest, host_tool, runs;
 // no mode: this SDK speaks the handshake revisions only) and judges the JSON object it prints.
 
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
@@ -165,6 +165,20 @@ async function approve(client, spec, out) {
   out.asked = [];
 }
 
+/** Each of `spec.runs` (`name`, `lang`, `code`) through exec_code: what it showed, or the
+ *  error the call got. */
+async function runs(client, spec, out) {
+  for (const { name, lang, code } of spec.runs) {
+    try {
+      out[name] = shown(
+        await client.callTool({ name: "exec_code", arguments: { code, lang } }, undefined, { timeout: WAIT_MS }),
+      );
+    } catch (e) {
+      out[name] = { error: errorText(e) };
+    }
+  }
+}
+
 async function list(client, spec, out) {
   out.tools = (await client.listTools()).tools.map((t) => t.name);
 }
@@ -178,7 +192,7 @@ async function main(spec) {
   try {
     await client.connect(transport(spec));
     out.protocol = client.transport?.protocolVersion ?? null;
-    const scenario = { tour, cancel, reload, approve, list }[spec.scenario];
+    const scenario = { tour, cancel, reload, approve, list, runs }[spec.scenario];
     await scenario(client, spec, out, changed);
   } catch (e) {
     out.error = errorText(e);

@@ -4,10 +4,11 @@ tests/all/front.rs runs it: `python3 client.py SPEC`, SPEC a JSON object:
 
     transport  "stdio" (start `command` with `args` and `env`) or "http" (`url`, `headers`)
     mode       the SDK's ConnectMode: "auto" (discover, else the handshake) or "legacy"
-    scenario   "tour", "cancel", "reload", "approve", "list" or "run" (below)
+    scenario   "tour", "cancel", "reload", "approve", "list", "run" or "runs" (below)
     marker     a string unique to the test (the cancel scenario's process is found by it)
     manifest   the tool manifest the reload scenario rewrites
     host_tool  the name of a callback host tool the tour calls
+    runs       the runs scenario's runs: each {name, lang, code}
 
 It prints one JSON object, what it saw; the Rust test judges it. It asserts nothing itself,
 except that what it waits for comes in time (a wait that ends says so in the object).
@@ -72,10 +73,12 @@ def error_text(e):
     return " | ".join(parts)
 
 
-async def run(client, code, session=None, **kw):
+async def run(client, code, session=None, lang=None, **kw):
     args = {"code": code}
     if session:
         args["session_id"] = session
+    if lang:
+        args["lang"] = lang
     return await client.call_tool("exec_code", args, read_timeout_seconds=WAIT, **kw)
 
 
@@ -278,6 +281,16 @@ async def approve(client, spec, out):
     out["asked"] = spec["_asked"]
 
 
+async def runs(client, spec, out):
+    """Each of `spec["runs"]` (`name`, `lang`, `code`) through exec_code: what it showed, or
+    the error the call got."""
+    for case in spec["runs"]:
+        try:
+            out[case["name"]] = shown(await run(client, case["code"], lang=case["lang"]))
+        except Exception as e:  # noqa: BLE001 - a refusal is the case's result
+            out[case["name"]] = {"error": error_text(e)}
+
+
 async def listing(client, spec, out):
     out["tools"] = [t.name for t in (await client.list_tools()).tools]
 
@@ -323,6 +336,7 @@ async def main(spec):
                 "cancel": cancel,
                 "reload": reload,
                 "approve": approve,
+                "runs": runs,
                 "list": listing,
                 "run": run_code,
             }[spec["scenario"]]

@@ -16,6 +16,7 @@
 //! Owns the MCP shape of a run (`content`); what a run is and does is the runner's, how files
 //! are kept the session store's. It must not speak HTTP itself (rmcp's transports do).
 
+mod args;
 mod ask;
 mod content;
 mod rounds;
@@ -24,8 +25,8 @@ use super::exec::{Asked, ExecDoor};
 use super::state::AppState;
 use crate::catalog::{Class, Origin};
 use crate::render::Snapshot;
-use crate::render::llm::{EXEC_CODE, exec_code_schema};
-use crate::run::{Lang, OutputChunk};
+use crate::render::llm::EXEC_CODE;
+use crate::run::OutputChunk;
 use crate::session::Sessions;
 use rmcp::model::SubscriptionFilter;
 use rmcp::model::{
@@ -37,19 +38,13 @@ use rmcp::service::{
     NotificationContext, RequestContext, RoleServer, SubscriptionContext, SubscriptionSink,
 };
 use rmcp::{Peer, ServerHandler};
-use serde_json::{Map, Value, json};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 pub use content::FILE_SCHEME;
 
 /// What the `exec_code` input adds for a host of the 2026-07-28 revision (no MCP sessions).
-const SESSION_ID_NOTE: &str = "Keep state across calls: pass the session.id of an earlier \
-result (in its structured content) to run in that session again; without it, calls of one \
-MCP session share one.";
-
 /// Why a host tool is not in the front door's catalog.
 const NO_CALLBACK: &str = "a host tool without a callback URL: the MCP front door has no host to \
 send its calls to (give PTC_TOOLS_FILE a callback)";
@@ -136,21 +131,11 @@ impl Front {
     }
 
     /// `exec_code` as this door offers it: the description `GET /v1/tools` gives, and the
-    /// input of `POST /v1/exec_code`'s tool with a `session_id`.
+    /// input of `POST /v1/exec_code`'s tool with a `lang` and a `session_id`.
     fn tool(&self) -> Tool {
         let (snapshot, _) = self.catalog();
         let lang = self.state.config.lang;
-        let mut schema = exec_code_schema(self.state.config.timeout, lang);
-        if let Some(props) = schema["properties"].as_object_mut() {
-            props.insert(
-                "session_id".into(),
-                json!({"type": "string", "maxLength": 64, "description": SESSION_ID_NOTE}),
-            );
-        }
-        let schema: Map<String, Value> = match schema {
-            Value::Object(map) => map,
-            _ => Map::new(),
-        };
+        let schema = args::input_schema(self.state.config.timeout, lang);
         Tool::new(
             EXEC_CODE,
             snapshot.rendered_in(lang).description.clone(),
@@ -217,7 +202,8 @@ impl Front {
                 .next_round(paused, runner, &context.ct)
                 .await;
         }
-        let args = Args::parse(call.arguments, self.state.config.timeout)?;
+        let config = &self.state.config;
+        let args = args::Args::parse(call.arguments, config.timeout, config.lang)?;
         let session = match args.session_id {
             Some(id) => id,
             None => {
@@ -229,7 +215,7 @@ impl Front {
         };
         let asked = Asked {
             code: args.code,
-            lang: Lang::Python,
+            lang: args.lang,
             timeout: args.timeout,
             session_id: Some(session),
             reset: false,
@@ -331,67 +317,6 @@ async fn forward_progress(
         if peer.notify_progress(note).await.is_err() {
             return;
         }
-    }
-}
-
-/// The arguments of an `exec_code` call, checked.
-struct Args {
-    code: String,
-    timeout: Option<Duration>,
-    session_id: Option<String>,
-}
-
-impl Args {
-    fn parse(args: Option<Map<String, Value>>, max: Duration) -> Result<Args, ErrorData> {
-        let bad = |what: &str| {
-            ErrorData::invalid_params(
-                format!(
-                    "exec_code takes {{\"code\": str, \"timeout\"?: int (seconds, 1 to {}), \
-                     \"session_id\"?: str}}: {what}",
-                    max.as_secs()
-                ),
-                None,
-            )
-        };
-        let args = args.unwrap_or_default();
-        let code = match args.get("code") {
-            Some(Value::String(code)) => code.clone(),
-            Some(_) => return Err(bad("code must be a string of Python")),
-            None => return Err(bad("code is missing")),
-        };
-        if code.len() > super::exec::MAX_EXEC_BYTES {
-            return Err(bad(&format!(
-                "code is {} bytes, more than {}",
-                code.len(),
-                super::exec::MAX_EXEC_BYTES
-            )));
-        }
-        let timeout = match args.get("timeout") {
-            None | Some(Value::Null) => None,
-            Some(v) => match v.as_u64() {
-                Some(s) if s >= 1 => Some(Duration::from_secs(s)),
-                _ => return Err(bad("timeout must be a whole number of seconds, at least 1")),
-            },
-        };
-        let session_id = match args.get("session_id") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(id)) => {
-                Sessions::check_id(id).map_err(|e| bad(&e.to_string()))?;
-                Some(id.clone())
-            }
-            Some(_) => return Err(bad("session_id must be a string")),
-        };
-        if let Some(other) = args
-            .keys()
-            .find(|k| !["code", "timeout", "session_id"].contains(&k.as_str()))
-        {
-            return Err(bad(&format!("{other:?} is not one of its arguments")));
-        }
-        Ok(Args {
-            code,
-            timeout,
-            session_id,
-        })
     }
 }
 

@@ -13,6 +13,7 @@ use super::rounds::{
 };
 use super::tokens::{Claims, TokenError, Tokens};
 use crate::api::error::{ApiError, json_body};
+use crate::api::exec::lang_named;
 use crate::api::workspace::{Held, SessionFiles, run_files};
 use crate::catalog::source::parse_tool_list;
 use crate::catalog::{Catalog, CatalogInput, Policy};
@@ -152,13 +153,24 @@ fn failed(error: &str, stderr: impl Into<String>) -> Response {
         .into_response()
 }
 
-/// Python (no `lang`, as the client's Python runner sends it) or bash; any other `lang` is a
+/// Python (no `lang`, as the client's Python runner sends it), bash, or JavaScript and
+/// TypeScript (`js` and `ts`, as the client's `execute_code` sends them); any other `lang` is a
 /// permanent capability mismatch, which the client tells the model not to retry.
 fn check_lang(lang: Option<&str>) -> Result<Lang, ApiError> {
     match lang {
-        None | Some("py" | "python" | "python3") => Ok(Lang::Python),
-        Some("bash" | "sh") => Ok(Lang::Bash),
-        Some(other) => Err(ApiError::UnsupportedLang { lang: other.into() }),
+        None => Ok(Lang::Python),
+        Some(name) => {
+            lang_named(name).ok_or_else(|| ApiError::UnsupportedLang { lang: name.into() })
+        }
+    }
+}
+
+/// How code of `lang` starts independent calls together (one round trip for all of them).
+fn together(lang: Lang) -> &'static str {
+    match lang {
+        Lang::Python => "with asyncio.gather",
+        Lang::Bash => "in the background (`{ x=$(tool '...'); } &` ... `wait`)",
+        Lang::JavaScript | Lang::TypeScript => "with Promise.all",
     }
 }
 
@@ -279,8 +291,9 @@ async fn advance(lc: &Lc, run: &Run, driver: &mut rounds::Driver) -> Response {
                     format!(
                         "ptc-sidecar: the code needed more than {MAX_ROUNDS} round trips of tool \
                          calls (the next were {}) and was stopped. Start independent calls \
-                         together with asyncio.gather so they share one round trip.",
-                        names.join(", ")
+                         together {} so they share one round trip.",
+                        names.join(", "),
+                        together(run.lang),
                     ),
                 );
             }
@@ -566,14 +579,22 @@ mod tests {
     }
 
     #[test]
-    fn python_and_bash_run() {
+    fn python_bash_javascript_and_typescript_run() {
         for lang in [None, Some("py"), Some("python"), Some("python3")] {
             assert_eq!(check_lang(lang), Ok(Lang::Python), "{lang:?}");
         }
         assert_eq!(check_lang(Some("bash")), Ok(Lang::Bash));
+        for (lang, is) in [
+            ("js", Lang::JavaScript),
+            ("javascript", Lang::JavaScript),
+            ("ts", Lang::TypeScript),
+            ("typescript", Lang::TypeScript),
+        ] {
+            assert_eq!(check_lang(Some(lang)), Ok(is), "{lang}");
+        }
         assert_eq!(
-            check_lang(Some("js")),
-            Err(ApiError::UnsupportedLang { lang: "js".into() })
+            check_lang(Some("go")),
+            Err(ApiError::UnsupportedLang { lang: "go".into() })
         );
     }
 }

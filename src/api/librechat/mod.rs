@@ -2,8 +2,9 @@
 //! (`@librechat/agents` 3.9.x, see docs/protocols.md).
 //!
 //! `POST /exec/programmatic` (first request and continuations), `POST /exec` (code without
-//! tools) and `POST /exec/programmatic/cancel`. A run is one live python child: its host tool
-//! calls wait as `PendingCall`s while the client runs the tools, so nothing is replayed.
+//! tools) and `POST /exec/programmatic/cancel`. A run is one live child (python3, bash or
+//! node, by the request's `lang`): its host tool calls wait as `PendingCall`s while the client
+//! runs the tools, so nothing is replayed.
 //! Continuation tokens are HMAC-SHA256 with a random key per server, bound to run, round and
 //! session, expiring at the run's deadline, single-use.
 //!

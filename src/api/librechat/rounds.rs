@@ -73,6 +73,8 @@ pub struct Run {
     pub held: Mutex<Option<Held>>,
     /// What the sidecar tells the model before the run's stderr.
     pub notes: Vec<String>,
+    /// The run's language: how the model is told to make calls together.
+    pub lang: Lang,
 }
 
 impl Run {
@@ -103,6 +105,7 @@ impl Run {
             request_ids: Mutex::new(Vec::new()),
             held: Mutex::new(None),
             notes: Vec::new(),
+            lang: Lang::Python,
         };
         (run, host, done_tx)
     }
@@ -176,6 +179,7 @@ impl Runs {
             .map(|h| run_files(SessionFiles(h.session.clone()), runner));
         *lock(&run.held) = s.held;
         run.notes = s.notes;
+        run.lang = s.lang;
         run.owner = s.principal.owner();
         let run = Arc::new(run);
         lock(&self.0.runs).insert(run.id.clone(), run.clone());
