@@ -473,7 +473,7 @@ async fn the_real_librechat_client() {
     tokio::time::timeout(TEST_TIMEOUT, async {
         let s = sidecar(&[("PTC_API_KEY", "drive-key")]).await;
         // The Python runner, the bash runner, then JavaScript, each with its own scenarios.
-        for (script, scenarios) in [("drive.mjs", 9), ("drive-bash.mjs", 8), ("drive-js.mjs", 5)] {
+        for (script, scenarios) in [("drive.mjs", 9), ("drive-bash.mjs", 8), ("drive-js.mjs", 6)] {
             drive_client(&dir, script, &s, &["drive-key"], &[], scenarios).await;
         }
         // The aborted run (it would sleep 30 s) was stopped by the client's /cancel; the bash

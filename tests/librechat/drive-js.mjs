@@ -34,11 +34,11 @@ async function exec(lang, code) {
 
 /** `code` of `lang` through `/exec/programmatic`, every round's calls run by the client's
  *  `executeTools`: the formatted answer (content, artifact), or the thrown error. */
-async function programmatic(lang, code) {
+async function programmatic(lang, code, extra = {}) {
   const endpoint = `${baseUrl}/exec/programmatic`;
   let response = await makeRequest(
     endpoint,
-    { lang, code, tools: toolDefs, timeout: 30000 },
+    { lang, code, tools: toolDefs, timeout: 30000, ...extra },
     undefined,
     authHeaders,
   );
@@ -101,5 +101,21 @@ await runAll(async () => {
     );
     assert.equal(content, 'stdout:\n12');
     assert.equal(posts(), 2);
+  });
+
+  await scenario('a file written to /mnt/data comes back, and the session\'s next run reads it', async () => {
+    const code =
+      'import fs from "node:fs";\nconst w = await get_weather({ city: "Quito" });\n' +
+      'fs.writeFileSync("/mnt/data/quito.json", JSON.stringify(w));\nconsole.log("saved");';
+    const [content, artifact] = await programmatic('js', code);
+    assert.match(content, /^stdout:\nsaved\n/);
+    assert.deepEqual(artifact.files.map((f) => f.name), ['quito.json']);
+    // The same session, its file given back as the host's ToolNode gives it.
+    const [again] = await programmatic(
+      'ts',
+      'import fs from "node:fs";\nconst w: { city: string } = JSON.parse(fs.readFileSync("/mnt/data/quito.json", "utf8"));\nconsole.log(w.city);',
+      { session_id: artifact.session_id, files: artifact.files },
+    );
+    assert.equal(again, 'stdout:\nQuito');
   });
 });
