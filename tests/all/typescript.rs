@@ -222,6 +222,11 @@ async fn tools_in_either_language_by_query_or_by_default() {
             tool["inputSchema"]["properties"]["code"]["description"],
             "JavaScript source to run."
         );
+        // And a call that names no `lang` runs JavaScript.
+        assert_eq!(
+            tool["inputSchema"]["properties"]["lang"]["default"],
+            "javascript"
+        );
     })
     .await
     .expect("in time");

@@ -33,14 +33,10 @@ fn default_lang(described: Described) -> (Lang, &'static str) {
 }
 
 /// `exec_code`'s input schema with the longest timeout `max`, its description written in
-/// `described`.
+/// `described` (`code` is source in that language unless `lang` says another).
 pub fn input_schema(max: Duration, described: Described) -> Map<String, Value> {
     let mut schema = exec_code_schema(max, described);
     if let Some(props) = schema["properties"].as_object_mut() {
-        props.insert(
-            "code".into(),
-            json!({"type": "string", "description": "The source to run, in lang."}),
-        );
         props.insert(
             "lang".into(),
             json!({"type": "string", "enum": ["python", "bash", "javascript", "typescript"],
