@@ -5,11 +5,11 @@
 
 use super::metadata::{meta, sdk_dir};
 use super::other_runs::start_session;
+use super::reach::Listeners;
 use super::script::Run;
 use super::stage::StageInner;
 use super::{Opts, Verdict, against_both, attack, broken};
 use serde_json::{Value, json};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -41,37 +41,9 @@ async fn reaching_any_other_address_from_javascript_is_refused() {
         "javascript_reach_anywhere",
         Opts::default(),
         |s| async move {
-            let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
-            tcp.set_nonblocking(true).unwrap();
-            let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
-            udp.set_nonblocking(true).unwrap();
-            let unix_path = s.open_dir.join("escape-js.sock");
-            let unix = std::os::unix::net::UnixListener::bind(&unix_path).unwrap();
-            unix.set_nonblocking(true).unwrap();
-            std::fs::set_permissions(
-                &unix_path,
-                std::os::unix::fs::PermissionsExt::from_mode(0o777),
-            )
-            .unwrap();
-            let args = json!({"tcp_port": tcp.local_addr().unwrap().port(),
-                          "udp_port": udp.local_addr().unwrap().port(),
-                          "unix_path": unix_path, "mark": s.mark});
-            let run = attack_js(&s, "reach_anywhere.mjs", args).await;
-            let mut arrived = Vec::new();
-            if tcp.accept().is_ok() {
-                arrived.push("a TCP connection");
-            }
-            if udp.recv(&mut [0u8; 256]).is_ok() {
-                arrived.push("a UDP datagram");
-            }
-            if unix.accept().is_ok() {
-                arrived.push("a Unix connection");
-            }
-            drop(unix);
-            let _ = std::fs::remove_file(&unix_path);
-            if !arrived.is_empty() {
-                return Err(attack(format!("{arrived:?} arrived")));
-            }
+            let listeners = Listeners::open(&s, "escape-js.sock");
+            let run = attack_js(&s, "reach_anywhere.mjs", listeners.args(&s.mark)).await;
+            listeners.nothing_arrived()?;
             let run = run?;
             if run.status() != "ok" {
                 return Err(broken(format!("{}\n{}", run.stdout, run.stderr)));

@@ -2,8 +2,8 @@
 //! other address: the only door out of a run is its own end of the IPC bridge.
 
 use super::stage::set_mode;
-use super::{Opts, against_both, attack, broken};
-use serde_json::json;
+use super::{Opts, Stage, Verdict, against_both, attack, broken};
+use serde_json::{Value, json};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener};
 use std::sync::atomic::Ordering;
 
@@ -61,40 +61,69 @@ async fn reaching_the_host_callback_is_refused() {
     .await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn reaching_any_other_address_is_refused() {
-    against_both("reach_anywhere", Opts::default(), |s| async move {
+/// What a run tries to reach besides the bridge: a TCP and a UDP port of the harness and a
+/// pathname Unix socket in the open folder (anyone may connect to it). Whatever arrives at any
+/// of them is an attack that got through.
+pub(super) struct Listeners {
+    tcp: TcpListener,
+    udp: std::net::UdpSocket,
+    unix: std::os::unix::net::UnixListener,
+    unix_path: std::path::PathBuf,
+}
+
+impl Listeners {
+    /// Opens the three, the Unix socket as `name` in the stage's open folder.
+    pub(super) fn open(s: &Stage, name: &str) -> Listeners {
         let tcp = TcpListener::bind("127.0.0.1:0").unwrap();
         tcp.set_nonblocking(true).unwrap();
         let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
         udp.set_nonblocking(true).unwrap();
-        let unix_path = s.open_dir.join("escape.sock");
+        let unix_path = s.open_dir.join(name);
         let unix = std::os::unix::net::UnixListener::bind(&unix_path).unwrap();
         unix.set_nonblocking(true).unwrap();
         set_mode(&unix_path, 0o777);
-        let run = s
-            .attack(
-                "reach_anywhere.py",
-                json!({"tcp_port": tcp.local_addr().unwrap().port(),
-                       "udp_port": udp.local_addr().unwrap().port(),
-                       "unix_path": unix_path, "mark": s.mark}),
-            )
-            .await;
+        Listeners {
+            tcp,
+            udp,
+            unix,
+            unix_path,
+        }
+    }
+
+    /// The script's `ARGS`: where each listens, and the mark it sends.
+    pub(super) fn args(&self, mark: &str) -> Value {
+        json!({"tcp_port": self.tcp.local_addr().unwrap().port(),
+               "udp_port": self.udp.local_addr().unwrap().port(),
+               "unix_path": self.unix_path, "mark": mark})
+    }
+
+    /// An attack when anything arrived; the socket file is removed either way.
+    pub(super) fn nothing_arrived(self) -> Verdict {
         let mut arrived = Vec::new();
-        if tcp.accept().is_ok() {
+        if self.tcp.accept().is_ok() {
             arrived.push("a TCP connection");
         }
-        if udp.recv(&mut [0u8; 256]).is_ok() {
+        if self.udp.recv(&mut [0u8; 256]).is_ok() {
             arrived.push("a UDP datagram");
         }
-        if unix.accept().is_ok() {
+        if self.unix.accept().is_ok() {
             arrived.push("a Unix connection");
         }
-        drop(unix);
-        let _ = std::fs::remove_file(&unix_path);
+        drop(self.unix);
+        let _ = std::fs::remove_file(&self.unix_path);
         if !arrived.is_empty() {
             return Err(attack(format!("{arrived:?} arrived")));
         }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reaching_any_other_address_is_refused() {
+    against_both("reach_anywhere", Opts::default(), |s| async move {
+        let listeners = Listeners::open(&s, "escape.sock");
+        let run = s.attack("reach_anywhere.py", listeners.args(&s.mark)).await;
+        listeners.nothing_arrived()?;
         run?.all_refused(4)
     })
     .await;
