@@ -1,8 +1,10 @@
-// The SDK of a JavaScript (or TypeScript) run: `node SDK_DIR/ptc_sdk.mjs`, which the run's
-// confined child becomes (src/run/javascript.rs), after every layer of its sandbox. It reads
-// the run's job on stdin, as a Python run's bootstrap does: `{"code", "ipc", "token",
-// "call_timeout", "allow_subprocess", "source_map"}` (the code is the module the sidecar made
-// of the user's: TypeScript already stripped, with its source map).
+// The SDK of a JavaScript (or TypeScript) run: `node SDK_DIR/ptc_sdk.mjs [--may-spawn]`, which
+// the run's confined child becomes (src/run/javascript.rs), after every layer of its sandbox.
+// It makes the catalog's tools and warms what a run uses first, then reads the run's job on
+// stdin, as a Python run's bootstrap does: `{"code", "script", "ipc", "token", "call_timeout",
+// "source_map"}` (the code is what the sidecar made of the user's: TypeScript already stripped,
+// with its source map; `script`: it imports nothing, so it need not be a module). A warm
+// worker (src/run/pool.rs) has done everything before the job when a run takes it.
 //
 // Owns what the user's code sees of the catalog (one async function per PTC tool, by its
 // JavaScript name, as a global and in `tools`; `callTool`, `describe`, `searchTools`,
@@ -24,6 +26,9 @@ import { syncBuiltinESMExports } from "node:module";
 import { dirname, join } from "node:path";
 import { fileURLToPath, pathToFileURL } from "node:url";
 import { inspect } from "node:util";
+import { Console } from "node:console";
+import { Writable } from "node:stream";
+import vm from "node:vm";
 import childProcess from "node:child_process";
 
 // Most connections open to the IPC bridge at once; calls beyond wait for a free one (a
@@ -48,15 +53,14 @@ const NO_PROCESSES =
 const SDK_DIR = dirname(fileURLToPath(import.meta.url));
 const SCRATCH = process.env.TMPDIR || process.cwd();
 
-// The module loader's first import costs 5-10 ms: paid here, before the job, by a warm worker.
-await import("data:text/javascript,");
+// Whether the run may start processes: the sidecar's argument, not the code's to see.
+const MAY_SPAWN = process.argv.slice(2).includes("--may-spawn");
+process.argv.splice(2);
 
-// The job: the whole of stdin, which the sidecar closes after it (a warm worker waits here).
-const JOB = JSON.parse(readFileSync(0, "utf8"));
-const IPC_PORT = Number(String(JOB.ipc || "").split(":").pop()) || 0;
-const TOKEN = String(JOB.token || "");
-const CALL_TIMEOUT_MS = Math.max(0, Number(JOB.call_timeout) || 0) * 1000;
-const MAY_SPAWN = JOB.allow_subprocess === true;
+// The run's bridge and call timeout, from its job (read last, once the tools are made).
+let IPC_PORT = 0;
+let TOKEN = "";
+let CALL_TIMEOUT_MS = 0;
 
 // ---------------------------------------------------------------------------------------------
 // Errors
@@ -420,11 +424,18 @@ if (!MAY_SPAWN) {
 // Running the code
 
 const CODE_FILE = join(SCRATCH, ".ptc-code.mjs");
+// What a script's code is wrapped in (`scriptOf`).
+const SCRIPT_HEAD = '(async function () {"use strict";';
 const CODE_URL = pathToFileURL(CODE_FILE).href;
-// The code's own file, and the TypeScript source its source map names (`code.ts`, which a
+// The code's file (a module's, or the name a script is compiled under), and the TypeScript source its source map names (`code.ts`, which a
 // mapped frame shows as a path), as a frame shows them: `<code>` instead of a path in the
 // sidecar's runtime directory.
-const CODE_FILES = [CODE_URL, new URL("code.ts", CODE_URL).href, join(SCRATCH, "code.ts")];
+const CODE_FILES = [
+  CODE_URL, CODE_FILE, new URL("code.ts", CODE_URL).href, join(SCRATCH, "code.ts"),
+];
+
+// A script's call, on the line after its code (`scriptOf`): a frame of the SDK's, not the user's.
+let scriptTail = "\0";
 
 /** An error as the model should read it: the user's frames, `<code>:LINE:COL`. */
 function shown(error) {
@@ -434,7 +445,9 @@ function shown(error) {
   let stack = error.stack;
   for (const file of CODE_FILES) stack = stack.split(file).join("<code>");
   const lines = stack.split("\n");
-  const kept = lines.filter((line) => !/^\s+at /.test(line) || line.includes("<code>"));
+  const kept = lines.filter(
+    (line) => !/^\s+at /.test(line) || (line.includes("<code>") && !line.includes(scriptTail)),
+  );
   return kept.join("\n");
 }
 
@@ -456,10 +469,54 @@ for (const [name, stub] of Object.entries(stubs)) {
   if (!(name in globalThis)) globalThis[name] = stub;
 }
 
+// ---------------------------------------------------------------------------------------------
+// Warming: what a run does first, done before its job. On a warm worker this is paid while it
+// waits; the first `console.log` alone (its stream, the formatter) was 2 ms of a run's CPU.
+
+// The module loader's first import costs 5-10 ms: paid here for code that is a module.
+await import("data:text/javascript,");
+process.stdout;
+process.stderr;
+const sink = new Writable({ write: (chunk, encoding, done) => done() });
+const warm = new Console({ stdout: sink, stderr: sink });
+warm.log(1, "a", { b: [1.5, "c", null] });
+warm.error(new Error("warm"));
+new vm.Script(scriptOf(""), { filename: CODE_FILE }).runInThisContext();
+
+/** A script's code as the body of a strict async function, called with no `this`: its own
+ *  declarations, top-level `await`, and on one line with the code's first, so that every line
+ *  keeps its number (`columnOffset` keeps the first line's columns). */
+function scriptOf(code) {
+  return `${SCRIPT_HEAD}${code}\n}).call(undefined)`;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The run
+
+// The job: the whole of stdin, which the sidecar closes after it (a warm worker waits here).
+const JOB = JSON.parse(readFileSync(0, "utf8"));
+IPC_PORT = Number(String(JOB.ipc || "").split(":").pop()) || 0;
+TOKEN = String(JOB.token || "");
+CALL_TIMEOUT_MS = Math.max(0, Number(JOB.call_timeout) || 0) * 1000;
+
 try {
-  writeFileSync(CODE_FILE, String(JOB.code ?? ""), { mode: 0o400 });
-  if (JOB.source_map) process.setSourceMapsEnabled(true);
-  await import(CODE_URL);
+  const code = String(JOB.code ?? "");
+  if (JOB.script === true) {
+    const options = { filename: CODE_FILE, columnOffset: -SCRIPT_HEAD.length };
+    scriptTail = `<code>:${code.split("\n").length + 1}:`;
+    await new vm.Script(scriptOf(code), options).runInThisContext();
+  } else {
+    writeFileSync(CODE_FILE, code, { mode: 0o400 });
+    if (JOB.source_map) process.setSourceMapsEnabled(true);
+    await import(CODE_URL);
+  }
 } catch (error) {
   die(error);
 }
+
+// Done when nothing is left to run (timers, calls the code did not await): then at once,
+// without node's teardown of its heap, which the kernel does anyway (~1 ms). Added last, after
+// any the code added, which may leave more to run.
+process.on("beforeExit", () => {
+  if (process.getActiveResourcesInfo().length === 0) process.exit();
+});

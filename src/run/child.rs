@@ -193,6 +193,8 @@ pub struct Child {
     /// Its end of the IPC bridge when it has a network namespace of its own: a socket
     /// listening inside it, which the runner accepts on (`ipc::Bridge`).
     listener: Option<OwnedFd>,
+    /// What lives as long as the child ([`Child::hold`]).
+    held: Option<Box<dyn Any + Send>>,
 }
 
 /// Where a child's exit status comes from.
@@ -285,6 +287,7 @@ pub async fn spawn(
         group,
         scratch: Some(scratch),
         listener: None,
+        held: None,
     })
 }
 
@@ -396,6 +399,7 @@ impl Child {
             stderr: Some(Box::new(stderr)),
             scratch: Some(scratch),
             listener,
+            held: None,
         })
     }
 
@@ -503,6 +507,13 @@ impl Child {
     /// Lets a [`pause`](Self::pause)d group go on (`SIGCONT`).
     pub fn resume(&self) {
         crate::util::signal_group(self.group.0, libc::SIGCONT);
+    }
+}
+
+impl Child {
+    /// Keeps `what` until the child is dropped (its run is over): a guard whose drop says so.
+    pub fn hold(&mut self, what: impl Any + Send) {
+        self.held = Some(Box::new(what));
     }
 }
 

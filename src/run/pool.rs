@@ -20,7 +20,7 @@ use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use std::collections::VecDeque;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 use tokio::io::AsyncWriteExt;
@@ -68,6 +68,10 @@ pub struct Pool {
     /// Whether node children are kept warm, and whether they may start processes: set by the
     /// first JavaScript run (a sidecar that never runs JavaScript keeps none).
     node_wanted: Mutex<Option<bool>>,
+    /// JavaScript runs going in a warm node child ([`NodeRun`]): while there are, no other is
+    /// started unless none is ready (node's start is ~50 ms of CPU, which would share the
+    /// cores with the run).
+    node_runs: Arc<AtomicUsize>,
     /// Wakes the refill loop (shared with it so it does not keep the pool alive).
     refill: Arc<Notify>,
     zygote: Mutex<ZygoteSlot>,
@@ -86,6 +90,7 @@ impl Pool {
             warm: Mutex::new(VecDeque::new()),
             warm_node: Mutex::new(VecDeque::new()),
             node_wanted: Mutex::new(None),
+            node_runs: Arc::new(AtomicUsize::new(0)),
             refill: Arc::new(Notify::new()),
             zygote: Mutex::new(ZygoteSlot::default()),
             zygote_start: tokio::sync::Mutex::new(()),
@@ -163,6 +168,7 @@ impl Pool {
             if let Some(mut c) = ready
                 && write_job(&mut c, job).await.is_ok()
             {
+                c.hold(NodeRun::new(&self.node_runs, &self.refill));
                 return Ok(c);
             }
         }
@@ -369,6 +375,30 @@ fn checked(prepared: &Prepared) -> std::io::Result<()> {
     ))
 }
 
+/// A JavaScript run going in a warm node child, counted in `Pool::node_runs` until the child
+/// is dropped; then the refill loop is woken to replace it.
+struct NodeRun {
+    runs: Arc<AtomicUsize>,
+    refill: Arc<Notify>,
+}
+
+impl NodeRun {
+    fn new(runs: &Arc<AtomicUsize>, refill: &Arc<Notify>) -> NodeRun {
+        runs.fetch_add(1, Ordering::Relaxed);
+        NodeRun {
+            runs: runs.clone(),
+            refill: refill.clone(),
+        }
+    }
+}
+
+impl Drop for NodeRun {
+    fn drop(&mut self) {
+        self.runs.fetch_sub(1, Ordering::Relaxed);
+        self.refill.notify_one();
+    }
+}
+
 async fn write_job(child: &mut Child, job: &[u8]) -> std::io::Result<()> {
     let mut stdin = child
         .stdin
@@ -380,12 +410,18 @@ async fn write_job(child: &mut Child, job: &[u8]) -> std::io::Result<()> {
 }
 
 /// Keeps `warm_workers` node children of `prepared`'s catalog ready, once a JavaScript run
-/// asked for one (`node_wanted`), one at a time: a run that finds none forks its own.
+/// asked for one (`node_wanted`), one at a time, and while a run is going in one only when none
+/// is ready: a run that finds none forks its own.
 async fn refill_node(pool: &Pool, prepared: &Prepared, shutdown: &CancellationToken) {
     let Some(may_spawn) = *lock(&pool.node_wanted) else {
         return;
     };
-    while keep_only(&pool.warm_node, prepared.key) < pool.warm_workers && !shutdown.is_cancelled() {
+    loop {
+        let ready = keep_only(&pool.warm_node, prepared.key);
+        let running = pool.node_runs.load(Ordering::Relaxed);
+        if ready >= pool.warm_workers || (ready > 0 && running > 0) || shutdown.is_cancelled() {
+            return; // woken again when a run ends
+        }
         let id = format!("w{}", pool.workers.fetch_add(1, Ordering::Relaxed));
         match pool.fresh_node(prepared, &id, may_spawn).await {
             Ok(c) => lock(&pool.warm_node).push_back((prepared.key, c)),

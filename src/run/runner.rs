@@ -674,7 +674,8 @@ impl Runner {
             }
             Runs::Node(module) => {
                 let program = javascript::program(&prepared.sdk_dir, cfg.allow_subprocess);
-                job["code"] = json!(module);
+                job["code"] = json!(module.code);
+                job["script"] = json!(module.script);
                 job["source_map"] = json!(req.lang == Lang::TypeScript);
                 let job = job.to_string();
                 // node reads the run's catalog in the SDK directory of the server it is forked
@@ -717,12 +718,12 @@ enum Runs {
     /// bash, with the file of its tool functions.
     Bash(String),
     /// node, with the module of the code ([`javascript::module`]).
-    Node(String),
+    Node(javascript::Module),
 }
 
 /// The module node imports for `code` (TypeScript stripped of its types), or the syntax error
 /// as the run prints it; on a blocking thread.
-async fn node_module(code: &str, lang: Lang) -> Result<String, String> {
+async fn node_module(code: &str, lang: Lang) -> Result<javascript::Module, String> {
     let code = code.to_string();
     let typescript = lang == Lang::TypeScript;
     tokio::task::spawn_blocking(move || javascript::module(&code, typescript))
