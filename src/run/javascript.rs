@@ -97,6 +97,17 @@ pub struct Module {
     /// The two run alike: the code's declarations are its own, `this` is undefined, top-level
     /// `await` works, and a stack shows the same lines.
     pub script: bool,
+    /// TypeScript's, with a source map to its lines.
+    pub source_map: bool,
+}
+
+impl Module {
+    /// The module in a run's job: `code`, `script` and `source_map` (read by the SDK).
+    pub fn into_job(self, job: &mut serde_json::Value) {
+        job["code"] = self.code.into();
+        job["script"] = self.script.into();
+        job["source_map"] = self.source_map.into();
+    }
 }
 
 /// The module node imports for `code`: JavaScript as it is once it parses; TypeScript with its
@@ -137,6 +148,7 @@ pub fn module(code: &str, typescript: bool) -> Result<Module, SyntaxError> {
         return Ok(Module {
             code: code.to_string(),
             script,
+            source_map: false,
         });
     }
     let scoping = semantic.semantic.into_scoping();
@@ -156,6 +168,7 @@ pub fn module(code: &str, typescript: bool) -> Result<Module, SyntaxError> {
         })
         .build(&program);
     let mut out = printed.code;
+    let source_map = printed.map.is_some();
     if let Some(map) = printed.map {
         if !out.ends_with('\n') {
             out.push('\n');
@@ -167,6 +180,7 @@ pub fn module(code: &str, typescript: bool) -> Result<Module, SyntaxError> {
     Ok(Module {
         code: out,
         script: false,
+        source_map,
     })
 }
 
@@ -211,6 +225,7 @@ mod tests {
         let expected = Module {
             code: code.to_string(),
             script: true,
+            source_map: false,
         };
         assert_eq!(module(code, false), Ok(expected));
     }
@@ -289,7 +304,10 @@ mod tests {
         );
         assert!(p.env.is_empty() && p.files.is_empty() && !p.may_spawn);
         let spawning = program(Path::new("/sdk"), true);
-        assert_eq!(spawning.argv.last().map(String::as_str), Some("--may-spawn"));
+        assert_eq!(
+            spawning.argv.last().map(String::as_str),
+            Some("--may-spawn")
+        );
         assert!(spawning.may_spawn);
     }
 }

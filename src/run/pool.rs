@@ -31,6 +31,11 @@ use tokio_util::sync::CancellationToken;
 /// that cannot start must not cost every run a failed attempt.
 pub const ZYGOTE_RETRY_AFTER: Duration = Duration::from_secs(10);
 
+/// How long a node child is not replaced while the JavaScript run that took it is going (when
+/// another is ready): a run of `console.log(1)` takes 5 to 10 ms; runs back to back cannot
+/// wait for their end.
+const NODE_REFILL_DEFER: Duration = Duration::from_millis(25);
+
 /// How often the refill loop looks again unwoken: a warm child may die while it waits, and
 /// nothing else would notice until a run found it dead.
 pub const REFILL_LOOK_AGAIN: Duration = Duration::from_secs(5);
@@ -68,10 +73,11 @@ pub struct Pool {
     /// Whether node children are kept warm, and whether they may start processes: set by the
     /// first JavaScript run (a sidecar that never runs JavaScript keeps none).
     node_wanted: Mutex<Option<bool>>,
-    /// JavaScript runs going in a warm node child ([`NodeRun`]): while there are, no other is
-    /// started unless none is ready (node's start is ~50 ms of CPU, which would share the
-    /// cores with the run).
+    /// JavaScript runs going in a warm node child ([`NodeRun`]), and when the last took one:
+    /// while one is going, no other node is started for up to [`NODE_REFILL_DEFER`] unless
+    /// none is ready (node's start is ~50 ms of CPU, which would share the cores with it).
     node_runs: Arc<AtomicUsize>,
+    node_taken: Mutex<Option<Instant>>,
     /// Wakes the refill loop (shared with it so it does not keep the pool alive).
     refill: Arc<Notify>,
     zygote: Mutex<ZygoteSlot>,
@@ -91,6 +97,7 @@ impl Pool {
             warm_node: Mutex::new(VecDeque::new()),
             node_wanted: Mutex::new(None),
             node_runs: Arc::new(AtomicUsize::new(0)),
+            node_taken: Mutex::new(None),
             refill: Arc::new(Notify::new()),
             zygote: Mutex::new(ZygoteSlot::default()),
             zygote_start: tokio::sync::Mutex::new(()),
@@ -169,6 +176,7 @@ impl Pool {
                 && write_job(&mut c, job).await.is_ok()
             {
                 c.hold(NodeRun::new(&self.node_runs, &self.refill));
+                *lock(&self.node_taken) = Some(Instant::now());
                 return Ok(c);
             }
         }
@@ -411,16 +419,25 @@ async fn write_job(child: &mut Child, job: &[u8]) -> std::io::Result<()> {
 
 /// Keeps `warm_workers` node children of `prepared`'s catalog ready, once a JavaScript run
 /// asked for one (`node_wanted`), one at a time, and while a run is going in one only when none
-/// is ready: a run that finds none forks its own.
+/// is ready or [`NODE_REFILL_DEFER`] after it took one: a run that finds none forks its own.
 async fn refill_node(pool: &Pool, prepared: &Prepared, shutdown: &CancellationToken) {
     let Some(may_spawn) = *lock(&pool.node_wanted) else {
         return;
     };
     loop {
         let ready = keep_only(&pool.warm_node, prepared.key);
-        let running = pool.node_runs.load(Ordering::Relaxed);
-        if ready >= pool.warm_workers || (ready > 0 && running > 0) || shutdown.is_cancelled() {
-            return; // woken again when a run ends
+        if ready >= pool.warm_workers || shutdown.is_cancelled() {
+            return;
+        }
+        let taken = lock(&pool.node_taken).map_or(NODE_REFILL_DEFER, |t| t.elapsed());
+        if ready > 0 && pool.node_runs.load(Ordering::Relaxed) > 0 && taken < NODE_REFILL_DEFER {
+            // Woken when the run ends, or once the wait is over (runs back to back need it).
+            let refill = pool.refill.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(NODE_REFILL_DEFER - taken).await;
+                refill.notify_one();
+            });
+            return;
         }
         let id = format!("w{}", pool.workers.fetch_add(1, Ordering::Relaxed));
         match pool.fresh_node(prepared, &id, may_spawn).await {

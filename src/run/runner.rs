@@ -674,9 +674,7 @@ impl Runner {
             }
             Runs::Node(module) => {
                 let program = javascript::program(&prepared.sdk_dir, cfg.allow_subprocess);
-                job["code"] = json!(module.code);
-                job["script"] = json!(module.script);
-                job["source_map"] = json!(req.lang == Lang::TypeScript);
+                module.into_job(&mut job);
                 let job = job.to_string();
                 // node reads the run's catalog in the SDK directory of the server it is forked
                 // from: a request's own catalog gets a server of its own.

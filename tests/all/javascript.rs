@@ -279,3 +279,29 @@ async fn a_session_keeps_a_javascript_runs_files_not_its_state() {
     .await
     .unwrap();
 }
+
+/// Code that imports nothing runs as a script (the SDK compiles it in place of importing it as
+/// a module): the same scope and lines as a module, and a run ends when nothing is left to do,
+/// after what the code left running (a timer, a handler's own timer), with its exit code.
+#[tokio::test]
+async fn a_script_runs_as_a_module_would_until_nothing_is_left() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let f = fixture(&[]).await;
+        let code = "var v = 1;\nconsole.log(this, typeof globalThis.v, typeof v);\n\
+            setTimeout(() => console.log(\"timer\"), 20);\n\
+            process.once(\"beforeExit\", () => setTimeout(() => { console.log(\"handler\"); process.exitCode = 3; }, 20));\n";
+        for lang in ["js", "ts"] {
+            let r = run(&f.s, lang, code).await;
+            assert_eq!(out(&r, "stdout"), "undefined undefined number\ntimer\nhandler\n", "{lang}: {r}");
+            assert_eq!(r["exit_code"], 3, "{lang}: {r}");
+        }
+        // Where the code throws, the line is the user's either way.
+        for code in ["const a = 1;\nnull.x;\n", "import fs from \"node:fs\";\nnull.x;\n"] {
+            let r = run(&f.s, "js", code).await;
+            assert!(out(&r, "stderr").contains("at <code>:2:"), "{r}");
+            assert!(!out(&r, "stderr").contains("<code>:3:"), "{r}");
+        }
+    })
+    .await
+    .unwrap();
+}
