@@ -2,7 +2,8 @@
 //! the same limits as a Python run's, as root and as the unprivileged sidecar. Memory past
 //! `PTC_MEMORY_MB`, the scratch quota, descriptors past `RLIMIT_NOFILE`, a flood of Worker
 //! threads, CPU past `PTC_TIMEOUT`, timers and handlers that try to outlive the run, a flood of
-//! stdout, and turns of a tool's rate booked by a run that ends. The scripts are
+//! stdout, calls past a run's share, connections past its share of its bridge, and turns of a
+//! tool's rate booked by a run that ends. The scripts are
 //! `tests/escape/js_*.mjs`, run as `javascript.rs` runs them (`js_code`); each is judged from
 //! outside where it can be: the run's address space, descriptors and threads read from `/proc`
 //! while it holds them, the CPU of the sidecar's process tree, the sidecar's memory, files.
@@ -11,8 +12,8 @@ use super::javascript::{attack_js, js_code};
 use super::resources::{runs_go_through, threads_and_budget};
 use super::script::Run;
 use super::shares::{
-    RATE_ENV, booked_turns_hold_up_no_other, measuring_cpu, peak_while, rss_kib, share_refusals,
-    status_field, victim,
+    RATE_ENV, back_to_idle, booked_turns_hold_up_no_other, check_victim, descriptors_of,
+    measuring_cpu, peak_while, rss_kib, share_refusals, status_field, victim, victim_median,
 };
 use super::{
     FLOOD_USER, Opts, SCRATCH_MAX_FILES, SCRATCH_MAX_MB, Verdict, against_both, attack, broken,
@@ -551,6 +552,58 @@ async fn javascript_calls_past_the_runs_share_are_refused() {
         }
         victim(&s, 20).await?;
         Ok(())
+    })
+    .await;
+}
+
+/// `shares_connections` from node: a run takes its bridge's address from the SDK's own request
+/// and holds 200 connections to it, sending nothing, for 6 s. Meanwhile the sidecar holds at
+/// most the run's share of them (64; its descriptors counted from outside), a victim run's
+/// calls answer within 2× of an idle sidecar's, and once it is over the sidecar's descriptors
+/// go back to what they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn javascript_connections_past_the_runs_share_take_none_of_anothers() {
+    against_both("js_connections", Opts::default(), |s| async move {
+        let idle = victim_median(&s, 20).await?;
+        let idle_descriptors = descriptors_of(s.pid);
+        let attacker = {
+            let s = s.clone();
+            let args = json!({"connections": 200, "hold_ms": 6000});
+            tokio::spawn(async move { attack_js(&s, "js_connections.mjs", args).await })
+        };
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        let peak = descriptors_of(s.pid);
+        let under = victim_median(&s, 20).await;
+        let run = attacker.await.map_err(|e| broken(e.to_string()))??;
+        let held: usize = run
+            .said("HELD")
+            .and_then(|n| n.trim().parse().ok())
+            .ok_or_else(|| {
+                broken(format!(
+                    "the run did not hold: {}\n{}",
+                    run.stdout, run.stderr
+                ))
+            })?;
+        let bound = idle_descriptors + 64 + 32;
+        eprintln!(
+            "js_connections {}: the run held {held} connections; the sidecar's descriptors \
+             {idle_descriptors} idle, {peak} meanwhile (bound {bound})",
+            s.who.label()
+        );
+        if held <= 64 {
+            return Err(broken(format!(
+                "the run opened only {held} connections, not past its share: {}",
+                run.stdout
+            )));
+        }
+        check_victim(idle, under?, "js_connections")?;
+        if peak > bound {
+            return Err(attack(format!(
+                "a run holding {held} connections took the sidecar from {idle_descriptors} to \
+                 {peak} descriptors (its share: 64)"
+            )));
+        }
+        back_to_idle(&s, idle_descriptors, "a run held every connection it could").await
     })
     .await;
 }

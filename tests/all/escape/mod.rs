@@ -36,7 +36,7 @@
 //! `clone`, datagram socket pairs, code written to scratch or to memory), `works` (what must keep
 //! working, and `/healthz`), `javascript` (reach, files, processes and native code from node),
 //! `javascript_resources` (memory, the scratch quota, descriptors, Worker threads, CPU, outliving
-//! the run, stdout, calls past a run's share and a rate, from node). The harness: `stage` (the sidecar under attack), `script` (a run of
+//! the run, stdout, calls and connections past a run's share, a rate, from node). The harness: `stage` (the sidecar under attack), `script` (a run of
 //! a script and its verdict), `seen` (a run's processes from outside).
 //!
 //! Each test prints one `escape-verdict <test> <who>: PASS | ATTACK ... | BROKEN ...` line per

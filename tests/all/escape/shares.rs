@@ -35,7 +35,7 @@ pub(super) async fn victim(s: &StageInner, calls: usize) -> Result<Duration, Fai
 }
 
 /// The median of three victim runs.
-async fn victim_median(s: &StageInner, calls: usize) -> Result<Duration, Failure> {
+pub(super) async fn victim_median(s: &StageInner, calls: usize) -> Result<Duration, Failure> {
     let mut took = Vec::new();
     for _ in 0..3 {
         took.push(victim(s, calls).await?);
@@ -45,7 +45,7 @@ async fn victim_median(s: &StageInner, calls: usize) -> Result<Duration, Failure
 }
 
 /// A victim slowed past 2× of idle (and past idle + 300 ms) is an attack that got through.
-fn check_victim(idle: Duration, under: Duration, what: &str) -> Verdict {
+pub(super) fn check_victim(idle: Duration, under: Duration, what: &str) -> Verdict {
     let bound = (idle * 2).max(idle + Duration::from_millis(300));
     if under > bound {
         return Err(attack(format!(
@@ -610,7 +610,7 @@ async fn slow_saves_hold_a_share_of_threads_and_silence_no_watch() {
 
 /// Once an attack is over (and the bridge's grace for idle sockets), the sidecar holds about
 /// the descriptors it held before it: nothing of the attack is kept.
-async fn back_to_idle(s: &StageInner, idle: usize, after: &str) -> Verdict {
+pub(super) async fn back_to_idle(s: &StageInner, idle: usize, after: &str) -> Verdict {
     let started = Instant::now();
     let mut now = descriptors_of(s.pid);
     while now > idle + 16 && started.elapsed() < Duration::from_secs(15) {
