@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-fn escape_script(name: &str) -> String {
+pub(super) fn escape_script(name: &str) -> String {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/escape")
         .join(name);
@@ -22,7 +22,7 @@ fn escape_script(name: &str) -> String {
 
 /// The code of a JavaScript run of `script`. A script's own `import`s go first: an ES module
 /// takes them anywhere, and they are hoisted all the same.
-fn js_code(script: &str, args: &Value) -> String {
+pub(super) fn js_code(script: &str, args: &Value) -> String {
     format!(
         "const ARGS = {args};\n{}\nawait checkpoint();\n{}",
         escape_script("_prelude.mjs"),
@@ -30,7 +30,11 @@ fn js_code(script: &str, args: &Value) -> String {
     )
 }
 
-async fn attack_js(s: &Arc<StageInner>, script: &str, args: Value) -> Result<Run, super::Failure> {
+pub(super) async fn attack_js(
+    s: &Arc<StageInner>,
+    script: &str,
+    args: Value,
+) -> Result<Run, super::Failure> {
     s.attack_body(json!({"code": js_code(script, &args), "lang": "javascript"}))
         .await
 }

@@ -1,5 +1,5 @@
 //! The escape suite of issues 9 and 21: the real `ptc-sidecar serve` binary, attacked by the
-//! Python and bash scripts of `tests/escape/` the way hostile code would, once with the sidecar
+//! Python, bash and JavaScript scripts of `tests/escape/` the way hostile code would, once with the sidecar
 //! running as root and once as the unprivileged user `ptc-test` (scripts/test creates it; so
 //! does `ptc-run`, the user code runs as when the sidecar may switch users).
 //!
@@ -11,10 +11,11 @@
 //!
 //! One test per attempt of the issues. A script prints `ATTEMPT <what>` before each forbidden
 //! step and `REFUSED <exception> errno=<name>`, `GOT <what it obtained>` or `BROKEN <error>` after
-//! it (tests/escape/_prelude.py, _prelude.sh), so a test tells a refusal from an attack that got
+//! it (tests/escape/_prelude.py, _prelude.sh, _prelude.mjs), so a test tells a refusal from an attack that got
 //! through and from a script that failed for another reason. Every test also checks what the
 //! attack leaves: no secret in the run's output, no process of the run alive afterwards, no file
-//! written outside its scratch dir. Next to the attacks, what must keep working under the sandbox.
+//! written outside its scratch dir (but the files the sidecar saved for it, its result's
+//! `files`). Next to the attacks, what must keep working under the sandbox.
 //!
 //! A run lives in namespaces of its own: the pids it prints are its own PID namespace's (its
 //! first process is 1), not ours. So the harness finds a run's processes from outside: a script
@@ -33,7 +34,9 @@
 //! terminated sidecar), `resources` (threads, the scratch quota, a session's quota at the end of
 //! a run), `gaps` (new namespaces by
 //! `clone`, datagram socket pairs, code written to scratch or to memory), `works` (what must keep
-//! working, and `/healthz`). The harness: `stage` (the sidecar under attack), `script` (a run of
+//! working, and `/healthz`), `javascript` (reach, files, processes and native code from node),
+//! `javascript_resources` (memory, the scratch quota, descriptors, Worker threads, CPU, outliving
+//! the run, stdout, calls and connections past a run's share, a rate, from node). The harness: `stage` (the sidecar under attack), `script` (a run of
 //! a script and its verdict), `seen` (a run's processes from outside).
 //!
 //! Each test prints one `escape-verdict <test> <who>: PASS | ATTACK ... | BROKEN ...` line per
@@ -46,6 +49,7 @@
 
 mod gaps;
 mod javascript;
+mod javascript_resources;
 mod lifetime;
 mod metadata;
 mod other_runs;

@@ -1,16 +1,17 @@
 //! Resources: a thread flood against the process budget, the scratch quota, and a session's
 //! quota at the end of a run.
 
+use super::stage::StageInner;
 use super::{
-    FLOOD_USER, Opts, SCRATCH_MAX_FILES, SCRATCH_MAX_MB, SESSION_MAX_MB, against_both, attack,
-    broken,
+    FLOOD_USER, Opts, SCRATCH_MAX_FILES, SCRATCH_MAX_MB, SESSION_MAX_MB, Verdict, against_both,
+    attack, broken,
 };
 use crate::common::held;
 use serde_json::json;
 use std::path::Path;
 
 /// A process's `Threads:` and its `Max processes` soft limit, read from outside.
-fn threads_and_budget(pid: i32) -> Option<(u64, u64)> {
+pub(super) fn threads_and_budget(pid: i32) -> Option<(u64, u64)> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let threads = status
         .lines()
@@ -51,18 +52,7 @@ async fn three_thousand_threads_are_refused_and_take_no_run_over() {
                 "the flooding run holds {threads} threads (its budget is {budget})"
             )));
         }
-        for i in 0..4 {
-            let next = s
-                .exec("print('next run')")
-                .await
-                .map_err(|e| attack(format!("the sidecar stopped answering: {e}")))?;
-            if next["status"] != "ok" || next["stdout"] != "next run\n" {
-                return Err(attack(format!(
-                    "run {i} during the flood ({threads} threads held) did not go through: \
-                     {next}"
-                )));
-            }
-        }
+        runs_go_through(&s, &format!("{threads} threads held"), false).await?;
         let run = s.finish_victim(flood).await?;
         run.all_refused(1)?;
         if !run.stdout.contains("threads released") {
@@ -83,6 +73,27 @@ async fn three_thousand_threads_are_refused_and_take_no_run_over() {
         Ok(())
     })
     .await;
+}
+
+/// Four runs of the same sidecar (and user) start and finish while a flood holds what it got
+/// (`held`, for the message); with `javascript`, two of them JavaScript runs.
+pub(super) async fn runs_go_through(s: &StageInner, held: &str, javascript: bool) -> Verdict {
+    for i in 0..4 {
+        let body = match javascript && i % 2 == 1 {
+            true => json!({"code": "console.log('next run')", "lang": "javascript"}),
+            false => json!({"code": "print('next run')"}),
+        };
+        let next = s
+            .exec_body(body)
+            .await
+            .map_err(|e| attack(format!("the sidecar stopped answering: {e}")))?;
+        if next["status"] != "ok" || next["stdout"] != "next run\n" {
+            return Err(attack(format!(
+                "run {i} during the flood ({held}) did not go through: {next}"
+            )));
+        }
+    }
+    Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

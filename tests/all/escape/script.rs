@@ -227,8 +227,19 @@ impl StageInner {
         id: &str,
         dir: &Path,
     ) -> Result<Run, Failure> {
+        let body = json!({"code": script_code(script, &args), "session_id": id});
+        self.attack_body_in_session(body, dir).await
+    }
+
+    /// [`StageInner::attack_in_session`] of a whole request `body` (its `session_id` the
+    /// session whose folder is `dir`).
+    pub async fn attack_body_in_session(
+        self: &Arc<Self>,
+        body: Value,
+        dir: &Path,
+    ) -> Result<Run, Failure> {
         let before = files(&self.dir.0);
-        let run = self.start_run(json!({"code": script_code(script, &args), "session_id": id}));
+        let run = self.start_run(body);
         let mut run = self.finish(run).await?;
         self.check_leaks(&run)?;
         run.scratch = Some(dir.display().to_string());
@@ -281,12 +292,35 @@ impl StageInner {
         }
         let after = files(&self.dir.0);
         let scratch = run.scratch.as_deref().map(Path::new);
+        // What the sidecar saved for the run (its result's `files`: `save_file`, the whole of a
+        // cut stream) is the sidecar's writing, in its artifact store: a folder the file's URL
+        // names, and that folder's `.owner`.
+        let urls: Vec<&str> = run.result["files"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f["url"].as_str())
+            .collect();
+        let artifacts = self.dir.0.join("runtime/artifacts");
+        let saved_for_run = |path: &Path| {
+            let Some(first) = path
+                .strip_prefix(&artifacts)
+                .ok()
+                .and_then(|rest| rest.components().next())
+            else {
+                return false;
+            };
+            let folder = first.as_os_str().to_string_lossy();
+            let folder = folder.trim_end_matches(".owner");
+            !folder.is_empty() && urls.iter().any(|u| u.contains(&format!("/{folder}/")))
+        };
         let changed: Vec<String> = after
             .iter()
             .filter(|(path, meta)| before.get(*path) != Some(meta))
             .map(|(path, _)| path)
             .chain(before.keys().filter(|p| !after.contains_key(*p)))
             .filter(|path| !scratch.is_some_and(|s| path.starts_with(s)))
+            .filter(|path| !saved_for_run(path))
             .map(|p| p.display().to_string())
             .collect();
         if !changed.is_empty() {
@@ -307,9 +341,8 @@ impl StageInner {
         script: &str,
         args: Value,
     ) -> Result<InFlight, Failure> {
-        let mut run = self.start_run(json!({"code": script_code(script, &args)}));
-        self.follow(&mut run, true).await?;
-        Ok(run)
+        self.start_victim_body(json!({"code": script_code(script, &args)}))
+            .await
     }
 
     /// [`StageInner::start_victim`] for a bash victim.
@@ -318,9 +351,29 @@ impl StageInner {
         script: &str,
         args: Value,
     ) -> Result<InFlight, Failure> {
-        let mut run = self.start_run(json!({"code": bash_code(script, &args), "lang": "bash"}));
+        self.start_victim_body(json!({"code": bash_code(script, &args), "lang": "bash"}))
+            .await
+    }
+
+    /// [`StageInner::start_victim`] of a whole request `body` (a JavaScript victim's).
+    pub async fn start_victim_body(self: &Arc<Self>, body: Value) -> Result<InFlight, Failure> {
+        let mut run = self.start_run(body);
         self.follow(&mut run, true).await?;
         Ok(run)
+    }
+
+    /// Starts a run of `body` that parks as a victim unless it ends first: the run in flight,
+    /// and whether it parked (else it has ended, and [`StageInner::finish`] reads it).
+    pub async fn start_victim_or_end(
+        self: &Arc<Self>,
+        body: Value,
+    ) -> Result<(InFlight, bool), Failure> {
+        let mut run = self.start_run(body);
+        match self.follow(&mut run, true).await {
+            Ok(()) => Ok((run, true)),
+            Err(_) if run.task.is_finished() => Ok((run, false)),
+            Err(e) => Err(e),
+        }
     }
 
     /// Releases the parked victim, returns its result, and checks nothing of it outlived it.

@@ -16,7 +16,7 @@ const TIMEOUT_SECS: u64 = 3;
 const APPROVAL_SECS: u64 = 4;
 
 /// A victim run: one gathered batch of plain calls, its latency.
-async fn victim(s: &StageInner, calls: usize) -> Result<Duration, Failure> {
+pub(super) async fn victim(s: &StageInner, calls: usize) -> Result<Duration, Failure> {
     let code = format!(
         "r = await asyncio.gather(*[echo(text=str(i)) for i in range({calls})])\n\
          print(len(r), r[-1]['text'])"
@@ -35,7 +35,7 @@ async fn victim(s: &StageInner, calls: usize) -> Result<Duration, Failure> {
 }
 
 /// The median of three victim runs.
-async fn victim_median(s: &StageInner, calls: usize) -> Result<Duration, Failure> {
+pub(super) async fn victim_median(s: &StageInner, calls: usize) -> Result<Duration, Failure> {
     let mut took = Vec::new();
     for _ in 0..3 {
         took.push(victim(s, calls).await?);
@@ -45,7 +45,7 @@ async fn victim_median(s: &StageInner, calls: usize) -> Result<Duration, Failure
 }
 
 /// A victim slowed past 2× of idle (and past idle + 300 ms) is an attack that got through.
-fn check_victim(idle: Duration, under: Duration, what: &str) -> Verdict {
+pub(super) fn check_victim(idle: Duration, under: Duration, what: &str) -> Verdict {
     let bound = (idle * 2).max(idle + Duration::from_millis(300));
     if under > bound {
         return Err(attack(format!(
@@ -57,7 +57,7 @@ fn check_victim(idle: Duration, under: Duration, what: &str) -> Verdict {
 }
 
 /// A number of a process's `/proc/<pid>/status` (`field` with its colon), 0 when unreadable.
-fn status_field(pid: i32, field: &str) -> u64 {
+pub(super) fn status_field(pid: i32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
         .and_then(|s| {
@@ -69,17 +69,17 @@ fn status_field(pid: i32, field: &str) -> u64 {
 }
 
 /// The sidecar's resident memory, KiB.
-fn rss_kib(pid: i32) -> u64 {
+pub(super) fn rss_kib(pid: i32) -> u64 {
     status_field(pid, "VmRSS:")
 }
 
 /// The sidecar's open descriptors.
-fn descriptors_of(pid: i32) -> usize {
+pub(super) fn descriptors_of(pid: i32) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |d| d.count())
 }
 
 /// How often the sidecar refused a run past its share of `resource`, from `/metrics`.
-async fn share_refusals(s: &StageInner, resource: &str) -> Result<u64, Failure> {
+pub(super) async fn share_refusals(s: &StageInner, resource: &str) -> Result<u64, Failure> {
     let text = s.get_text("/metrics").await?;
     let label = format!("resource=\"{resource}\"");
     Ok(text
@@ -414,7 +414,8 @@ async fn runs_holding_every_connection_they_can_take_none_of_anothers() {
     .await;
 }
 
-const RATE_ENV: &[(&str, &str)] = &[("PTC_TOOL_LIMITS", r#"{"echo": {"per_second": 1}}"#)];
+pub(super) const RATE_ENV: &[(&str, &str)] =
+    &[("PTC_TOOL_LIMITS", r#"{"echo": {"per_second": 1}}"#)];
 
 /// Books 60 turns of a tool limited to one call a second, and ends after one second.
 const BOOK_TURNS_PY: &str = r#"
@@ -432,34 +433,45 @@ async fn turns_of_a_rate_booked_by_a_run_that_ended_hold_up_no_other() {
         ..Opts::default()
     };
     against_both("shares_rate", opts, |s| async move {
-        let r = s
-            .exec(BOOK_TURNS_PY)
-            .await
-            .map_err(|e| broken(format!("the attacker got no answer: {e}")))?;
-        if !r["stdout"].as_str().unwrap_or_default().contains("GAVE UP") {
-            return Err(broken(format!(
-                "the attacker did not book and give up: {r}"
-            )));
-        }
-        // Its 59 waiting calls went with it: the next run's one call waits a turn at most.
-        let started = Instant::now();
-        let v = s
-            .exec("print((await echo(text='mine'))['text'])")
-            .await
-            .map_err(|e| attack(format!("the victim's run got no answer: {e}")))?;
-        let took = started.elapsed();
-        eprintln!(
-            "shares_rate {}: the next run's call took {took:?}",
-            s.who.label()
-        );
-        if v["stdout"] != "mine\n" || took > Duration::from_secs(3) {
-            return Err(attack(format!(
-                "after a run booked 60 turns and ended, the next run's call took {took:?}: {v}"
-            )));
-        }
-        Ok(())
+        booked_turns_hold_up_no_other(&s, json!({"code": BOOK_TURNS_PY}), "shares_rate").await
     })
     .await;
+}
+
+/// The run of `body` books 60 turns of `echo` (limited to one call a second by [`RATE_ENV`]),
+/// gives up after a second (printing `GAVE UP`) and ends: the next run's one call waits a
+/// turn at most.
+pub(super) async fn booked_turns_hold_up_no_other(
+    s: &StageInner,
+    body: Value,
+    test: &str,
+) -> Verdict {
+    let r = s
+        .exec_body(body)
+        .await
+        .map_err(|e| broken(format!("the attacker got no answer: {e}")))?;
+    if !r["stdout"].as_str().unwrap_or_default().contains("GAVE UP") {
+        return Err(broken(format!(
+            "the attacker did not book and give up: {r}"
+        )));
+    }
+    // Its 59 waiting calls went with it: the next run's one call waits a turn at most.
+    let started = Instant::now();
+    let v = s
+        .exec("print((await echo(text='mine'))['text'])")
+        .await
+        .map_err(|e| attack(format!("the victim's run got no answer: {e}")))?;
+    let took = started.elapsed();
+    eprintln!(
+        "{test} {}: the next run's call took {took:?}",
+        s.who.label()
+    );
+    if v["stdout"] != "mine\n" || took > Duration::from_secs(3) {
+        return Err(attack(format!(
+            "after a run booked 60 turns and ended, the next run's call took {took:?}: {v}"
+        )));
+    }
+    Ok(())
 }
 
 /// Opens `N` saves whose bodies trickle in (a byte every 100 ms of a declared megabyte) on the
@@ -598,7 +610,7 @@ async fn slow_saves_hold_a_share_of_threads_and_silence_no_watch() {
 
 /// Once an attack is over (and the bridge's grace for idle sockets), the sidecar holds about
 /// the descriptors it held before it: nothing of the attack is kept.
-async fn back_to_idle(s: &StageInner, idle: usize, after: &str) -> Verdict {
+pub(super) async fn back_to_idle(s: &StageInner, idle: usize, after: &str) -> Verdict {
     let started = Instant::now();
     let mut now = descriptors_of(s.pid);
     while now > idle + 16 && started.elapsed() < Duration::from_secs(15) {
@@ -783,6 +795,47 @@ fn tree_ticks(pid: i32) -> u64 {
     ptc_sidecar::run::cpu::tree_ticks(pid).unwrap_or(0)
 }
 
+/// Awaits `run` (a run of `s`) while sampling from outside, every 100 ms, the CPU time of the
+/// sidecar's whole process tree (what a killed tree's reaper adds up is not always there once
+/// it is gone): what `run` gave, its wall time, and the CPU seconds used meanwhile.
+pub(super) async fn measuring_cpu<T>(
+    s: &StageInner,
+    run: impl std::future::Future<Output = T>,
+) -> Result<(T, Duration, f64), Failure> {
+    let before = tree_ticks(s.pid);
+    let started = Instant::now();
+    let (r, most) = peak_while(s.pid, tree_ticks, run).await?;
+    let took = started.elapsed();
+    // SAFETY: sysconf only reads a system value.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    Ok((r, took, most.saturating_sub(before) as f64 / hz))
+}
+
+/// Awaits `run` while sampling `sample(pid)` from outside every 100 ms (and once more at its
+/// end): what `run` gave, and the largest sample.
+pub(super) async fn peak_while<T>(
+    pid: i32,
+    sample: fn(i32) -> u64,
+    run: impl std::future::Future<Output = T>,
+) -> Result<(T, u64), Failure> {
+    let sampling = CancellationToken::new();
+    let sampler = {
+        let stop = sampling.clone();
+        tokio::spawn(async move {
+            let mut most = sample(pid);
+            while !stop.is_cancelled() {
+                most = most.max(sample(pid));
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            most.max(sample(pid))
+        })
+    };
+    let r = run.await;
+    sampling.cancel();
+    let most = sampler.await.map_err(|e| broken(e.to_string()))?;
+    Ok((r, most))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bash_runs_processes_share_one_cpu_limit() {
     let opts = Opts {
@@ -794,34 +847,13 @@ async fn a_bash_runs_processes_share_one_cpu_limit() {
         // this machine's two cores pass 15 s after ~7.5 s, before the clock ends the run; on a
         // busier machine the clock comes first, and the run used less than that anyway.
         let limit = 15.0;
-        // What the run's processes use, sampled from outside every 100 ms while it runs: the
-        // sidecar's whole process tree (what a killed tree's reaper adds up is not always
-        // there once it is gone).
-        let before = tree_ticks(s.pid);
-        let sampling = CancellationToken::new();
-        let sampler = {
-            let (pid, stop) = (s.pid, sampling.clone());
-            tokio::spawn(async move {
-                let mut most = 0;
-                while !stop.is_cancelled() {
-                    most = most.max(tree_ticks(pid));
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                most
-            })
-        };
-        let started = Instant::now();
-        let r = s
-            .exec_body(json!({"code": SPREAD_CPU_SH, "lang": "bash"}))
-            .await
-            .map_err(|e| broken(format!("the bash run got no answer: {e}")));
-        let took = started.elapsed();
-        sampling.cancel();
-        let most = sampler.await.map_err(|e| broken(e.to_string()))?;
+        let (r, took, used) = measuring_cpu(&s, async {
+            s.exec_body(json!({"code": SPREAD_CPU_SH, "lang": "bash"}))
+                .await
+                .map_err(|e| broken(format!("the bash run got no answer: {e}")))
+        })
+        .await?;
         let r = r?;
-        // SAFETY: sysconf only reads a system value.
-        let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
-        let used = most.saturating_sub(before) as f64 / hz;
         let stderr = r["stderr"].as_str().unwrap_or_default();
         eprintln!(
             "shares_cpu {}: {used:.1} s of CPU in {took:?}, status {}: {}",
