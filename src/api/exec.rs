@@ -21,6 +21,7 @@ use crate::run::{
 use crate::run::{FileStore, Files, RunFile};
 use crate::run::{OutputChunk, new_token};
 use crate::session::Sessions;
+use crate::render::Lang as Described;
 use crate::util::lock;
 use crate::util::mime_of;
 use axum::extract::{Path, Request, State};
@@ -76,6 +77,8 @@ struct Exec {
     /// The files of runs without a session.
     artifacts: Option<Sessions>,
     attached: Attached,
+    /// The language of the `exec_code` description (`PTC_LANG`): a run's when it names none.
+    described: Described,
 }
 
 /// `POST /v1/exec_code` and `POST /v1/exec/{exec_id}/results`.
@@ -83,6 +86,7 @@ pub fn router<S>(
     runner: Option<Runner>,
     sessions: Option<Sessions>,
     artifacts: Option<Sessions>,
+    described: Described,
 ) -> Router<S> {
     Router::new()
         .route("/v1/exec_code", post(exec_code))
@@ -92,7 +96,17 @@ pub fn router<S>(
             sessions,
             artifacts,
             attached: Attached::default(),
+            described,
         })
+}
+
+/// The language a run that names none is in: the one the `exec_code` description is written
+/// in (`PTC_LANG`), with its name.
+pub fn default_lang(described: Described) -> (Lang, &'static str) {
+    match described {
+        Described::Python => (Lang::Python, "python"),
+        Described::JavaScript => (Lang::JavaScript, "javascript"),
+    }
 }
 
 #[derive(Deserialize)]
@@ -102,8 +116,9 @@ struct ExecBody {
     timeout_ms: Option<u64>,
     /// Seconds, as the `exec_code` tool's own input has it; `timeout_ms` wins when both are given.
     timeout: Option<u64>,
-    /// `"python"` (the default), `"bash"` (every PTC tool a bash function), `"javascript"`
-    /// (`"js"`) or `"typescript"` (`"ts"`): node, every PTC tool an async function.
+    /// `"python"`, `"bash"` (every PTC tool a bash function), `"javascript"` (`"js"`) or
+    /// `"typescript"` (`"ts"`): node, every PTC tool an async function. None: the language of
+    /// the description (`PTC_LANG`, Python by default).
     lang: Option<String>,
     /// A session: its files are the run's working directory, and Python's globals persist
     /// from one run of the session to the next.
@@ -126,7 +141,7 @@ async fn exec_code(State(exec): State<Exec>, request: Request) -> Result<Respons
     )
     .await?;
     let lang = match body.lang.as_deref() {
-        None => Lang::Python,
+        None => default_lang(exec.described).0,
         Some(name) => lang_named(name).ok_or_else(|| {
             ApiError::BadRequest(format!("lang {name:?} is not run here: use {LANGS}"))
         })?,

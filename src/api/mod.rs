@@ -63,6 +63,7 @@ pub fn router(state: AppState) -> Router {
             state.runner.clone(),
             state.sessions.clone(),
             state.artifacts.clone(),
+            state.config.lang,
         ))
         .merge(preview::router(
             state.runner.clone(),

@@ -222,11 +222,19 @@ async fn tools_in_either_language_by_query_or_by_default() {
             tool["inputSchema"]["properties"]["code"]["description"],
             "JavaScript source to run."
         );
-        // And a call that names no `lang` runs JavaScript.
+        // And a call that names no `lang` runs JavaScript, there and on the runtime's door.
         assert_eq!(
             tool["inputSchema"]["properties"]["lang"]["default"],
             "javascript"
         );
+        let r = s
+            .exec_body(json!({"code": "console.log(typeof tools, [1, 2].length)"}))
+            .await;
+        assert_eq!(r["stdout"], "object 2\n", "{r}");
+        let r = s
+            .exec_body(json!({"code": "print(1)", "lang": "python"}))
+            .await;
+        assert_eq!(r["stdout"], "1\n", "{r}");
     })
     .await
     .expect("in time");

@@ -3,7 +3,7 @@
 //!
 //! Owns what a call may pass and what a bad argument is told. It must not run anything.
 
-use crate::api::exec::{LANGS, MAX_EXEC_BYTES, lang_named};
+use crate::api::exec::{LANGS, MAX_EXEC_BYTES, default_lang, lang_named};
 use crate::render::Lang as Described;
 use crate::render::llm::exec_code_schema;
 use crate::run::Lang;
@@ -22,15 +22,6 @@ an async function taking one object of named arguments, `await demo__add({a: 1, 
 const SESSION_ID_NOTE: &str = "Keep state across calls: pass the session.id of an earlier \
 result (in its structured content) to run in that session again; without it, calls of one \
 MCP session share one.";
-
-/// The language a call that names none runs: the one the description is written in
-/// (`PTC_LANG`).
-fn default_lang(described: Described) -> (Lang, &'static str) {
-    match described {
-        Described::Python => (Lang::Python, "python"),
-        Described::JavaScript => (Lang::JavaScript, "javascript"),
-    }
-}
 
 /// `exec_code`'s input schema with the longest timeout `max`, its description written in
 /// `described` (`code` is source in that language unless `lang` says another).
