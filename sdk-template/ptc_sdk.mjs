@@ -326,16 +326,18 @@ async function describe(name) {
   if (!tool) {
     throw new ToolError(`no tool named ${inspect(name)}${didYouMean(name)}`, "unknown_tool");
   }
-  const out = [headline(tool)];
+  const known = await described(tool.name);
+  const out = [known?.signature || headline(tool)];
   if (tool.name !== tool.js_name) out.push(`Dispatched as: ${tool.name}`);
   const description = (tool.description || "").trim();
   if (description) out.push("", description);
   out.push("", "Input schema:", JSON.stringify(tool.input_schema ?? null, null, 2));
   if (tool.output_schema != null) {
     out.push("", "Output schema:", JSON.stringify(tool.output_schema, null, 2));
-  } else {
-    const learned = await learnedShape(tool.name);
-    if (learned) out.push("", learned);
+  } else if (known?.returns) {
+    const calls = known.calls;
+    const learned = `learned from ${calls} call${calls === 1 ? "" : "s"}`;
+    out.push("", `Returns (${learned}, no output schema): ${known.returns}`);
   }
   console.log(out.join("\n"));
 }
@@ -346,20 +348,21 @@ function headline(tool) {
   return `${tool.js_name}(args)${first ? `  // ${first}` : ""}`;
 }
 
-/** What calls taught the sidecar of a tool's results, or null. */
-async function learnedShape(name) {
-  let reply;
+/** What the sidecar says of a tool: `{signature, returns, calls}` (its line in the
+ *  description in TypeScript, and what calls taught it of its results), or null. */
+async function described(name) {
   try {
-    const body = Buffer.from(JSON.stringify({ tool: name }), "utf8");
+    const body = Buffer.from(JSON.stringify({ tool: name, lang: "javascript" }), "utf8");
     const timeoutMs = CALL_TIMEOUT_MS || LOOKUP_TIMEOUT_MS;
-    reply = await lookup("/describe", body, "application/json", timeoutMs, "describe");
+    const reply = await lookup("/describe", body, "application/json", timeoutMs, "describe");
+    return {
+      signature: typeof reply.signature === "string" ? reply.signature : null,
+      returns: typeof reply.returns === "string" ? reply.returns : null,
+      calls: reply.calls,
+    };
   } catch {
     return null;
   }
-  if (typeof reply.returns !== "string") return null;
-  const calls = reply.calls;
-  const learned = `learned from ${calls} call${calls === 1 ? "" : "s"}`;
-  return `Returns (${learned}, no output schema): ${reply.returns}`;
 }
 
 /** The tools that best match `query`, best first: `{name, signature, summary, returns?}`. */

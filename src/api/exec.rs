@@ -15,13 +15,13 @@ use super::sse;
 use super::workspace::{
     Held, RunArtifacts, SessionFiles, image_blocks, run_files, session_file_url,
 };
+use crate::render::Lang as Described;
 use crate::run::{
     Approval, CallError, ExecRequest, ExecResult, Lang, PendingCall, Runner, host_error,
 };
 use crate::run::{FileStore, Files, RunFile};
 use crate::run::{OutputChunk, new_token};
 use crate::session::Sessions;
-use crate::render::Lang as Described;
 use crate::util::lock;
 use crate::util::mime_of;
 use axum::extract::{Path, Request, State};

@@ -45,6 +45,9 @@ pub struct Tool {
     pub name: String,
     /// The name code calls it by (`get_weather` for `get-weather`).
     pub python_name: String,
+    /// The name JavaScript code calls it by: the Python name, but for a word JavaScript has
+    /// taken ([`names::js_name`]).
+    pub js_name: String,
     pub title: Option<String>,
     pub description: String,
     pub input_schema: Value,
@@ -70,6 +73,7 @@ impl Tool {
                 Origin::Host => def.name,
             },
             python_name: String::new(),
+            js_name: String::new(),
             title: def.title,
             description: def.description,
             input_schema: def.input_schema,
@@ -324,6 +328,9 @@ impl Catalog {
         }
         for tool in tools.iter_mut().filter(|t| t.class == Class::Direct) {
             tool.python_name = names::python_name(&tool.name);
+        }
+        for tool in tools.iter_mut() {
+            tool.js_name = names::js_name(&tool.python_name, |n| by_python_name.contains_key(n));
         }
 
         let fingerprint = fingerprint(&tools, &unavailable, policy);

@@ -203,13 +203,19 @@ const JS_TAKEN: &[&str] = &[
 
 /// A tool's JavaScript name, from its Python name (already an ASCII identifier, unique in the
 /// catalog): the same name, with `_tool` after a name [`JS_TAKEN`] has (`delete` →
-/// `delete_tool`, `console` → `console_tool`). One rule for the JavaScript SDK's functions and
-/// the description in JavaScript.
-pub fn js_name(python_name: &str) -> String {
-    match JS_TAKEN.contains(&python_name) {
-        true => format!("{python_name}_tool"),
-        false => python_name.to_string(),
+/// `delete_tool`, `console` → `console_tool`), again while that is another tool's Python name
+/// (`is_tool`: `delete` beside a `delete_tool` is `delete_tool_tool`), so that JavaScript names
+/// are unique too. The catalog gives each tool its own ([`crate::catalog::Tool::js_name`]),
+/// which the JavaScript SDK's functions and the description in JavaScript both use.
+pub fn js_name(python_name: &str, is_tool: impl Fn(&str) -> bool) -> String {
+    if !JS_TAKEN.contains(&python_name) {
+        return python_name.to_string();
     }
+    let mut name = format!("{python_name}_tool");
+    while is_tool(&name) {
+        name.push_str("_tool");
+    }
+    name
 }
 
 /// Whether `name` is a Python identifier (ASCII: what our normalised names are made of).
@@ -233,8 +239,13 @@ mod tests {
             ("class_tool", "class_tool"),
             ("demo__add", "demo__add"),
         ] {
-            assert_eq!(js_name(python), js, "{python}");
+            assert_eq!(js_name(python, |_| false), js, "{python}");
         }
+        // Unique beside a tool that has the name `_tool` would give.
+        let tools = ["delete", "delete_tool", "delete_tool_tool_x"];
+        let is_tool = |name: &str| tools.contains(&name);
+        assert_eq!(js_name("delete", is_tool), "delete_tool_tool");
+        assert_eq!(js_name("delete_tool", is_tool), "delete_tool");
     }
 
     #[test]

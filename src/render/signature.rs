@@ -124,6 +124,7 @@ mod tests {
         Tool {
             name: name.into(),
             python_name: name.replace('-', "_"),
+            js_name: name.replace('-', "_"),
             title: None,
             description: description.into(),
             input_schema: input,

@@ -51,7 +51,7 @@ fn catalog_json(snapshot: &Snapshot) -> Value {
             json!({
                 "name": t.name,
                 "python_name": t.python_name,
-                "js_name": crate::catalog::names::js_name(&t.python_name),
+                "js_name": t.js_name,
                 "signature": snapshot.rendered.line(&t.name).unwrap_or_default(),
                 "description": t.description,
                 "input_schema": t.input_schema,

@@ -27,6 +27,7 @@ mod table;
 pub use echo::{ChosenWords, Echo, MAX_CHOSEN_WORDS};
 pub use table::{FILE_NAME, FILE_VERSION, Learned, MAX_TOOLS, Shapes, ShapesConfig, lesson};
 
+use crate::render::Lang;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::fmt;
@@ -207,9 +208,15 @@ impl Shape {
 
     /// The shape as text, within [`MAX_SHOWN_CHARS`]: `{id: int, labels?: [str], …}`.
     pub fn show(&self) -> String {
+        self.show_in(Lang::Python)
+    }
+
+    /// The shape as text in `lang`'s notation: Python's, or TypeScript's for JavaScript
+    /// (`{id: number, labels?: string[], …}`).
+    pub fn show_in(&self, lang: Lang) -> String {
         (1..=MAX_DEPTH + 2)
             .rev()
-            .map(|depth| Shown(self, depth).to_string())
+            .map(|depth| Shown(self, depth, lang).to_string())
             .find(|text| text.chars().count() <= MAX_SHOWN_CHARS)
             .unwrap_or_else(|| "{…}".to_string())
     }
@@ -285,22 +292,32 @@ fn union(members: Vec<Shape>) -> Shape {
 }
 
 /// A shape shown down to a depth (below it objects are `{…}`).
-struct Shown<'a>(&'a Shape, usize);
+/// A shape shown to a depth, in a language's notation.
+struct Shown<'a>(&'a Shape, usize, Lang);
 
 impl fmt::Display for Shown<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let Shown(shape, depth) = *self;
+        let Shown(shape, depth, lang) = *self;
+        let ts = lang == Lang::JavaScript;
+        let str = if ts { "string" } else { "str" };
         match shape {
             Shape::Any => write!(f, "any"),
-            Shape::Null => write!(f, "None"),
-            Shape::Bool => write!(f, "bool"),
+            Shape::Null => write!(f, "{}", if ts { "null" } else { "None" }),
+            Shape::Bool => write!(f, "{}", if ts { "boolean" } else { "bool" }),
+            Shape::Int if ts => write!(f, "number"),
             Shape::Int => write!(f, "int"),
+            Shape::Float if ts => write!(f, "number"),
             Shape::Float => write!(f, "float"),
-            Shape::Str => write!(f, "str"),
-            Shape::JsonStr(inner) => write!(f, "str of JSON {}", Shown(inner, depth)),
-            Shape::List(None) => write!(f, "[]"),
-            Shape::List(Some(inner)) => write!(f, "[{}]", Shown(inner, depth)),
-            Shape::Map(inner) => write!(f, "dict[str, {}]", Shown(inner, depth)),
+            Shape::Str => write!(f, "{str}"),
+            Shape::JsonStr(inner) => write!(f, "{str} of JSON {}", Shown(inner, depth, lang)),
+            Shape::List(None) => write!(f, "{}", if ts { "never[]" } else { "[]" }),
+            Shape::List(Some(inner)) if ts => match **inner {
+                Shape::Union(_) => write!(f, "({})[]", Shown(inner, depth, lang)),
+                _ => write!(f, "{}[]", Shown(inner, depth, lang)),
+            },
+            Shape::List(Some(inner)) => write!(f, "[{}]", Shown(inner, depth, lang)),
+            Shape::Map(inner) if ts => write!(f, "Record<string, {}>", Shown(inner, depth, lang)),
+            Shape::Map(inner) => write!(f, "dict[str, {}]", Shown(inner, depth, lang)),
             Shape::Object(_) if depth == 0 => write!(f, "{{…}}"),
             Shape::Object(object) => {
                 write!(f, "{{")?;
@@ -313,7 +330,7 @@ impl fmt::Display for Shown<'_> {
                         f,
                         "{}{optional}: {}",
                         key.name,
-                        Shown(&key.shape, depth - 1)
+                        Shown(&key.shape, depth - 1, lang)
                     )?;
                 }
                 if object.more {
@@ -326,7 +343,7 @@ impl fmt::Display for Shown<'_> {
                     if i > 0 {
                         write!(f, " | ")?;
                     }
-                    write!(f, "{}", Shown(m, depth))?;
+                    write!(f, "{}", Shown(m, depth, lang))?;
                 }
                 Ok(())
             }
@@ -368,6 +385,25 @@ mod tests {
             learned(&[json!(1), json!("a"), json!(true), json!(null), json!([])]),
             "any"
         );
+    }
+
+    #[test]
+    fn shapes_show_in_typescript_for_javascript() {
+        let shape = [
+            json!({"id": 1, "labels": ["x"], "closed_at": null, "by": {"a@b.c": 1.5, "d@e.f": 2}}),
+            json!({"id": 2, "labels": [], "closed_at": "2026-01-01", "mixed": [1, "a"], "raw": "[1]"}),
+        ]
+        .iter()
+        .map(Shape::of)
+        .reduce(Shape::merge)
+        .unwrap();
+        assert_eq!(
+            shape.show_in(Lang::JavaScript),
+            "{id: number, labels: string[], closed_at: null | string, by?: Record<string, number>, \
+             mixed?: (number | string)[], raw?: string of JSON number[]}"
+        );
+        assert_eq!(Shape::List(None).show_in(Lang::JavaScript), "never[]");
+        assert_eq!(shape.show(), shape.show_in(Lang::Python));
     }
 
     #[test]

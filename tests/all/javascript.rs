@@ -244,9 +244,10 @@ console.log(file.name, file.size);
         let r = run(&f.s, "javascript", code).await;
         assert_eq!(r["status"], "ok", "{r}");
         let stdout = out(&r, "stdout");
+        // describe() shows the tool's line of the description in TypeScript.
         assert!(
             stdout.starts_with(
-                "true\nget_weather(args)  // Weather for a city.\nDispatched as: get-weather\n"
+                "true\nget_weather({city}) // Weather for a city.\nDispatched as: get-weather\n"
             ),
             "{stdout}"
         );

@@ -24,7 +24,7 @@ use super::signature::{rich_summary, signature};
 use super::tokens;
 use super::ty::{Lang, Print, Signature, Ty, definition};
 use super::unavailable::note as unavailable_note;
-use crate::catalog::names::{is_identifier, js_name};
+use crate::catalog::names::is_identifier;
 use crate::catalog::{Catalog, Tool};
 use budget::budgeted;
 use shapes::share_shapes;
@@ -255,7 +255,7 @@ fn render_full(catalog: &Catalog, lang: Lang) -> (Rendered, Vec<Section>, Vec<Si
 pub fn code_name(tool: &Tool, lang: Lang) -> String {
     match lang {
         Lang::Python => tool.python_name.clone(),
-        Lang::JavaScript => js_name(&tool.python_name),
+        Lang::JavaScript => tool.js_name.clone(),
     }
 }
 

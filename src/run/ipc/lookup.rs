@@ -4,7 +4,6 @@
 //! own checks (the token, the body's bounds) are the parent's.
 
 use super::{MAX_LOOKUP_BYTES, authorized_within, plain, refuse, reply};
-use crate::catalog::names::js_name;
 use crate::config::Lang;
 use crate::embed::MODEL_WAIT;
 use crate::render::search::{HIT_SUMMARY_CHARS, MAX_QUERY_CHARS};
@@ -97,13 +96,16 @@ async fn found(
             let (name, line) = snapshot.rendered_in(lang).lines.get(hit.tool)?;
             let tool = snapshot.catalog.get(name)?;
             let returns = match tool.output_schema {
-                None => calls.shapes().get(&tool.name).map(|l| l.shape.show()),
+                None => calls
+                    .shapes()
+                    .get(&tool.name)
+                    .map(|l| l.shape.show_in(lang)),
                 Some(_) => None,
             };
             Some(Found {
                 name: match lang {
                     Lang::Python => tool.python_name.clone(),
-                    Lang::JavaScript => js_name(&tool.python_name),
+                    Lang::JavaScript => tool.js_name.clone(),
                 },
                 tool: tool.name.clone(),
                 signature: line.clone(),
@@ -131,11 +133,7 @@ pub(super) async fn search(State(calls): State<Calls>, request: Request) -> Resp
             return refuse(StatusCode::BAD_REQUEST, "input", &message);
         }
     };
-    let lang = query
-        .lang
-        .as_deref()
-        .and_then(|l| l.parse().ok())
-        .unwrap_or(Lang::Python);
+    let lang = lang_of(query.lang.as_deref());
     let searched = match found(&calls, &run, &query.query, query.limit, lang).await {
         Ok(searched) => searched,
         Err(message) => return refuse(StatusCode::TOO_MANY_REQUESTS, "limit", &message),
@@ -224,17 +222,26 @@ pub(super) async fn bash_search(
 #[derive(Deserialize)]
 pub(super) struct DescribeBody {
     tool: String,
+    /// The language of the run asking, as on `/search`.
+    #[serde(default)]
+    lang: Option<String>,
 }
 
-/// `POST /describe {tool}`: `{ok, returns, calls}`, the result shape learned from `calls`
-/// calls of a tool without an output schema (`returns: null` when there is none).
+/// The language a lookup's `lang` names: Python when absent or not one of ours.
+fn lang_of(lang: Option<&str>) -> Lang {
+    lang.and_then(|l| l.parse().ok()).unwrap_or(Lang::Python)
+}
+
+/// `POST /describe {tool, lang?}`: `{ok, signature, returns, calls}`: the tool's line in the
+/// description in `lang`, and the result shape learned from `calls` calls of a tool without
+/// an output schema, in `lang`'s notation (`returns: null` when there is none).
 pub(super) async fn describe(State(calls): State<Calls>, request: Request) -> Response {
     let (run, body) = match authorized_within(&calls, request, MAX_LOOKUP_BYTES).await {
         Ok(authorized) => authorized,
         Err(refused) => return refused.json(),
     };
-    let name = match serde_json::from_slice::<DescribeBody>(&body) {
-        Ok(body) => body.tool,
+    let (name, lang) = match serde_json::from_slice::<DescribeBody>(&body) {
+        Ok(body) => (body.tool, lang_of(body.lang.as_deref())),
         Err(e) => {
             let message = format!(r#"expected {{"tool": name}}: {e}"#);
             return refuse(StatusCode::BAD_REQUEST, "input", &message);
@@ -254,7 +261,8 @@ pub(super) async fn describe(State(calls): State<Calls>, request: Request) -> Re
         StatusCode::OK,
         json!({
             "ok": true,
-            "returns": learned.as_ref().map(|l| l.shape.show()),
+            "signature": run.snapshot.rendered_in(lang).line(&tool.name),
+            "returns": learned.as_ref().map(|l| l.shape.show_in(lang)),
             "calls": learned.map_or(0, |l| l.calls),
         }),
     )
