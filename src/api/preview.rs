@@ -15,12 +15,14 @@
 //! nor call a tool.
 
 mod bash;
+mod javascript;
 
 use super::error::{ApiError, json_body};
 use super::exec::MAX_EXEC_BYTES;
 use crate::catalog::{Catalog, Class, Tool};
 use crate::render::Snapshot;
 use crate::run::bash as run_bash;
+use crate::run::javascript as run_javascript;
 use crate::run::{ExecRequest, ExecResult, ExecStatus, Lang, Runner, closest, new_token};
 use crate::util::cut;
 use axum::extract::{Request, State};
@@ -29,7 +31,7 @@ use axum::{Json, Router};
 use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -117,9 +119,12 @@ async fn preview(State(p): State<Preview>, request: Request) -> Result<Json<Valu
     let lang = match body.lang.as_deref() {
         None | Some("python" | "py" | "python3") => Lang::Python,
         Some("bash") => Lang::Bash,
+        Some("javascript" | "js") => Lang::JavaScript,
+        Some("typescript" | "ts") => Lang::TypeScript,
         Some(other) => {
             return Err(ApiError::BadRequest(format!(
-                "lang {:?} cannot be previewed: use \"python\" (the default) or \"bash\"",
+                "lang {:?} cannot be previewed: use \"python\" (the default), \"bash\", \
+                 \"javascript\" or \"typescript\"",
                 cut(other, 40)
             )));
         }
@@ -128,11 +133,9 @@ async fn preview(State(p): State<Preview>, request: Request) -> Result<Json<Valu
     let mut answer = match lang {
         Lang::Python => python(runner, &snapshot.catalog, body.code).await?,
         Lang::Bash => bash_script(runner, &snapshot.catalog, &body.code).await?,
-        // Refused above: a preview reads Python and bash only.
         Lang::JavaScript | Lang::TypeScript => {
-            return Err(ApiError::BadRequest(
-                "JavaScript cannot be previewed yet".into(),
-            ));
+            let typescript = lang == Lang::TypeScript;
+            node_code(runner, snapshot.clone(), body.code, typescript).await?
         }
     };
     answer["catalog_version"] = json!(snapshot.catalog.version);
@@ -306,6 +309,53 @@ async fn python(runner: &Runner, catalog: &Catalog, code: String) -> Result<Valu
         "unknown": unknown,
         "syntax_error": analysis.syntax_error,
         "truncated": analysis.truncated,
+    }))
+}
+
+/// A JavaScript or TypeScript preview: the code read in the sidecar ([`javascript::read`],
+/// on a blocking thread), what it names mapped to the catalog by JavaScript name.
+async fn node_code(
+    runner: &Runner,
+    snapshot: Arc<Snapshot>,
+    code: String,
+    typescript: bool,
+) -> Result<Value, ApiError> {
+    let names = snapshot.clone();
+    let read = tokio::task::spawn_blocking(move || {
+        run_javascript::on_parse_stack(move || {
+            let tools: HashSet<&str> = names.catalog.ptc().map(|t| t.js_name.as_str()).collect();
+            javascript::read(&code, typescript, |n| tools.contains(n))
+        })
+    })
+    .await
+    .map_err(|e| PreviewError::Malformed(e.to_string()))?
+    .map_err(|e| PreviewError::Malformed(e.to_string()))?;
+    let catalog = &snapshot.catalog;
+    let by_js_name: HashMap<&str, &Tool> = catalog
+        .direct()
+        .chain(catalog.ptc())
+        .map(|t| (t.js_name.as_str(), t))
+        .collect();
+    let by_js = |name: &str| by_js_name.get(name).copied();
+    let mut found = Found::default();
+    for named in &read.found {
+        let tool = match named.by_name {
+            true => catalog.get(&named.name).or_else(|| by_js(&named.name)),
+            false => by_js(&named.name),
+        };
+        found.add(&named.name, tool, [named.line]);
+    }
+    found.dynamic = read.dynamic;
+    let (tools, unknown) = found.answer(catalog, runner);
+    let syntax_error = read
+        .syntax_error
+        .map(|(line, message)| json!({"line": line, "message": message}));
+    Ok(json!({
+        "lang": if typescript { "typescript" } else { "javascript" },
+        "tools": tools,
+        "unknown": unknown,
+        "syntax_error": syntax_error,
+        "truncated": false,
     }))
 }
 

@@ -201,6 +201,11 @@ const JS_TAKEN: &[&str] = &[
     "navigator",
 ];
 
+/// Whether JavaScript has taken `name` ([`JS_TAKEN`]): a reserved word or a run's global.
+pub fn js_taken(name: &str) -> bool {
+    JS_TAKEN.contains(&name)
+}
+
 /// A tool's JavaScript name, from its Python name (already an ASCII identifier, unique in the
 /// catalog): the same name, with `_tool` after a name [`JS_TAKEN`] has (`delete` →
 /// `delete_tool`, `console` → `console_tool`), again while that is another tool's Python name

@@ -14,6 +14,10 @@
 //! Owns what `node` is started with and how code becomes the module it imports. It must not
 //! start processes (the pool's) nor answer calls (the IPC bridge's).
 
+mod nesting;
+
+pub use nesting::on_parse_stack;
+
 use super::sdk::JS_SDK_FILE;
 use super::zygote::Program;
 use oxc_allocator::Allocator;
@@ -85,6 +89,19 @@ impl SyntaxError {
     }
 }
 
+/// Code nested deeper than oxc may read ([`nesting`]) as a syntax error where it gets too deep;
+/// call it before any of oxc's passes, and run them on [`on_parse_stack`].
+pub fn refuse_deep(code: &str) -> Result<(), SyntaxError> {
+    nesting::check(code).map_err(|offset| {
+        let message = format!(
+            "the code is nested too deeply: more than {} levels of brackets, operators and \
+             statements in statements",
+            nesting::MAX_DEPTH
+        );
+        SyntaxError::at(code, offset, message)
+    })
+}
+
 /// What node runs of a run's code ([`module`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Module {
@@ -114,6 +131,7 @@ impl Module {
 /// types stripped and a source map to its lines. Blocking (a parse; about a millisecond for
 /// 100 KB): call it off the async workers.
 pub fn module(code: &str, typescript: bool) -> Result<Module, SyntaxError> {
+    refuse_deep(code)?;
     let allocator = Allocator::default();
     let source_type = match typescript {
         true => SourceType::ts(),

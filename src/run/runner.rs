@@ -724,8 +724,10 @@ enum Runs {
 async fn node_module(code: &str, lang: Lang) -> Result<javascript::Module, String> {
     let code = code.to_string();
     let typescript = lang == Lang::TypeScript;
-    tokio::task::spawn_blocking(move || javascript::module(&code, typescript))
+    let read = move || javascript::on_parse_stack(move || javascript::module(&code, typescript));
+    tokio::task::spawn_blocking(read)
         .await
+        .map_err(|e| format!("ptc-sidecar could not read the code: {e}"))?
         .map_err(|e| format!("ptc-sidecar could not read the code: {e}"))?
         .map_err(|e| e.to_string())
 }

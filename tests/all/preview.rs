@@ -390,3 +390,67 @@ async fn a_preview_is_never_a_run_and_never_a_call() {
     .await
     .unwrap();
 }
+
+/// JavaScript and TypeScript are read in the sidecar: the tools named, by JavaScript name,
+/// `tools.x` or `callTool`, an unknown name with the closest tools, a direct tool, a place
+/// chosen at run time; code nested too deeply is a syntax error and hurts nothing.
+#[tokio::test]
+async fn javascript_known_unknown_and_dynamic_tools_with_their_lines() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let f = fixture(&[]).await;
+        let code = "const w = await get_weather({city: \"Paris\"});\n\
+                    const s = await tools.demo__add({a: 1, b: 2});\n\
+                    await callTool(\"noop\", {});\n\
+                    await get_wether({city: \"x\"});\n\
+                    await complete({});\n\
+                    const name = \"noop\";\nawait callTool(name, {});\n";
+        for lang in ["javascript", "typescript"] {
+            let answer = preview(&f.s, code, lang).await;
+            assert_eq!(answer["lang"], lang);
+            let tools: Vec<(&str, Value)> = answer["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| (t["name"].as_str().unwrap(), t["lines"].clone()))
+                .collect();
+            assert_eq!(
+                tools,
+                [
+                    ("get-weather", json!([1])),
+                    ("demo__add", json!([2])),
+                    ("noop", json!([3]))
+                ],
+                "{answer}"
+            );
+            let unknown = &answer["unknown"];
+            assert_eq!(unknown[0]["name"], "get_wether", "{answer}");
+            assert_eq!(unknown[0]["did_you_mean"][0], "get_weather", "{answer}");
+            assert_eq!(unknown[1]["name"], "complete", "{answer}");
+            assert_eq!(unknown[1]["direct"], true, "{answer}");
+            assert_eq!(unknown[2]["dynamic"], true, "{answer}");
+            assert_eq!(unknown[2]["line"], 7, "{answer}");
+            assert_eq!(answer["syntax_error"], Value::Null);
+        }
+        // Nested past what may be read: a syntax error at its line, for a preview and a run.
+        let deep = "const a = 1;\n".to_string() + &"(".repeat(100_000) + &")".repeat(100_000);
+        let answer = preview(&f.s, &deep, "javascript").await;
+        assert_eq!(answer["syntax_error"]["line"], 2, "{answer}");
+        let message = answer["syntax_error"]["message"].as_str().unwrap();
+        assert!(message.contains("nested too deeply"), "{message}");
+        let r =
+            f.s.exec_body(json!({"lang": "js", "code": "!".repeat(500_000) + "x"}))
+                .await;
+        assert_eq!(r["status"], "error", "{r}");
+        assert!(
+            r["stderr"].as_str().unwrap().contains("nested too deeply"),
+            "{r}"
+        );
+        // The sidecar is as it was.
+        let r =
+            f.s.exec_body(json!({"lang": "js", "code": "console.log(1 + 1)"}))
+                .await;
+        assert_eq!(r["stdout"], "2\n", "{r}");
+    })
+    .await
+    .unwrap();
+}
