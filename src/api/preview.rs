@@ -355,7 +355,7 @@ async fn node_code(
         "tools": tools,
         "unknown": unknown,
         "syntax_error": syntax_error,
-        "truncated": false,
+        "truncated": read.truncated,
     }))
 }
 

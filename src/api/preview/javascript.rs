@@ -20,6 +20,10 @@ use oxc_span::SourceType;
 /// Places reported where a tool is chosen at run time (as in Python's preview).
 const MAX_DYNAMIC: usize = 100;
 
+/// Distinct names reported that are no tool's JavaScript name (each maybe an unknown tool,
+/// whose closest tools the sidecar works out), as in Python's preview.
+const MAX_OTHER: usize = 200;
+
 /// Globals a call may name that are no tool and not in `names::JS_TAKEN` (JavaScript's own
 /// functions and node's): calling one is no call of an unknown tool.
 const CALLABLE_GLOBALS: &[&str] = &[
@@ -83,6 +87,8 @@ pub struct Read {
     pub dynamic: Vec<(u64, String)>,
     /// The code does not parse: (line, message).
     pub syntax_error: Option<(u64, String)>,
+    /// Names or dynamic places were left out past [`MAX_OTHER`] or [`MAX_DYNAMIC`].
+    pub truncated: bool,
 }
 
 /// Reads `code` (TypeScript when `typescript`); `is_tool` says whether a name is a tool's
@@ -119,6 +125,7 @@ pub fn read(code: &str, typescript: bool, is_tool: impl Fn(&str) -> bool) -> Rea
         lines,
         is_tool: &is_tool,
         read: Read::default(),
+        others: Default::default(),
     };
     reader.visit_program(&parsed.program);
     reader.read
@@ -129,6 +136,8 @@ struct Reader<'s, F> {
     lines: LineStarts,
     is_tool: &'s F,
     read: Read,
+    /// The distinct names found that are no tool's.
+    others: std::collections::HashSet<String>,
 }
 
 impl<F: Fn(&str) -> bool> Reader<'_, F> {
@@ -140,6 +149,13 @@ impl<F: Fn(&str) -> bool> Reader<'_, F> {
     }
 
     fn add(&mut self, name: &str, by_name: bool, offset: u32) {
+        if !(self.is_tool)(name) && !self.others.contains(name) {
+            if self.others.len() >= MAX_OTHER {
+                self.read.truncated = true;
+                return;
+            }
+            self.others.insert(name.to_string());
+        }
         let line = self.lines.line(offset);
         self.read.found.push(Named {
             name: name.to_string(),
@@ -152,6 +168,8 @@ impl<F: Fn(&str) -> bool> Reader<'_, F> {
         if self.read.dynamic.len() < MAX_DYNAMIC {
             let line = self.lines.line(offset);
             self.read.dynamic.push((line, what.to_string()));
+        } else {
+            self.read.truncated = true;
         }
     }
 
@@ -294,6 +312,26 @@ mod tests {
             |_| false,
         );
         assert_eq!(read.dynamic.len(), 1, "{:?}", read.dynamic);
+    }
+
+    #[test]
+    fn names_that_are_no_tool_are_bounded() {
+        let code: String = (0..1_000)
+            .map(|i| format!("await t{i}();\nawait get_weather();\n"))
+            .collect();
+        let r = read(&code, false, |n| n == "get_weather");
+        let others: std::collections::HashSet<_> = r
+            .found
+            .iter()
+            .filter(|n| n.name != "get_weather")
+            .map(|n| &n.name)
+            .collect();
+        assert_eq!(others.len(), MAX_OTHER);
+        assert_eq!(
+            r.found.iter().filter(|n| n.name == "get_weather").count(),
+            1_000
+        );
+        assert!(r.truncated);
     }
 
     #[test]
