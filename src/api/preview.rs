@@ -18,7 +18,7 @@ mod bash;
 mod javascript;
 
 use super::error::{ApiError, json_body};
-use super::exec::MAX_EXEC_BYTES;
+use super::exec::{LANGS, MAX_EXEC_BYTES};
 use crate::catalog::{Catalog, Class, Tool};
 use crate::render::Snapshot;
 use crate::run::bash as run_bash;
@@ -123,8 +123,7 @@ async fn preview(State(p): State<Preview>, request: Request) -> Result<Json<Valu
         Some("typescript" | "ts") => Lang::TypeScript,
         Some(other) => {
             return Err(ApiError::BadRequest(format!(
-                "lang {:?} cannot be previewed: use \"python\" (the default), \"bash\", \
-                 \"javascript\" or \"typescript\"",
+                "lang {:?} cannot be previewed: use {LANGS}",
                 cut(other, 40)
             )));
         }

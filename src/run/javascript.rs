@@ -77,7 +77,7 @@ impl SyntaxError {
 
     /// The first of oxc's `errors`, at its primary label, else its last (a redeclaration's
     /// labels are the first declaration, then the offending one), else at the start.
-    fn first(code: &str, errors: &[oxc_diagnostics::OxcDiagnostic]) -> Option<SyntaxError> {
+    pub fn first(code: &str, errors: &[oxc_diagnostics::OxcDiagnostic]) -> Option<SyntaxError> {
         let error = errors.first()?;
         let labels = error.labels.as_deref().unwrap_or_default();
         let offset = labels

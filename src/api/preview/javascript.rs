@@ -9,7 +9,7 @@
 //! (`tools[name]`, `callTool(name)`, `eval`), the place is listed as dynamic.
 
 use crate::catalog::names::js_taken;
-use crate::run::javascript::refuse_deep;
+use crate::run::javascript::{SyntaxError, refuse_deep};
 use oxc_allocator::Allocator;
 use oxc_ast::ast::{Argument, CallExpression, Expression, IdentifierReference, MemberExpression};
 use oxc_ast_visit::{Visit, walk};
@@ -108,14 +108,10 @@ pub fn read(code: &str, typescript: bool, is_tool: impl Fn(&str) -> bool) -> Rea
         };
     }
     let parsed = Parser::new(&allocator, code, source_type).parse();
-    if let Some(error) = parsed.errors.first() {
-        let offset = error
-            .labels
-            .as_deref()
-            .and_then(|labels| labels.first())
-            .map_or(0, |label| label.offset());
+    // Where a run's error would be ([`SyntaxError::first`]).
+    if let Some(error) = SyntaxError::first(code, &parsed.errors) {
         return Read {
-            syntax_error: Some((lines.line(offset as u32), error.message.to_string())),
+            syntax_error: Some((error.line as u64, error.message)),
             ..Read::default()
         };
     }

@@ -6,6 +6,7 @@
 use super::{MAX_LOOKUP_BYTES, authorized_within, plain, refuse, reply};
 use crate::config::Lang;
 use crate::embed::MODEL_WAIT;
+use crate::render::description::code_name;
 use crate::render::search::{HIT_SUMMARY_CHARS, MAX_QUERY_CHARS};
 use crate::render::signature::summary;
 use crate::run::bash::bash_name;
@@ -103,10 +104,7 @@ async fn found(
                 Some(_) => None,
             };
             Some(Found {
-                name: match lang {
-                    Lang::Python => tool.python_name.clone(),
-                    Lang::JavaScript => tool.js_name.clone(),
-                },
+                name: code_name(tool, lang),
                 tool: tool.name.clone(),
                 signature: line.clone(),
                 summary: summary(&tool.description, HIT_SUMMARY_CHARS),

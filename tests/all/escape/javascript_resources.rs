@@ -9,7 +9,7 @@
 //! while it holds them, the CPU of the sidecar's process tree, the sidecar's memory, files.
 
 use super::javascript::{attack_js, js_code};
-use super::resources::{runs_go_through, threads_and_budget};
+use super::resources::{runs_go_through, session_dir, threads_and_budget};
 use super::script::Run;
 use super::shares::{
     RATE_ENV, back_to_idle, booked_turns_hold_up_no_other, check_victim, descriptors_of,
@@ -20,7 +20,6 @@ use super::{
 };
 use crate::procs::SETTLE;
 use serde_json::{Value, json};
-use std::path::Path;
 use std::time::Duration;
 
 /// `PTC_MEMORY_MB` of the memory attacks: the default, said.
@@ -349,19 +348,7 @@ async fn javascript_timers_and_handlers_do_not_outlive_the_run() {
         let id = "js-outlive";
         let setup = json!({"code": "console.log(process.cwd().replaceAll('/', '|'))",
                            "lang": "javascript", "session_id": id});
-        let r = s
-            .exec_body(setup)
-            .await
-            .map_err(|e| broken(format!("the session did not start: {e}")))?;
-        let dir = r["stdout"]
-            .as_str()
-            .unwrap_or_default()
-            .trim()
-            .replace('|', "/");
-        if r["status"] != "ok" || !dir.ends_with(id) {
-            return Err(broken(format!("the session did not start: {r}")));
-        }
-        let dir = Path::new(&dir);
+        let dir = &session_dir(&s, setup, id).await?;
         let late_ms = (TIMEOUT_SECS + 2) * 1000;
         let args = json!({"late_file": "late.txt", "late_ms": late_ms});
         let started = std::time::Instant::now();

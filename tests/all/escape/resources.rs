@@ -3,12 +3,12 @@
 
 use super::stage::StageInner;
 use super::{
-    FLOOD_USER, Opts, SCRATCH_MAX_FILES, SCRATCH_MAX_MB, SESSION_MAX_MB, Verdict, against_both,
-    attack, broken,
+    FLOOD_USER, Failure, Opts, SCRATCH_MAX_FILES, SCRATCH_MAX_MB, SESSION_MAX_MB, Verdict,
+    against_both, attack, broken,
 };
 use crate::common::held;
-use serde_json::json;
-use std::path::Path;
+use serde_json::{Value, json};
+use std::path::PathBuf;
 
 /// A process's `Threads:` and its `Max processes` soft limit, read from outside.
 pub(super) fn threads_and_budget(pid: i32) -> Option<(u64, u64)> {
@@ -73,6 +73,24 @@ async fn three_thousand_threads_are_refused_and_take_no_run_over() {
         Ok(())
     })
     .await;
+}
+
+/// Starts session `id` with `body`, whose code prints its working directory with each `/` as
+/// `|`: that directory.
+pub(super) async fn session_dir(s: &StageInner, body: Value, id: &str) -> Result<PathBuf, Failure> {
+    let r = s
+        .exec_body(body)
+        .await
+        .map_err(|e| broken(format!("the session did not start: {e}")))?;
+    let dir = r["stdout"]
+        .as_str()
+        .unwrap_or_default()
+        .trim()
+        .replace('|', "/");
+    if r["status"] != "ok" || !dir.ends_with(id) {
+        return Err(broken(format!("the session did not start: {r}")));
+    }
+    Ok(PathBuf::from(dir))
 }
 
 /// Four runs of the same sidecar (and user) start and finish while a flood holds what it got
@@ -149,19 +167,7 @@ async fn the_session_quota_holds_at_the_end_of_a_run() {
         let setup = "import os\nos.mkdir('olddir')\nopen('olddir/old.txt', 'w').write('old')\n\
                      open('before.bin', 'wb').write(b'b' * (1 << 20))\n\
                      print(os.getcwd().replace('/', '|'))";
-        let r = s
-            .exec_body(json!({"code": setup, "session_id": id}))
-            .await
-            .map_err(|e| broken(format!("the session did not start: {e}")))?;
-        let dir = r["stdout"]
-            .as_str()
-            .unwrap_or_default()
-            .trim()
-            .replace('|', "/");
-        if r["status"] != "ok" || !dir.ends_with(id) {
-            return Err(broken(format!("the session did not start: {r}")));
-        }
-        let dir = Path::new(&dir);
+        let dir = &session_dir(&s, json!({"code": setup, "session_id": id}), id).await?;
         let canary = s.open_dir.join("canary");
         std::fs::write(&canary, "canary").unwrap();
         let before = held(dir);
