@@ -14,7 +14,8 @@
 //! mean) and two fusions (reciprocal-rank `search::fuse` and `search::blend`, linear, of BM25F
 //! over its best and the cosine) at several weights: the exploration of issue 25,
 //! kept so the next step is measured against it. `SEARCH_MISSES=1` prints the tuning half's
-//! misses of the RRF fusion; `SEARCH_DUMP=FILE` writes every query's scores and cosines.
+//! misses of the RRF fusion; `SEARCH_DUMP=FILE` writes every query's scores, cosines and
+//! vector, and each tool's vectors.
 //! Queries are read as search_tools reads them (`search::typed_query`: each value followed by
 //! its kind, issue 38); the rows "query untyped" rank them as given, as before.
 //!
@@ -95,8 +96,9 @@ fn server_name_description(t: &Tool) -> String {
     )
 }
 
-/// `SEARCH_DUMP=FILE`: every query's BM25F scores and cosines to each tool under each text
-/// variant, as JSON, to explore fusions without rebuilding.
+/// `SEARCH_DUMP=FILE`: every query's BM25F scores, vector and cosines to each tool under each
+/// text variant, and each variant's tool vectors, as JSON, to explore fusions and adapters
+/// without rebuilding.
 fn dump(
     path: &std::path::Path,
     names: &[String],
@@ -107,6 +109,11 @@ fn dump(
 ) {
     let mut out = serde_json::Map::new();
     out.insert("tools".into(), serde_json::json!(names));
+    let vecs: serde_json::Map<String, Value> = variants
+        .iter()
+        .map(|(label, tools)| (label.to_string(), serde_json::json!(tools)))
+        .collect();
+    out.insert("vecs".into(), Value::Object(vecs));
     for (h, (half, set)) in halves.iter().enumerate() {
         let rows: Vec<Value> = set
             .iter()
@@ -119,7 +126,7 @@ fn dump(
                         (label.to_string(), serde_json::json!(c))
                     })
                     .collect();
-                serde_json::json!({"query": q.text, "tools": q.tools, "bm25": bm25[h][i], "cos": cos})
+                serde_json::json!({"query": q.text, "tools": q.tools, "bm25": bm25[h][i], "cos": cos, "vec": query_vecs[h][i]})
             })
             .collect();
         out.insert(half.to_string(), Value::Array(rows));
