@@ -319,6 +319,11 @@ async fn node_code(
     code: String,
     typescript: bool,
 ) -> Result<Value, ApiError> {
+    // Reading is a run's work: a slot of its own, as the Python analyzer's run takes.
+    let _slot = runner.slot().await.map_err(|why| PreviewError::Timeout {
+        timeout_s: runner.config().timeout.as_secs_f64(),
+        stderr: why.to_string(),
+    })?;
     let names = snapshot.clone();
     let read = tokio::task::spawn_blocking(move || {
         run_javascript::on_parse_stack(move || {

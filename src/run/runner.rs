@@ -8,8 +8,10 @@
 //! tool call is dispatched (`calls`), how a child is made (`pool`) or how output is read
 //! (`output`).
 
+mod hold;
+mod start;
+
 use super::bash;
-use super::calls::new_token;
 use super::calls::{CallLimits, Calls, RunCtx};
 use super::child::SpawnSpec;
 use super::clock::RunClock;
@@ -18,23 +20,18 @@ use super::cpu;
 use super::dispatch::Backends;
 use super::guards::{FinishGuard, Waiting};
 use super::ipc;
-use super::javascript;
-use super::live::{Interpreters, Lost};
-use super::output::Captured;
-use super::pool::{self, OnServer, Pool};
+use super::live::Interpreters;
+use super::pool::{self, Pool};
 use super::prepare::{Preparations, Prepared};
-use super::request::{
-    DataPath, ExecRequest, ExecResult, ExecStatus, Lang, RunnerConfig, StateChange, Workspace,
-};
-use super::scratch::{self, OverQuota, SessionBefore};
+use super::request::{DataPath, ExecRequest, ExecResult, ExecStatus, Lang, RunnerConfig};
+use super::scratch;
 use super::shapes::Shapes;
-use super::turn::{Finished, Halt, Job, STOPPED_MESSAGE, Turn, TurnRun};
+use super::turn::{Finished, Halt, STOPPED_MESSAGE, TurnRun};
 use crate::events::Event;
 use crate::render::Snapshot;
 use crate::sandbox::{Mode, Sandbox, Status};
 use crate::trace::SpanContext;
 use crate::util::ms;
-use serde_json::json;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -56,6 +53,12 @@ pub const SHUTTING_DOWN_APPROVAL: &str =
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("{CLOSED_MESSAGE}")]
 pub struct ShuttingDown;
+
+/// No run slot came within `PTC_TIMEOUT`, or the sidecar stopped first ([`Runner::slot`]): a
+/// run's own message for it.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NoSlot(String);
 
 /// Extra seconds the SDK waits for a `/call` answer beyond `PTC_TOOL_TIMEOUT`, so the sidecar's
 /// own timeout (with its clear message) fires first.
@@ -284,6 +287,17 @@ impl Runner {
         self.inner.stop.cancel();
     }
 
+    /// One of the `max_runs` slots for work the sidecar does in a run's place (the JavaScript
+    /// preview's reading of code, on a thread of its own): waited for as a run waits, within
+    /// `PTC_TIMEOUT`, so that such work can never outnumber the runs and takes its turn among
+    /// them, as the Python preview's analyzer run does.
+    pub async fn slot(&self) -> Result<SemaphorePermit<'_>, NoSlot> {
+        let timeout = self.inner.cfg.timeout;
+        self.take_slot(tokio::time::Instant::now() + timeout, timeout)
+            .await
+            .map_err(|(_, why)| NoSlot(why))
+    }
+
     /// Runs code to completion, timeout or error. Never panics on the code's behalf and leaves
     /// no process behind, even if this future is dropped. Reports `exec.started` and
     /// `exec.finished` (also when the future is dropped: `cancelled`).
@@ -351,18 +365,15 @@ impl Runner {
             max_calls: cfg.max_calls_per_run,
             max_in_flight: cfg.max_in_flight_per_run,
         };
-        let runs = match req.lang {
-            Lang::Python => Runs::Python,
-            Lang::Bash => Runs::Bash(bash::functions(&snapshot.catalog)),
-            Lang::JavaScript | Lang::TypeScript => match node_module(&code, req.lang).await {
-                Ok(module) => Runs::Node(module),
-                Err(error) => {
-                    let mut result = failed((ExecStatus::Error, data.into_output(error)));
-                    // As node exits on a syntax error of its own.
-                    result.exit_code = Some(1);
-                    return result;
-                }
-            },
+        let runs = match start::runs_of(req.lang, &snapshot.catalog, &code).await {
+            Ok(runs) => runs,
+            Err(unreadable) => {
+                let why = data.into_output(unreadable.to_string());
+                let mut result = failed((ExecStatus::Error, why));
+                // As node exits on a syntax error of its own.
+                result.exit_code = Some(1);
+                return result;
+            }
         };
         let mut run = RunCtx::new(
             id.to_string(),
@@ -395,7 +406,7 @@ impl Runner {
         // Before any of the run's code runs: what its session held, to hold it to its quota at
         // the end.
         let before = match req.workspace.as_ref() {
-            Some(workspace) => Some(note_session(workspace).await),
+            Some(workspace) => Some(hold::note_session(workspace).await),
             None => None,
         };
         let turn = self.turn(&req, on, &code, runs).await;
@@ -466,56 +477,6 @@ impl Runner {
             content: Vec::new(),
             quota: quota.map(Box::new),
         }
-    }
-
-    /// Holds the run's session to its quota now that nothing of the run runs (a fresh child's
-    /// group is killed, a live interpreter stopped): within it, nothing; past it, a live
-    /// interpreter the session kept is ended (it may hold what the run wrote open, and its
-    /// state may refer to it), what the run wrote is removed, and the run ends with an error
-    /// saying so.
-    async fn hold_session(
-        &self,
-        req: &ExecRequest,
-        workspace: &Workspace,
-        before: SessionBefore,
-        finished: &mut Finished,
-    ) -> Option<OverQuota> {
-        let (dir, quota) = (workspace.dir.clone(), workspace.quota);
-        let past = {
-            let dir = dir.clone();
-            tokio::task::spawn_blocking(move || scratch::session_past(&dir, &quota))
-                .await
-                // What cannot be measured counts as past the quota.
-                .unwrap_or_else(|e| Some(scratch::Past::unmeasured(&e)))?
-        };
-        if let (Some(id), Some(state)) = (req.session.as_deref(), finished.session.as_mut())
-            && state.state != StateChange::Ended
-            && self.inner.live.stop(id, Lost::Quota)
-        {
-            state.state = StateChange::Ended;
-            state.reason = Some(Lost::Quota);
-        }
-        let held =
-            tokio::task::spawn_blocking(move || scratch::hold_session(&dir, &quota, before, past))
-                .await;
-        let over = match held {
-            Ok(over) => over,
-            Err(e) => OverQuota {
-                setting: scratch::SESSION.bytes,
-                message: format!(
-                    "the run left the session's data directory past its quota, and holding it \
-                     to it failed ({e})"
-                ),
-                removed: false,
-            },
-        };
-        finished.status = ExecStatus::Error;
-        let stderr = &mut finished.output.stderr;
-        if !stderr.is_empty() && !stderr.ends_with('\n') {
-            stderr.push('\n');
-        }
-        stderr.push_str(&format!("ptc-sidecar: {}\n", over.message));
-        Some(over)
     }
 
     /// Whether the run may start at all: the runner is open, and bash code fits one argument.
@@ -594,149 +555,4 @@ impl Runner {
             )),
         }
     }
-
-    /// How long the SDK waits for one call's answer before it gives up on the sidecar: the
-    /// tool's timeout, and a person's when calls may wait for one.
-    fn call_timeout(&self) -> Duration {
-        let approvals = self.inner.calls.approvals();
-        let person = match approvals.on() {
-            true => approvals.timeout(),
-            false => Duration::ZERO,
-        };
-        self.inner.cfg.tool_timeout + CALL_TIMEOUT_MARGIN + person
-    }
-
-    /// The run's turn on an interpreter: the session's live one for Python code of a live
-    /// session, else a fresh child (Python, bash with the tool functions, or node with the
-    /// code's module). A run that cannot start is finished with why.
-    async fn turn(
-        &self,
-        req: &ExecRequest,
-        run: TurnRun<'_>,
-        code: &str,
-        runs: Runs,
-    ) -> Result<Turn, Finished> {
-        let cfg = &self.inner.cfg;
-        let pool = &self.inner.pool;
-        let (id, prepared, token) = (run.id, run.prepared, run.token);
-        let mut job = json!({
-            "code": code,
-            "ipc": self.ipc_addr().to_string(),
-            "token": token,
-            "call_timeout": self.call_timeout().as_secs_f64(),
-            "allow_subprocess": cfg.allow_subprocess,
-        });
-        if let (Lang::Python, true, Some(session), Some(_)) =
-            (req.lang, req.live, req.session.as_deref(), &req.workspace)
-        {
-            let nonce = new_token()[..32].to_string();
-            job["session"] = json!(true);
-            job["nonce"] = json!(nonce);
-            let live = &self.inner.live;
-            return Turn::live(pool, cfg, live, session, run, job, &nonce).await;
-        }
-        let started = match runs {
-            Runs::Python => {
-                let job = job.to_string();
-                let warm = req.snapshot.is_none();
-                Turn::fresh(
-                    pool,
-                    cfg,
-                    run,
-                    Job::Python {
-                        job: job.as_bytes(),
-                        warm,
-                    },
-                )
-                .await
-            }
-            Runs::Bash(functions) => {
-                let mut program =
-                    bash::program(code, &pool.scratch_of(id), self.ipc_addr().port(), token);
-                program.files = vec![(bash::FUNCTIONS_FILE.into(), functions)];
-                // The current catalog's fork server, when there is a warm pool to keep it.
-                let current = match cfg.warm_workers {
-                    0 => None,
-                    _ => self.inner.preparations.current().await.ok().map(|(_, p)| p),
-                };
-                let fork_from = current.as_deref().unwrap_or(prepared);
-                let on = OnServer {
-                    prepared: fork_from,
-                    own: false,
-                    warm_node: false,
-                };
-                let job = Job::Program {
-                    program: &program,
-                    on,
-                    job: b"",
-                };
-                Turn::fresh(pool, cfg, run, job).await
-            }
-            Runs::Node(module) => {
-                let program = javascript::program(&prepared.sdk_dir, cfg.allow_subprocess);
-                module.into_job(&mut job);
-                let job = job.to_string();
-                // node reads the run's catalog in the SDK directory of the server it is forked
-                // from: a request's own catalog gets a server of its own.
-                let on = OnServer {
-                    prepared,
-                    own: req.snapshot.is_some(),
-                    warm_node: true,
-                };
-                let job = Job::Program {
-                    program: &program,
-                    on,
-                    job: job.as_bytes(),
-                };
-                Turn::fresh(pool, cfg, run, job).await
-            }
-        };
-        started.map_err(|e| {
-            let program = match req.lang {
-                Lang::Python => cfg.python.display().to_string(),
-                Lang::Bash => bash::BASH.to_string(),
-                Lang::JavaScript | Lang::TypeScript => javascript::NODE.to_string(),
-            };
-            Finished {
-                status: ExecStatus::Error,
-                output: Captured {
-                    stderr: format!("ptc-sidecar could not start {program}: {e}"),
-                    ..Captured::default()
-                },
-                exit_code: None,
-                session: None,
-            }
-        })
-    }
-}
-
-/// What a run's child runs beyond its job: the SDK's bootstrap, or a program.
-enum Runs {
-    Python,
-    /// bash, with the file of its tool functions.
-    Bash(String),
-    /// node, with the module of the code ([`javascript::module`]).
-    Node(javascript::Module),
-}
-
-/// The module node imports for `code` (TypeScript stripped of its types), or the syntax error
-/// as the run prints it; on a blocking thread.
-async fn node_module(code: &str, lang: Lang) -> Result<javascript::Module, String> {
-    let code = code.to_string();
-    let typescript = lang == Lang::TypeScript;
-    let read = move || javascript::on_parse_stack(move || javascript::module(&code, typescript));
-    tokio::task::spawn_blocking(read)
-        .await
-        .map_err(|e| format!("ptc-sidecar could not read the code: {e}"))?
-        .map_err(|e| format!("ptc-sidecar could not read the code: {e}"))?
-        .map_err(|e| e.to_string())
-}
-
-/// What the session's data directory holds before its run (`scratch::note_session`, on a
-/// blocking thread).
-async fn note_session(workspace: &Workspace) -> SessionBefore {
-    let (dir, quota) = (workspace.dir.clone(), workspace.quota);
-    tokio::task::spawn_blocking(move || scratch::note_session(&dir, &quota))
-        .await
-        .unwrap_or_else(|e| SessionBefore::unknown(format!("it could not be read ({e})")))
 }

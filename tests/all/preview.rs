@@ -454,3 +454,54 @@ async fn javascript_known_unknown_and_dynamic_tools_with_their_lines() {
     .await
     .unwrap();
 }
+
+/// A gauge of `/metrics` (`ptc_runs_queued`, …) once it reads `value`, polled for at most 10 s.
+async fn gauge_reaches(s: &TestSidecar, gauge: &str, value: i64) {
+    let line = format!("{gauge} {value}");
+    for _ in 0..200 {
+        let text = s.http.get(s.url("/metrics")).send().await.unwrap();
+        if text.text().await.unwrap().lines().any(|l| l == line) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("{gauge} never read {value}");
+}
+
+/// The attack: previews sent to read JavaScript on the sidecar's own threads while the runs
+/// use every slot. Reading is a run's work, so a JavaScript preview takes one of the
+/// `PTC_MAX_RUNS` slots as the Python analyzer's run does: with one slot, held by a run, the
+/// preview waits in the run queue (`ptc_runs_queued` 1) and is answered only after the run's
+/// code has ended (the run prints the wall clock as it ends; the answer comes later). So
+/// previews, however many, never read code on more threads than there are runs.
+#[tokio::test]
+async fn a_javascript_preview_takes_a_run_slot() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let f = fixture(&[("PTC_MAX_RUNS", "1")]).await;
+        let s = &f.s;
+        let now = || {
+            let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+            since.unwrap().as_secs_f64()
+        };
+        let run = s.exec("import time\ntime.sleep(2)\nprint(time.time())");
+        let previewed = async {
+            gauge_reaches(s, "ptc_runs_in_flight", 1).await;
+            let answer = async {
+                let a = preview(s, "await noop({})", "javascript").await;
+                (a, now())
+            };
+            let (answered, ()) = tokio::join!(answer, gauge_reaches(s, "ptc_runs_queued", 1));
+            answered
+        };
+        let (result, (answer, read)) = tokio::join!(run, previewed);
+        let ended: f64 = result["stdout"].as_str().unwrap().trim().parse().unwrap();
+        assert!(
+            read > ended,
+            "the preview was answered at {read} while the run held the only slot (its code ended at {ended})"
+        );
+        assert_eq!(answer["tools"][0]["name"], "noop", "{answer}");
+        gauge_reaches(s, "ptc_runs_queued", 0).await;
+    })
+    .await
+    .unwrap();
+}
