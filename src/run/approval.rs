@@ -198,30 +198,48 @@ struct Held<'a> {
     bytes: u64,
 }
 
+/// Why a call may not wait for a person: its run's share of the approval table or of the
+/// bytes of waiting calls' arguments is taken, or the sidecar's whole table or bytes are.
+#[derive(Debug, thiserror::Error)]
+enum NoShare {
+    #[error(
+        "{ceiling} calls of this run already wait for a person, its share of the approval \
+         table: wait for their answers before asking more"
+    )]
+    Calls { ceiling: u64 },
+    #[error(
+        "the approval table is full across this sidecar's runs (each run keeps its first few \
+         calls): try again once some are answered"
+    )]
+    Table,
+    #[error(
+        "this call's arguments ({bytes} bytes) would take the run's calls waiting for a person \
+         past {ceiling} bytes, its share ({held} wait already): send less, or wait for their \
+         answers"
+    )]
+    Bytes { bytes: u64, ceiling: u64, held: u64 },
+    #[error(
+        "the arguments of calls waiting for a person fill this sidecar's share for them; this \
+         call's {bytes} bytes do not fit: try again once some are answered, or send less"
+    )]
+    AllBytes { bytes: u64 },
+}
+
 impl<'a> Held<'a> {
-    fn take(shares: &'a ApprovalShares, bytes: u64) -> Result<Held<'a>, String> {
+    fn take(shares: &'a ApprovalShares, bytes: u64) -> Result<Held<'a>, NoShare> {
         TABLE.take(&shares.calls, 1).map_err(|short| match short {
-            Short::Ceiling { ceiling, .. } => format!(
-                "{ceiling} calls of this run already wait for a person, its share of the \
-                 approval table: wait for their answers before asking more"
-            ),
-            Short::Pool { .. } => "the approval table is full across this sidecar's runs \
-                 (each run keeps its first few calls): try again once some are answered"
-                .to_string(),
+            Short::Ceiling { ceiling, .. } => NoShare::Calls { ceiling },
+            Short::Pool { .. } => NoShare::Table,
         })?;
         if let Err(short) = BYTES.take(&shares.bytes, bytes) {
             TABLE.give_back(&shares.calls, 1);
             return Err(match short {
-                Short::Ceiling { ceiling, held } => format!(
-                    "this call's arguments ({bytes} bytes) would take the run's calls waiting \
-                     for a person past {ceiling} bytes, its share ({held} wait already): send \
-                     less, or wait for their answers"
-                ),
-                Short::Pool { .. } => format!(
-                    "the arguments of calls waiting for a person fill this sidecar's share \
-                     for them; this call's {bytes} bytes do not fit: try again once some are \
-                     answered, or send less"
-                ),
+                Short::Ceiling { ceiling, held } => NoShare::Bytes {
+                    bytes,
+                    ceiling,
+                    held,
+                },
+                Short::Pool { .. } => NoShare::AllBytes { bytes },
             });
         }
         Ok(Held { shares, bytes })
@@ -383,7 +401,7 @@ impl Approvals {
         };
         let (reply, answer) = oneshot::channel();
         let _held = Held::take(at.shares, args.len() as u64)
-            .map_err(|reason| denied(&tool.python_name, false, Some(&reason)))?;
+            .map_err(|short| denied(&tool.python_name, false, Some(&short.to_string())))?;
         {
             let mut waiting = lock(&inner.waiting);
             if let Some(reason) = &waiting.closed {

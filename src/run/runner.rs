@@ -24,9 +24,9 @@ use super::live::Interpreters;
 use super::pool::{self, Pool};
 use super::prepare::{Preparations, Prepared};
 use super::request::{DataPath, ExecRequest, ExecResult, ExecStatus, Lang, RunnerConfig};
-use super::scratch;
+use super::scratch::{self, OverQuota};
 use super::shapes::Shapes;
-use super::turn::{Finished, Halt, STOPPED_MESSAGE, TurnRun};
+use super::turn::{Finished, Halt, STOPPED_MESSAGE, Turn, TurnRun};
 use crate::events::Event;
 use crate::render::Snapshot;
 use crate::sandbox::{Mode, Sandbox, Status};
@@ -361,10 +361,6 @@ impl Runner {
         };
         let data = DataPath::of(req.workspace.as_ref());
         let code = data.into_code(std::mem::take(&mut req.code));
-        let limits = CallLimits {
-            max_calls: cfg.max_calls_per_run,
-            max_in_flight: cfg.max_in_flight_per_run,
-        };
         let runs = match start::runs_of(req.lang, &snapshot.catalog, &code).await {
             Ok(runs) => runs,
             Err(unreadable) => {
@@ -375,20 +371,7 @@ impl Runner {
                 return result;
             }
         };
-        let mut run = RunCtx::new(
-            id.to_string(),
-            snapshot,
-            prepared.clone(),
-            req.host.take(),
-            limits,
-        );
-        run.session = req.session.clone();
-        run.user = req.user.clone();
-        run.files = req.files.clone();
-        run.span = span.clone();
-        run.clock = RunClock::new(deadline, self.inner.calls.approval_budget());
-        run.asker = req.asker.take();
-        let run = Arc::new(run);
+        let run = Arc::new(self.run_ctx(id, snapshot, prepared.clone(), &mut req, span, deadline));
         let registration = self.inner.calls.register(run.clone());
 
         let on = TurnRun {
@@ -410,37 +393,9 @@ impl Runner {
             None => None,
         };
         let turn = self.turn(&req, on, &code, runs).await;
-        let mut watched = None;
-        let finished = match turn {
-            Ok(mut turn) => {
-                let watch = scratch::watch_run(
-                    turn.child().scratch(),
-                    cfg.scratch_quota,
-                    req.workspace.as_ref().map(|w| (w.dir.as_path(), w.quota)),
-                );
-                // The CPU time of all the run's processes together (`RLIMIT_CPU` counts one).
-                let cpu = cpu::watch(turn.child().pid(), cfg.limits.cpu_secs);
-                let quota = async {
-                    tokio::select! {
-                        over = watch => {
-                            let why = over.message.clone();
-                            watched = Some(over);
-                            why
-                        }
-                        why = cpu => why,
-                    }
-                };
-                let cancel = req.cancel.clone().unwrap_or_default();
-                let stop = async {
-                    tokio::select! {
-                        _ = self.inner.stop.cancelled() => Halt::Shutdown,
-                        _ = cancel.cancelled() => Halt::Cancelled,
-                    }
-                };
-                let end = turn.until_end(&run.clock, timeout, quota, stop).await;
-                turn.finish(end).await
-            }
-            Err(finished) => finished,
+        let (finished, watched) = match turn {
+            Ok(turn) => self.watch(turn, &req, &run.clock, timeout).await,
+            Err(finished) => (finished, None),
         };
         drop(registration);
         let mut finished = finished;
@@ -477,6 +432,71 @@ impl Runner {
             content: Vec::new(),
             quota: quota.map(Box::new),
         }
+    }
+
+    /// What the calls handle knows of the run while it lives: its catalog, its limits, whose
+    /// it is, its clock, and who answers its calls (a request's host, a person's approval).
+    fn run_ctx(
+        &self,
+        id: &str,
+        snapshot: Arc<Snapshot>,
+        prepared: Arc<Prepared>,
+        req: &mut ExecRequest,
+        span: &SpanContext,
+        deadline: tokio::time::Instant,
+    ) -> RunCtx {
+        let cfg = &self.inner.cfg;
+        let limits = CallLimits {
+            max_calls: cfg.max_calls_per_run,
+            max_in_flight: cfg.max_in_flight_per_run,
+        };
+        let mut run = RunCtx::new(id.to_string(), snapshot, prepared, req.host.take(), limits);
+        run.session = req.session.clone();
+        run.user = req.user.clone();
+        run.files = req.files.clone();
+        run.span = span.clone();
+        run.clock = RunClock::new(deadline, self.inner.calls.approval_budget());
+        run.asker = req.asker.take();
+        run
+    }
+
+    /// The run's turn until it ends: its code's end, its deadline, its scratch (or session)
+    /// past its quota, the CPU time of all its processes past their limit (`RLIMIT_CPU` counts
+    /// one), a cancel or the shutdown; and what went past a quota, when something did.
+    async fn watch(
+        &self,
+        mut turn: Turn,
+        req: &ExecRequest,
+        clock: &RunClock,
+        timeout: Duration,
+    ) -> (Finished, Option<OverQuota>) {
+        let cfg = &self.inner.cfg;
+        let mut watched = None;
+        let scratch = scratch::watch_run(
+            turn.child().scratch(),
+            cfg.scratch_quota,
+            req.workspace.as_ref().map(|w| (w.dir.as_path(), w.quota)),
+        );
+        let cpu = cpu::watch(turn.child().pid(), cfg.limits.cpu_secs);
+        let quota = async {
+            tokio::select! {
+                over = scratch => {
+                    let why = over.message.clone();
+                    watched = Some(over);
+                    why
+                }
+                why = cpu => why,
+            }
+        };
+        let cancel = req.cancel.clone().unwrap_or_default();
+        let stop = async {
+            tokio::select! {
+                _ = self.inner.stop.cancelled() => Halt::Shutdown,
+                _ = cancel.cancelled() => Halt::Cancelled,
+            }
+        };
+        let end = turn.until_end(clock, timeout, quota, stop).await;
+        (turn.finish(end).await, watched)
     }
 
     /// Whether the run may start at all: the runner is open, and bash code fits one argument.

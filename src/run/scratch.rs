@@ -274,11 +274,26 @@ pub async fn watch_as(dir: PathBuf, quota: ScratchQuota, names: &'static QuotaNa
 /// What a session's data directory held when its run began ([`note_session`]), to hold it to
 /// its quota when the run ends ([`hold_session`]).
 #[derive(Debug)]
-pub struct SessionBefore(Result<Manifest, String>);
+pub struct SessionBefore(Result<Manifest, Unnoted>);
+
+/// Why what a session's data directory held when its run began is not known, in the words
+/// that finish "when the run began …".
+#[derive(Debug, thiserror::Error)]
+pub enum Unnoted {
+    #[error("it could not be opened ({0})")]
+    Unopened(std::io::Error),
+    #[error("it held more than {0} files and folders")]
+    TooMany(u64),
+    #[error("it could not be measured ({0})")]
+    Unmeasurable(Unmeasurable),
+    /// The noting itself failed (its blocking task did not finish).
+    #[error("it could not be read ({0})")]
+    Unread(String),
+}
 
 impl SessionBefore {
     /// A session whose manifest could not be taken, and why.
-    pub fn unknown(why: String) -> SessionBefore {
+    pub fn unknown(why: Unnoted) -> SessionBefore {
         SessionBefore(Err(why))
     }
 }
@@ -287,11 +302,11 @@ impl SessionBefore {
 /// runs yet: a manifest of at most `quota.max_files` entries (`util::rollback`). Blocking.
 pub fn note_session(dir: &Path, quota: &ScratchQuota) -> SessionBefore {
     let taken = open_dir_path(dir)
-        .map_err(|e| format!("it could not be opened ({e})"))
+        .map_err(Unnoted::Unopened)
         .and_then(|top| {
             Manifest::take(top, quota.max_files).map_err(|e| match e {
-                NotTaken::TooMany(n) => format!("it held more than {n} files and folders"),
-                NotTaken::Unmeasurable(why) => format!("it could not be measured ({why})"),
+                NotTaken::TooMany(n) => Unnoted::TooMany(n),
+                NotTaken::Unmeasurable(why) => Unnoted::Unmeasurable(why),
             })
         });
     SessionBefore(taken)

@@ -6,9 +6,8 @@
 use super::super::budget::{self, Lender, Resource};
 use super::super::calls::RunCtx;
 use super::super::files::{ChunkReader, FileError, MAX_SAVE_BYTES};
-use super::{
-    BODY_TIMEOUT, Refusal, authorize, body_timeout, bound_in_time, refuse, reply, too_large,
-};
+use super::BODY_TIMEOUT;
+use super::auth::{Refusal, authorize, body_timeout, bound_in_time, refuse, reply, too_large};
 use crate::run::calls::Calls;
 use axum::body::Bytes;
 use axum::extract::{Query, Request, State};

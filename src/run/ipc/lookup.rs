@@ -3,7 +3,8 @@
 //! search model's cosines when `PTC_SEARCH_MODEL` is set, and the learned shapes. The bridge's
 //! own checks (the token, the body's bounds) are the parent's.
 
-use super::{MAX_LOOKUP_BYTES, authorized_within, plain, refuse, reply};
+use super::MAX_LOOKUP_BYTES;
+use super::auth::{authorized_within, plain, refuse, reply};
 use crate::config::Lang;
 use crate::embed::MODEL_WAIT;
 use crate::render::description::code_name;
@@ -11,6 +12,7 @@ use crate::render::search::{HIT_SUMMARY_CHARS, MAX_QUERY_CHARS};
 use crate::render::signature::summary;
 use crate::run::bash::bash_name;
 use crate::run::calls::{Calls, RunCtx};
+use crate::run::dispatch::CallError;
 use axum::extract::{Query, Request, State};
 use axum::http::StatusCode;
 use axum::response::Response;
@@ -72,8 +74,8 @@ async fn found(
     query: &str,
     limit: usize,
     lang: Lang,
-) -> Result<Searched, String> {
-    run.count_call("search_tools").map_err(|e| e.to_string())?;
+) -> Result<Searched, CallError> {
+    run.count_call("search_tools")?;
     let snapshot = &run.snapshot;
     let wait = run
         .clock
@@ -134,7 +136,7 @@ pub(super) async fn search(State(calls): State<Calls>, request: Request) -> Resp
     let lang = lang_of(query.lang.as_deref());
     let searched = match found(&calls, &run, &query.query, query.limit, lang).await {
         Ok(searched) => searched,
-        Err(message) => return refuse(StatusCode::TOO_MANY_REQUESTS, "limit", &message),
+        Err(over) => return refuse(StatusCode::TOO_MANY_REQUESTS, "limit", &over.to_string()),
     };
     let results: Vec<Value> = searched
         .found
@@ -201,7 +203,7 @@ pub(super) async fn bash_search(
     let limit = limit.limit.unwrap_or(default_limit());
     let searched = match found(&calls, &run, query, limit, Lang::Python).await {
         Ok(searched) => searched,
-        Err(message) => return plain(StatusCode::TOO_MANY_REQUESTS, format!("{message}\n")),
+        Err(over) => return plain(StatusCode::TOO_MANY_REQUESTS, format!("{over}\n")),
     };
     let mut out = String::new();
     if let Some(why) = searched.words_alone {

@@ -4,7 +4,7 @@
 use super::Runner;
 use crate::run::live::Lost;
 use crate::run::request::{ExecRequest, ExecStatus, StateChange, Workspace};
-use crate::run::scratch::{self, OverQuota, SessionBefore};
+use crate::run::scratch::{self, OverQuota, SessionBefore, Unnoted};
 use crate::run::turn::Finished;
 
 impl Runner {
@@ -65,5 +65,5 @@ pub(super) async fn note_session(workspace: &Workspace) -> SessionBefore {
     let (dir, quota) = (workspace.dir.clone(), workspace.quota);
     tokio::task::spawn_blocking(move || scratch::note_session(&dir, &quota))
         .await
-        .unwrap_or_else(|e| SessionBefore::unknown(format!("it could not be read ({e})")))
+        .unwrap_or_else(|e| SessionBefore::unknown(Unnoted::Unread(e.to_string())))
 }
