@@ -3,15 +3,19 @@
 //!
 //! Owns the order of startup and shutdown, the runner's settings derived from the
 //! configuration, and the runtime directory it makes. It holds no logic of its own: reading the
-//! sources belongs to [`sources`], reloading to [`reload`], serving to [`api`]. Nothing in the
-//! library imports this module (only `main`, tests and benchmarks do), so every part it starts
-//! can be used alone.
+//! sources belongs to [`sources`], reloading to [`reload`], the routes to [`api`](crate::api).
+//! Nothing in the library imports this module (only `main`, tests and benchmarks do), so every
+//! part it starts can be used alone.
+//!
+//! `serve` binds the control API's [`Listener`] and serves it ([`run`]).
 
-use crate::api::{self, AppState};
+mod serve;
+
+pub use serve::{Listener, REQUESTS_GRACE, run};
+
+use crate::api::AppState;
 use crate::catalog::source::SourceError;
-use crate::config::{
-    Config, LimitRules, LimitsError, LimitsSource, Listen, SandboxMode, SandboxUser,
-};
+use crate::config::{Config, LimitRules, LimitsError, LimitsSource, SandboxMode, SandboxUser};
 use crate::embed::{Embeddings, ModelError};
 use crate::events::{DEFAULT_HOLD, Events, EventsConfig, EventsError, Observer};
 use crate::mcp::{Hub, McpConfigError};
@@ -33,9 +37,6 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-/// Once the runs are over, how long the requests still open get to finish (a run's answer being
-/// written, an event stream) before the server stops: the HTTP side must not hold up the exit.
-pub const REQUESTS_GRACE: Duration = Duration::from_secs(3);
 /// After the shutdown grace, how long the runs that were stopped get to give their results
 /// (their processes are killed at once; this is their output read and their answer made).
 pub const STOPPED_RUNS_WAIT: Duration = Duration::from_secs(2);
@@ -520,73 +521,6 @@ impl Drop for Sidecar {
     fn drop(&mut self) {
         // Before the fields drop: children stop before their runtime directory goes.
         self.shutdown.cancel();
-    }
-}
-
-/// A bound control-API listener.
-pub enum Listener {
-    Tcp(tokio::net::TcpListener),
-    Unix(tokio::net::UnixListener),
-}
-
-impl Listener {
-    pub async fn bind(listen: &Listen) -> std::io::Result<Listener> {
-        Ok(match listen {
-            Listen::Tcp(addr) => Listener::Tcp(tokio::net::TcpListener::bind(addr).await?),
-            Listen::Unix(path) => {
-                // A stale socket from a previous run would make bind fail.
-                if path.exists() {
-                    std::fs::remove_file(path)?;
-                }
-                Listener::Unix(tokio::net::UnixListener::bind(path)?)
-            }
-        })
-    }
-
-    pub fn local_addr(&self) -> String {
-        match self {
-            Listener::Tcp(l) => l.local_addr().map(|a| a.to_string()).unwrap_or_default(),
-            Listener::Unix(l) => l
-                .local_addr()
-                .ok()
-                .and_then(|a| a.as_pathname().map(|p| format!("unix:{}", p.display())))
-                .unwrap_or_default(),
-        }
-    }
-}
-
-/// Serves the control API on `listener` until `shutdown` is cancelled, then lets in-flight
-/// requests finish for at most [`REQUESTS_GRACE`].
-pub async fn run(
-    listener: Listener,
-    state: AppState,
-    shutdown: CancellationToken,
-) -> std::io::Result<()> {
-    let router = api::router(state);
-    let graceful = {
-        let shutdown = shutdown.clone();
-        async move { shutdown.cancelled().await }
-    };
-    let serve = async {
-        match listener {
-            Listener::Tcp(l) => {
-                axum::serve(l, router)
-                    .with_graceful_shutdown(graceful)
-                    .await
-            }
-            Listener::Unix(l) => {
-                axum::serve(l, router)
-                    .with_graceful_shutdown(graceful)
-                    .await
-            }
-        }
-    };
-    tokio::select! {
-        result = serve => result,
-        _ = async { shutdown.cancelled().await; tokio::time::sleep(REQUESTS_GRACE).await } => {
-            tracing::warn!("in-flight requests did not finish within {REQUESTS_GRACE:?}; stopping");
-            Ok(())
-        }
     }
 }
 

@@ -150,40 +150,62 @@ pub(super) fn read_at(root: BorrowedFd<'_>, id: &str) -> Found {
     }
     match parse(&bytes) {
         Ok(found) => found,
-        Err(why) => Found::Unreadable(why),
+        Err(why) => Found::Unreadable(why.to_string()),
     }
+}
+
+/// Why a record's bytes are not a record (nor an older sidecar's owner): what
+/// [`Found::Unreadable`] says.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum NotARecord {
+    /// Longer than the sidecar ever writes.
+    #[error("it is longer than {MAX_RECORD_BYTES} bytes")]
+    TooLong,
+    /// A write cut short: the sidecar never writes an empty one.
+    #[error("it is empty")]
+    Empty,
+    /// A JSON object that is not a record of this format.
+    #[error("it is not a record this sidecar can read: {0}")]
+    Json(serde_json::Error),
+    /// A record of another format version.
+    #[error(
+        "it is in format version {0}, and this sidecar reads version {VERSION} (was it \
+         written by a newer one?)"
+    )]
+    Version(u32),
+    /// An owner past [`MAX_OWNER_BYTES`].
+    #[error("its owner is longer than {MAX_OWNER_BYTES} bytes")]
+    OwnerTooLong,
+    /// Neither JSON nor an older sidecar's owner text.
+    #[error("it is not UTF-8 text")]
+    NotUtf8,
 }
 
 /// A record's bytes: a record of this format ([`Found::Record`]), an older sidecar's owner
 /// ([`Found::Legacy`]), or why it is neither.
-pub(super) fn parse(bytes: &[u8]) -> Result<Found, String> {
+pub(super) fn parse(bytes: &[u8]) -> Result<Found, NotARecord> {
     if bytes.len() > MAX_RECORD_BYTES {
-        return Err(format!("it is longer than {MAX_RECORD_BYTES} bytes"));
+        return Err(NotARecord::TooLong);
     }
     if bytes.is_empty() {
         // The sidecar never writes an empty one (an older one kept no file for the empty
         // owner): a write cut short, which must not read as the API key's holder.
-        return Err("it is empty".into());
+        return Err(NotARecord::Empty);
     }
     if bytes[0] == b'{' {
-        let record: Record = serde_json::from_slice(bytes)
-            .map_err(|e| format!("it is not a record this sidecar can read: {e}"))?;
+        let record: Record = serde_json::from_slice(bytes).map_err(NotARecord::Json)?;
         if record.v != VERSION {
-            return Err(format!(
-                "it is in format version {}, and this sidecar reads version {VERSION} (was it \
-                 written by a newer one?)",
-                record.v
-            ));
+            return Err(NotARecord::Version(record.v));
         }
         if record.owner.len() > MAX_OWNER_BYTES {
-            return Err(format!("its owner is longer than {MAX_OWNER_BYTES} bytes"));
+            return Err(NotARecord::OwnerTooLong);
         }
         return Ok(Found::Record(record));
     }
     // An owner string is the caller's (`Principal::owner`: a JSON array), never an object.
-    let owner = std::str::from_utf8(bytes).map_err(|_| "it is not UTF-8 text".to_string())?;
+    let owner = std::str::from_utf8(bytes).map_err(|_| NotARecord::NotUtf8)?;
     if owner.len() > MAX_OWNER_BYTES {
-        return Err(format!("its owner is longer than {MAX_OWNER_BYTES} bytes"));
+        return Err(NotARecord::OwnerTooLong);
     }
     Ok(Found::Legacy(owner.to_string()))
 }
@@ -290,26 +312,29 @@ mod tests {
             text,
             r#"{"v":1,"owner":"[\"t1\",\"alice\"]","last_used_ms":1700000000123}"#
         );
-        assert_eq!(parse(text.as_bytes()), Ok(Found::Record(record.clone())));
+        assert_eq!(
+            parse(text.as_bytes()).unwrap(),
+            Found::Record(record.clone())
+        );
         assert_eq!(record.last_used(), at);
         let with_uid = Record::new("", at, Some(100_042));
         let text = serde_json::to_string(&with_uid).unwrap();
         assert!(text.ends_with(r#","uid":100042}"#), "{text}");
-        assert_eq!(parse(text.as_bytes()), Ok(Found::Record(with_uid)));
+        assert_eq!(parse(text.as_bytes()).unwrap(), Found::Record(with_uid));
         // A field a later version adds is ignored.
         assert_eq!(
-            parse(br#"{"v":1,"owner":"","last_used_ms":5,"later":[1,2]}"#),
-            Ok(Found::Record(Record {
+            parse(br#"{"v":1,"owner":"","last_used_ms":5,"later":[1,2]}"#).unwrap(),
+            Found::Record(Record {
                 v: 1,
                 owner: String::new(),
                 last_used_ms: 5,
                 uid: None
-            }))
+            })
         );
         // An older sidecar's owner file is the owner alone.
         assert_eq!(
-            parse(br#"["t1","alice"]"#),
-            Ok(Found::Legacy(r#"["t1","alice"]"#.into()))
+            parse(br#"["t1","alice"]"#).unwrap(),
+            Found::Legacy(r#"["t1","alice"]"#.into())
         );
     }
 
@@ -336,7 +361,7 @@ mod tests {
             (long_owner.as_bytes(), "owner is longer than 1024 bytes"),
         ];
         for (bytes, says) in cases {
-            let why = parse(bytes).unwrap_err();
+            let why = parse(bytes).unwrap_err().to_string();
             assert!(
                 why.contains(says),
                 "{:?}: {why}",
@@ -345,8 +370,8 @@ mod tests {
         }
         let huge = vec![b'{'; MAX_RECORD_BYTES + 1];
         assert_eq!(
-            parse(&huge),
-            Err(format!("it is longer than {MAX_RECORD_BYTES} bytes"))
+            parse(&huge).unwrap_err().to_string(),
+            format!("it is longer than {MAX_RECORD_BYTES} bytes")
         );
     }
 }

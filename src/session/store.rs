@@ -7,13 +7,16 @@
 //!
 //! It owns the root and the `root/<id>` and `root/<id>.owner` entries, never what is inside a
 //! session folder (`held` and `write` reach that through `fs`). It must not know runs or HTTP.
+//!
+//! What happens once at start, making the root and adopting what is in it, is `adopt`'s.
+
+mod adopt;
 
 use std::collections::{BTreeMap, HashMap};
 use std::ffi::{CStr, CString};
 use std::io;
 use std::ops::ControlFlow;
 use std::os::fd::AsFd;
-use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -23,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use super::fs;
 use super::held::{Session, Shared};
 use super::names;
-use super::record::{self, Durability, Found, MAX_OWNER_BYTES, RECORD_SUFFIX, Record, TEMP_PREFIX};
+use super::record::{self, Durability, MAX_OWNER_BYTES, Record};
 use super::{SessionConfig, SessionError, io_error};
 use crate::util::{lock, tree};
 
@@ -224,14 +227,14 @@ impl Sessions {
                 io::Error::new(e.kind(), format!("session root {root}: {what}: {e}"))
             }
         };
-        make_root(&cfg.root).map_err(in_root("cannot create it"))?;
+        adopt::make_root(&cfg.root).map_err(in_root("cannot create it"))?;
         let root = fs::open_dir_path(&cfg.root).map_err(in_root("cannot open it"))?;
         let shared = Arc::new(Shared {
             cfg,
             root,
             stored: AtomicU64::new(0),
         });
-        let map = adopt(&shared).map_err(in_root("cannot read it"))?;
+        let map = adopt::adopt(&shared).map_err(in_root("cannot read it"))?;
         if !map.held.is_empty() || !map.unreadable.is_empty() {
             tracing::info!(
                 root = %shared.cfg.root.display(),
@@ -524,152 +527,14 @@ impl Sessions {
     }
 }
 
-/// Makes the root with mode 0711 when missing. The root comes from configuration and is
-/// trusted: links in its path are followed.
-fn make_root(root: &Path) -> io::Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    match std::fs::metadata(root) {
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o711)
-                .create(root)?;
-            // The umask may have taken bits away.
-            std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o711))
-        }
-        Err(e) => Err(e),
-        Ok(meta) if !meta.is_dir() => Err(io::Error::new(
-            io::ErrorKind::NotADirectory,
-            "it is not a folder; point the session root at a folder",
-        )),
-        Ok(meta) => {
-            if meta.permissions().mode() & 0o022 != 0 {
-                tracing::warn!(
-                    root = %root.display(),
-                    "the session root is writable by others; make it mode 0711"
-                );
-            }
-            Ok(())
-        }
-    }
-}
-
-/// The session folders under the root, each as its record says or held out when the record
-/// cannot be read; trash, records whose folder is gone, records a crash left half written and
-/// the temporaries of writes a crash cut short (in the sessions adopted) are deleted, anything
-/// else left alone.
-fn adopt(shared: &Arc<Shared>) -> io::Result<Map> {
-    let root = shared.root.as_fd();
-    let mut entries = fs::DirStream::new(fs::open_dir_at(root, c".")?)?;
-    // The sidecar's own clock, never a time a file carries.
-    let now = SystemTime::now();
-    let mut map = Map::default();
-    let mut recorded = Vec::new();
-    while let Some(name) = entries.next_name()? {
-        let Ok(id) = name.to_str() else { continue };
-        if id.starts_with(TRASH_PREFIX) {
-            shared.empty_trash(id, &name);
-            continue;
-        }
-        if id.starts_with(TEMP_PREFIX) {
-            let _ = fs::unlink_at(root, &name, false);
-            continue;
-        }
-        if let Some(of) = id.strip_suffix(RECORD_SUFFIX) {
-            recorded.push(of.to_string());
-            continue;
-        }
-        if Sessions::check_id(id).is_err() {
-            continue;
-        }
-        match fs::stat_at(root, &name) {
-            Ok(st) if st.is_dir() => {
-                match adopt_one(shared, id, now) {
-                    Ok(session) => {
-                        // Files a crash left half written: never the user's, gone before
-                        // the store counts what the session holds.
-                        let removed = session.remove_leftovers();
-                        if removed > 0 {
-                            tracing::info!(
-                                session = id,
-                                removed,
-                                "deleted files left half written by a crash"
-                            );
-                        }
-                        map.held.insert(id.to_string(), Arc::new(session));
-                    }
-                    Err(why) => {
-                        map.unreadable.insert(id.to_string(), why);
-                    }
-                }
-                shared
-                    .stored
-                    .fetch_add(shared.bytes_in(&name), Ordering::Relaxed);
-            }
-            _ => tracing::warn!(
-                entry = id,
-                "the session root holds something that is not a folder; left alone"
-            ),
-        }
-    }
-    // A record whose folder is gone: a crash between the two, or a failed removal.
-    for id in recorded
-        .iter()
-        .filter(|id| !map.held.contains_key(*id) && !map.unreadable.contains_key(*id))
-    {
-        shared.forget_record(id);
-    }
-    Ok(map)
-}
-
-/// The session folder `id`, as its record says; a record of an older sidecar (an owner alone,
-/// or none for the empty owner) counts as used `now` and is written again in this format.
-/// Why it cannot be adopted when its record cannot be read, logged here, once.
-fn adopt_one(shared: &Arc<Shared>, id: &str, now: SystemTime) -> Result<Session, String> {
-    let owner = match record::read_at(shared.root.as_fd(), id) {
-        Found::Record(record) => {
-            if let (Some(uids), Some(uid)) = (&shared.cfg.uids, record.uid)
-                && !uids.hold(uid)
-            {
-                tracing::warn!(
-                    session = id,
-                    uid,
-                    "the session's uid is not one PTC_SANDBOX_UIDS can give it (outside the \
-                     range, or another session's); its runs will not start until it is removed"
-                );
-            }
-            return Ok(Session::new(shared, id, &record, now));
-        }
-        Found::Legacy(owner) => owner,
-        Found::Missing => String::new(),
-        Found::Unreadable(why) => {
-            tracing::warn!(
-                session = id,
-                record = %shared.cfg.root.join(format!("{id}{RECORD_SUFFIX}")).display(),
-                "the session's record cannot be read ({why}): nobody can use the session, and \
-                 it is not swept; repair the record and restart, or remove the session \
-                 (DELETE /v1/sessions/{id})"
-            );
-            return Err(why);
-        }
-    };
-    let record = Record::new(&owner, now, None);
-    let session = Session::new(shared, id, &record, now);
-    if let Err(e) = shared.write_record(id, &record, Durability::Synced) {
-        // Kept in memory all the same; the sweeper writes it again.
-        session.unrecorded();
-        tracing::warn!(session = id, "cannot write the session's record again: {e}");
-    }
-    Ok(session)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::session::record::{Found, RECORD_SUFFIX};
     use crate::session::testing::{Scratch, mode, names};
     use pretty_assertions::assert_eq;
     use std::os::unix::fs::{PermissionsExt, symlink};
-    use std::path::PathBuf;
+    use std::path::{Path, PathBuf};
     use std::time::Instant;
 
     fn record_path(scratch: &Scratch, id: &str) -> PathBuf {
