@@ -30,6 +30,7 @@ import { Console } from "node:console";
 import { Writable } from "node:stream";
 import vm from "node:vm";
 import childProcess from "node:child_process";
+import workerThreads from "node:worker_threads";
 
 // Most connections open to the IPC bridge at once; calls beyond wait for a free one (a
 // `Promise.all` of thousands of calls must not open thousands of sockets on the sidecar).
@@ -420,6 +421,33 @@ if (!MAY_SPAWN) {
     });
   }
   // `import {spawn} from "node:child_process"` sees the refusals too.
+  syncBuiltinESMExports();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Worker threads within the run's address space (PTC_MEMORY_MB)
+
+// V8 reserves a code range of 512 MB for each isolate it is not told otherwise of, and glibc
+// 64 MB of malloc arena for each new thread (the sidecar starts node with MALLOC_ARENA_MAX=2,
+// read by glibc at start and of no use to the code after): at the default PTC_MEMORY_MB a
+// third Worker aborted the whole run ("Failed to reserve virtual memory for CodeRange"). A
+// Worker made without a code range of its own gets WORKER_CODE_RANGE_MB; code that asks for
+// more still gets it.
+const WORKER_CODE_RANGE_MB = 64;
+delete process.env.MALLOC_ARENA_MAX;
+{
+  const Base = workerThreads.Worker;
+  class Worker extends Base {
+    constructor(filename, options) {
+      const limits = options?.resourceLimits;
+      super(filename, {
+        ...options,
+        resourceLimits: { codeRangeSizeMb: WORKER_CODE_RANGE_MB, ...limits },
+      });
+    }
+  }
+  workerThreads.Worker = Worker;
+  // `import {Worker} from "node:worker_threads"` makes the same.
   syncBuiltinESMExports();
 }
 

@@ -34,6 +34,9 @@ pub const NODE: &str = "/usr/bin/node";
 /// The SDK's argument when the run may start processes (`PTC_ALLOW_SUBPROCESS`).
 const MAY_SPAWN: &str = "--may-spawn";
 
+/// glibc's malloc arenas for all of node's threads together (`program`'s environment).
+const MALLOC_ARENA_MAX: (&str, &str) = ("MALLOC_ARENA_MAX", "2");
+
 /// The name a TypeScript run's source map gives the code (beside the module, `.ptc-code.mjs`
 /// in the run's scratch directory): what the SDK shows as `<code>` in a stack.
 const TS_SOURCE: &str = "code.ts";
@@ -226,7 +229,12 @@ pub fn program(sdk_dir: &Path, may_spawn: bool) -> Program {
         // Read before the job (a warm worker refuses processes before it has one).
         .chain(may_spawn.then(|| MAY_SPAWN.to_string()))
         .collect(),
-        env: Vec::new(),
+        // One malloc arena per thread would take 64 MB of the run's RLIMIT_AS for each Worker
+        // thread; two are shared by all (the SDK removes it from `process.env`).
+        env: vec![(
+            MALLOC_ARENA_MAX.0.to_string(),
+            MALLOC_ARENA_MAX.1.to_string(),
+        )],
         files: Vec::new(),
         may_spawn,
     }
@@ -320,7 +328,8 @@ mod tests {
                 "/sdk/ptc_sdk.mjs"
             ]
         );
-        assert!(p.env.is_empty() && p.files.is_empty() && !p.may_spawn);
+        assert_eq!(p.env, [("MALLOC_ARENA_MAX".to_string(), "2".to_string())]);
+        assert!(p.files.is_empty() && !p.may_spawn);
         let spawning = program(Path::new("/sdk"), true);
         assert_eq!(
             spawning.argv.last().map(String::as_str),

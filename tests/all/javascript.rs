@@ -306,3 +306,36 @@ async fn a_script_runs_as_a_module_would_until_nothing_is_left() {
     .await
     .unwrap();
 }
+
+/// Eight Worker threads with default options run at the default `PTC_MEMORY_MB` (2,048), each
+/// calling a tool's answer back: V8's 512 MB code range per isolate and glibc's 64 MB arena per
+/// thread had made the third `new Worker()` abort the run ("Failed to reserve virtual memory
+/// for CodeRange"). A Worker that asks for its own code range keeps it, and the environment
+/// variable that bounds the arenas is not the code's.
+#[tokio::test]
+async fn workers_with_default_options_fit_the_default_memory_limit() {
+    tokio::time::timeout(TEST_TIMEOUT, async {
+        let f = fixture(&[]).await;
+        let code = r#"import { Worker } from "node:worker_threads";
+const echo = `require("node:worker_threads").parentPort.on("message", (m) => {
+  require("node:worker_threads").parentPort.postMessage(m * 2); })`;
+const made = [];
+for (let i = 0; i < 8; i++) made.push(new Worker(echo, { eval: true }));
+const own = new Worker(echo, { eval: true, resourceLimits: { codeRangeSizeMb: 32 } });
+made.push(own);
+const answers = await Promise.all(made.map((w, i) => new Promise((resolve, reject) => {
+  w.once("message", resolve);
+  w.once("error", reject);
+  w.postMessage(i);
+})));
+console.log(answers.join(","), own.resourceLimits.codeRangeSizeMb, made[0].resourceLimits.codeRangeSizeMb);
+console.log("MALLOC_ARENA_MAX" in process.env);
+await Promise.all(made.map((w) => w.terminate()));
+"#;
+        let r = run(&f.s, "javascript", code).await;
+        assert_eq!(r["status"], "ok", "{r}");
+        assert_eq!(out(&r, "stdout"), "0,2,4,6,8,10,12,14,16 32 64\nfalse\n", "{r}");
+    })
+    .await
+    .unwrap();
+}

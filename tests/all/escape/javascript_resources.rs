@@ -199,8 +199,8 @@ async fn javascript_descriptors_past_their_limit_are_refused() {
 }
 
 /// 3,000 Worker threads, as `resources_threads.py`'s flood: stopped (in JavaScript by the
-/// address-space limit, a Worker being a V8 heap of its own: about 20 workers, long before the
-/// process budget),
+/// descriptors or the address space, a Worker being a V8 heap of its own with its pipes: about
+/// 60 workers, long before the process budget),
 /// and while the run holds what it got, its threads are within its budget and its address
 /// space within its limit, and other runs of the same user (Python and JavaScript) start and
 /// finish; the fork server outlives the flood. Should V8 abort the run on the limit instead
