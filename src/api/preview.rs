@@ -319,13 +319,15 @@ async fn node_code(
     code: String,
     typescript: bool,
 ) -> Result<Value, ApiError> {
-    // Reading is a run's work: a slot of its own, as the Python analyzer's run takes.
-    let _slot = runner.slot().await.map_err(|why| PreviewError::Timeout {
+    // Reading is a run's work: a slot of its own, as the Python analyzer's run takes, held by
+    // the reading thread until it is done (even if the request is dropped meanwhile).
+    let slot = runner.slot().await.map_err(|why| PreviewError::Timeout {
         timeout_s: runner.config().timeout.as_secs_f64(),
         stderr: why.to_string(),
     })?;
     let names = snapshot.clone();
     let read = tokio::task::spawn_blocking(move || {
+        let _slot = slot;
         run_javascript::on_parse_stack(move || {
             let tools: HashSet<&str> = names.catalog.ptc().map(|t| t.js_name.as_str()).collect();
             javascript::read(&code, typescript, |n| tools.contains(n))

@@ -36,7 +36,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
-use tokio::sync::{Semaphore, SemaphorePermit, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -79,7 +79,7 @@ struct Inner {
     preparations: Arc<Preparations>,
     pool: Arc<Pool>,
     /// One permit per run at once (`max_runs`).
-    slots: Semaphore,
+    slots: Arc<Semaphore>,
     /// The IPC bridge's listeners: the loopback one, and each run's own.
     bridges: ipc::Bridges,
     ipc_addr: SocketAddr,
@@ -165,7 +165,7 @@ impl Runner {
         });
         Ok(Runner {
             inner: Arc::new(Inner {
-                slots: Semaphore::new(cfg.max_runs.max(1)),
+                slots: Arc::new(Semaphore::new(cfg.max_runs.max(1))),
                 cfg,
                 calls,
                 preparations,
@@ -291,7 +291,7 @@ impl Runner {
     /// preview's reading of code, on a thread of its own): waited for as a run waits, within
     /// `PTC_TIMEOUT`, so that such work can never outnumber the runs and takes its turn among
     /// them, as the Python preview's analyzer run does.
-    pub async fn slot(&self) -> Result<SemaphorePermit<'_>, NoSlot> {
+    pub async fn slot(&self) -> Result<OwnedSemaphorePermit, NoSlot> {
         let timeout = self.inner.cfg.timeout;
         self.take_slot(tokio::time::Instant::now() + timeout, timeout)
             .await
@@ -350,8 +350,10 @@ impl Runner {
         if let Err(why) = self.admit(&req) {
             return failed(why);
         }
-        let _slot = match self.take_slot(deadline, timeout).await {
-            Ok(slot) => slot,
+        // Shared with work done on other threads for the run (reading its JavaScript), which
+        // holds the slot until it is done even if this run is dropped meanwhile.
+        let slot = match self.take_slot(deadline, timeout).await {
+            Ok(slot) => Arc::new(slot),
             Err(why) => return failed(why),
         };
         let (snapshot, prepared) = match self.prepare(req.snapshot.take(), deadline, timeout).await
@@ -361,7 +363,7 @@ impl Runner {
         };
         let data = DataPath::of(req.workspace.as_ref());
         let code = data.into_code(std::mem::take(&mut req.code));
-        let runs = match start::runs_of(req.lang, &snapshot.catalog, &code).await {
+        let runs = match start::runs_of(req.lang, &snapshot.catalog, &code, slot.clone()).await {
             Ok(runs) => runs,
             Err(unreadable) => {
                 let why = data.into_output(unreadable.to_string());
@@ -524,10 +526,10 @@ impl Runner {
         &self,
         deadline: tokio::time::Instant,
         timeout: Duration,
-    ) -> Result<SemaphorePermit<'_>, (ExecStatus, String)> {
+    ) -> Result<OwnedSemaphorePermit, (ExecStatus, String)> {
         let waiting = Waiting::on(&self.inner.queued);
         let slot = tokio::select! {
-            slot = tokio::time::timeout_at(deadline, self.inner.slots.acquire()) => slot,
+            slot = tokio::time::timeout_at(deadline, self.inner.slots.clone().acquire_owned()) => slot,
             _ = self.inner.stop.cancelled() => {
                 return Err((ExecStatus::Error, format!("{STOPPED_MESSAGE}; it was waiting for a run slot")));
             }

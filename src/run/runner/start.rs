@@ -11,7 +11,9 @@ use crate::run::pool::OnServer;
 use crate::run::request::{ExecRequest, ExecStatus, Lang};
 use crate::run::turn::{Finished, Job, Turn, TurnRun};
 use serde_json::json;
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::OwnedSemaphorePermit;
 
 impl Runner {
     /// How long the SDK waits for one call's answer before it gives up on the sidecar: the
@@ -138,16 +140,18 @@ pub(super) enum Runs {
     Node(javascript::Module),
 }
 
-/// What a run of `lang` runs beyond its job (for node, the code's module: [`node_module`]).
+/// What a run of `lang` runs beyond its job (for node, the code's module: [`node_module`], its
+/// reading holding the run's `slot`).
 pub(super) async fn runs_of(
     lang: Lang,
     catalog: &crate::catalog::Catalog,
     code: &str,
+    slot: Arc<OwnedSemaphorePermit>,
 ) -> Result<Runs, Unreadable> {
     Ok(match lang {
         Lang::Python => Runs::Python,
         Lang::Bash => Runs::Bash(bash::functions(catalog)),
-        Lang::JavaScript | Lang::TypeScript => Runs::Node(node_module(code, lang).await?),
+        Lang::JavaScript | Lang::TypeScript => Runs::Node(node_module(code, lang, slot).await?),
     })
 }
 
@@ -158,11 +162,19 @@ pub(super) async fn runs_of(
 pub(super) struct Unreadable(String);
 
 /// The module node imports for `code` (TypeScript stripped of its types); on a blocking thread
-/// with the parser's stack.
-async fn node_module(code: &str, lang: Lang) -> Result<javascript::Module, Unreadable> {
+/// with the parser's stack, which holds the run's `slot` until it is done: a run dropped while
+/// its code is read leaves no reading going on outside the `max_runs` slots.
+async fn node_module(
+    code: &str,
+    lang: Lang,
+    slot: Arc<OwnedSemaphorePermit>,
+) -> Result<javascript::Module, Unreadable> {
     let code = code.to_string();
     let typescript = lang == Lang::TypeScript;
-    let read = move || javascript::on_parse_stack(move || javascript::module(&code, typescript));
+    let read = move || {
+        let _slot = slot;
+        javascript::on_parse_stack(move || javascript::module(&code, typescript))
+    };
     let failed =
         |e: &dyn std::fmt::Display| Unreadable(format!("ptc-sidecar could not read the code: {e}"));
     match tokio::task::spawn_blocking(read).await {
