@@ -20,7 +20,9 @@
 // the SDK's own: `timeout` (no answer within the call timeout) and `ipc` (the connection to
 // the sidecar broke, or it answered something that is not the protocol).
 
-import http from "node:http";
+import net from "node:net";
+import { performance } from "node:perf_hooks";
+import { clearTimeout, setTimeout } from "node:timers";
 import { readFileSync, writeFileSync } from "node:fs";
 import { syncBuiltinESMExports } from "node:module";
 import { dirname, join } from "node:path";
@@ -35,6 +37,19 @@ import workerThreads from "node:worker_threads";
 // Most connections open to the IPC bridge at once; calls beyond wait for a free one (a
 // `Promise.all` of thousands of calls must not open thousands of sockets on the sidecar).
 const MAX_CONNECTIONS = 32;
+// An idle connection unused for longer than this is replaced, not reused: the bridge closes
+// one idle for 10 s (ipc::HEADER_TIMEOUT), the code may have blocked the event loop since
+// (a busy loop, a sync read) so that the close is not seen yet, and a request sent on it then
+// fails after being sent, which is not retried (ptc_sdk.py peeks at such a socket instead;
+// node cannot).
+const IDLE_REUSE_MS = 2_000;
+// Longest answer head, and longest line of a chunked body, read: a peer that never ends one
+// cannot grow memory.
+const MAX_HEAD_BYTES = 64 * 1024;
+const MAX_CHUNK_LINE = 1024;
+// Requests up to this size go out as one buffer (head and body copied together); a larger
+// one (`saveFile`'s) is not copied, its head and body written together (corked).
+const SMALL_BODY = 64 * 1024;
 // Longest answer read from `/search`, `/describe` or `/file`: a few entries, not a file.
 const MAX_LOOKUP_ANSWER = 256 * 1024;
 // Longest wait for a search: the sidecar may wait up to 30 s for the search model's vectors
@@ -105,70 +120,329 @@ function errorFrom(error) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The IPC client
+// The IPC client: the HTTP/1.1 that ptc_sdk.py's `_Client` speaks, over kept-alive sockets of
+// its own (node:http's client made a sequential call 0.56 ms where this makes it 0.31 ms).
 
-// Kept-alive connections for calls; an idle one is unref'd by the agent, so it holds the run
-// open for nothing.
-const agent = new http.Agent({ keepAlive: true, maxSockets: MAX_CONNECTIONS });
+/** The kept-alive connections to the bridge: idle ones (the last used first), how many are
+ *  open or opening, and the requests waiting for one (first come, first served). */
+const pool = { idle: [], open: 0, waiters: [] };
+
+/** One socket to the bridge and the request in flight on it, if any. */
+class Connection {
+  constructor(kept) {
+    // Counted in the pool and kept between requests (a lookup's is neither).
+    this.kept = kept;
+    // When it was last released to the pool (performance.now()).
+    this.idleSince = 0;
+    // The peer ended it or it broke: never used again.
+    this.ended = false;
+    // What the request in flight does with the socket's events; null while idle.
+    this.exchange = null;
+    this.socket = net.connect({ host: "127.0.0.1", port: IPC_PORT, noDelay: true });
+    this.socket.on("data", (chunk) => {
+      if (this.exchange) this.exchange.data(chunk);
+      else this.end(); // an answer nobody asked for: the connection is out of step
+    });
+    this.socket.on("end", () => this.end());
+    this.socket.on("close", () => this.end());
+    this.socket.on("error", (e) => this.end(e));
+  }
+
+  /** The connection is over (the peer closed it, it broke, or it is not to be kept). */
+  end(error = null) {
+    if (this.ended) return;
+    this.ended = true;
+    this.socket.destroy();
+    if (this.kept) {
+      const at = pool.idle.indexOf(this);
+      if (at >= 0) pool.idle.splice(at, 1);
+      pool.open -= 1;
+      wake(null);
+    }
+    if (this.exchange) this.exchange.end(error);
+  }
+}
+
+/** A kept connection for one request: an idle one, a new one while under MAX_CONNECTIONS, or
+ *  the next one a request is done with. */
+async function take() {
+  for (;;) {
+    const conn = pool.idle.pop();
+    if (conn !== undefined) {
+      if (!reusable(conn)) continue;
+      conn.socket.ref();
+      return conn;
+    }
+    if (pool.open < MAX_CONNECTIONS) {
+      const conn = new Connection(true);
+      pool.open += 1;
+      return conn;
+    }
+    // Handed a connection, or null: a place freed up to open one in.
+    const handed = await new Promise((resolve) => pool.waiters.push(resolve));
+    if (handed !== null && reusable(handed)) return handed;
+  }
+}
+
+/** Whether an idle connection may carry a request; one that may not is closed. */
+function reusable(conn) {
+  if (conn.ended) return false;
+  if (performance.now() - conn.idleSince <= IDLE_REUSE_MS) return true;
+  conn.end();
+  return false;
+}
+
+/** A request is done with a connection: the next waiting request's, else idle (unref'd: an
+ *  idle connection does not hold the run open). */
+function release(conn) {
+  conn.idleSince = performance.now();
+  if (wake(conn)) return;
+  conn.socket.unref();
+  pool.idle.push(conn);
+}
+
+/** Hands `value` (a connection, or null: a free place) to the first waiting request; false
+ *  when none waits. */
+function wake(value) {
+  const waiter = pool.waiters.shift();
+  if (waiter === undefined) return false;
+  waiter(value);
+  return true;
+}
 
 /**
  * POSTs `body` (a Buffer) to the bridge's `path` with the run's token: `{status, body}`, or a
- * ToolError of type `ipc` (the connection broke) or `timeout` (no answer within `timeoutMs`).
- * `what` names the request in errors.
+ * ToolError of type `ipc` (the connection broke, the answer is not HTTP or longer than
+ * `maxAnswer`) or `timeout` (no answer within `timeoutMs` of the request being sent). `what`
+ * names the request in errors. `keepAlive: false`: on a connection of its own, closed after.
  */
-function post(path, body, { contentType, keepAlive, timeoutMs, maxAnswer, what }) {
+async function post(path, body, { contentType, keepAlive, timeoutMs, maxAnswer, what }) {
+  const head = Buffer.from(
+    `POST ${path} HTTP/1.1\r\nHost: 127.0.0.1:${IPC_PORT}\r\n` +
+      `Authorization: Bearer ${TOKEN}\r\nContent-Type: ${contentType}\r\n` +
+      `Content-Length: ${body.length}\r\n${keepAlive ? "" : "Connection: close\r\n"}\r\n`,
+    "latin1",
+  );
+  // A second try only when the first one's request cannot have reached the sidecar (its write
+  // failed at once, as ptc_sdk.py decides): a call is never dispatched twice.
+  for (let tried = false; ; tried = true) {
+    let conn;
+    try {
+      conn = keepAlive ? await take() : new Connection(false);
+    } catch (e) {
+      throw broken(what, e);
+    }
+    const answer = await exchange(conn, head, body, { timeoutMs, maxAnswer, what });
+    if (answer === UNSENT && !tried) continue;
+    if (answer === UNSENT) throw broken(what, conn.socket.errored ?? HUNG_UP);
+    // Kept only after a normal answer to a request that went out whole: an error (413 above
+    // all) may come before the sidecar read the whole body, whose rest would be taken for the
+    // next request.
+    const whole = conn.socket.writableLength === 0;
+    if (keepAlive && answer.keep && answer.status === 200 && whole && !conn.ended) release(conn);
+    else conn.end();
+    return { status: answer.status, body: answer.body };
+  }
+}
+
+// What `exchange` gives for a request whose write failed at once: nothing reached the sidecar.
+const UNSENT = Symbol("unsent");
+// Why a connection closed with no (whole) answer on it: node:http's word for it.
+const HUNG_UP = Object.assign(new Error("socket hang up"), { code: "ECONNRESET" });
+
+/** Writes the request on `conn` and reads its answer: an `Answer`, UNSENT, or a ToolError. */
+function exchange(conn, head, body, { timeoutMs, maxAnswer, what }) {
   return new Promise((resolve, reject) => {
-    let settled = false;
-    const fail = (error) => {
-      if (!settled) {
-        settled = true;
+    const answer = new Answer(maxAnswer, what);
+    let timer = null;
+    const settle = (error, value) => {
+      conn.exchange = null;
+      if (timer !== null) clearTimeout(timer);
+      if (error === null) resolve(value);
+      else {
+        conn.end();
         reject(error);
       }
     };
-    const request = http.request(
-      {
-        host: "127.0.0.1",
-        port: IPC_PORT,
-        path,
-        method: "POST",
-        agent: keepAlive ? agent : false,
-        headers: {
-          Authorization: `Bearer ${TOKEN}`,
-          "Content-Type": contentType,
-          "Content-Length": body.length,
-        },
+    conn.exchange = {
+      data(chunk) {
+        try {
+          if (answer.feed(chunk)) settle(null, answer);
+        } catch (e) {
+          settle(e instanceof ToolError ? e : broken(what, e));
+        }
       },
-      (response) => {
-        const chunks = [];
-        let size = 0;
-        response.on("data", (chunk) => {
-          size += chunk.length;
-          if (size > maxAnswer) {
-            response.destroy();
-            fail(new ToolError(`the sidecar's answer to ${what} is too long`, "ipc"));
-            return;
-          }
-          chunks.push(chunk);
-        });
-        response.on("end", () => {
-          if (!settled) {
-            settled = true;
-            resolve({ status: response.statusCode, body: Buffer.concat(chunks) });
-          }
-        });
-        response.on("error", (e) => fail(broken(what, e)));
+      end(error) {
+        if (answer.closed()) settle(null, answer);
+        else settle(broken(what, error ?? HUNG_UP));
       },
-    );
-    if (timeoutMs > 0) {
-      request.setTimeout(timeoutMs, () => {
-        fail(new ToolError(`no answer from the sidecar within ${timeoutMs / 1000}s`, "timeout"));
-        request.destroy();
-      });
+    };
+    const socket = conn.socket;
+    if (body.length <= SMALL_BODY) socket.write(Buffer.concat([head, body]));
+    else {
+      socket.cork();
+      socket.write(head);
+      socket.write(body);
+      socket.uncork();
     }
-    request.on("error", (e) => fail(broken(what, e)));
-    request.end(body);
+    if (socket.errored) {
+      // The write failed at once (the sidecar had closed the connection): nothing was sent.
+      conn.exchange = null;
+      conn.end();
+      resolve(UNSENT);
+      return;
+    }
+    if (timeoutMs > 0) {
+      timer = setTimeout(() => {
+        const message = `no answer from the sidecar within ${timeoutMs / 1000}s`;
+        settle(new ToolError(message, "timeout"));
+      }, timeoutMs);
+    }
   });
 }
+
+/** One answer, read as its bytes come: the head, then the body by its Content-Length, in
+ *  chunks, or up to the close. `status`, `keep` (the sidecar keeps the connection) and `body`
+ *  once whole. */
+class Answer {
+  constructor(maxAnswer, what) {
+    this.maxAnswer = maxAnswer;
+    this.what = what;
+    this.status = 0;
+    this.keep = true;
+    this.body = null;
+    // HEAD, LENGTH (`left` bytes to come), CHUNK_SIZE, CHUNK (`left` bytes to come),
+    // CHUNK_END (its CRLF), TRAILERS, TO_CLOSE or DONE.
+    this.state = HEAD;
+    this.left = 0;
+    // Bytes come but not yet read (a head, a chunk's line, cut between two reads).
+    this.pending = EMPTY;
+    this.parts = [];
+    this.size = 0;
+  }
+
+  /** Takes the next bytes of the connection: true once the answer is whole. Throws a
+   *  ToolError, or an Error when the bytes are not an HTTP/1.1 answer. */
+  feed(chunk) {
+    let bytes = this.pending.length ? Buffer.concat([this.pending, chunk]) : chunk;
+    this.pending = EMPTY;
+    while (bytes.length > 0 && this.state !== DONE) bytes = this.step(bytes);
+    // Bytes after the answer: the connection is out of step.
+    if (bytes.length > 0) this.keep = false;
+    return this.state === DONE;
+  }
+
+  /** Reads what it can of `bytes` in the current state: the bytes left over. */
+  step(bytes) {
+    switch (this.state) {
+      case HEAD: {
+        const end = bytes.indexOf("\r\n\r\n");
+        if (end < 0) return this.wait(bytes, MAX_HEAD_BYTES);
+        this.head(bytes.toString("latin1", 0, end));
+        return bytes.subarray(end + 4);
+      }
+      case LENGTH:
+      case CHUNK: {
+        const taken = bytes.subarray(0, this.left);
+        this.left -= taken.length;
+        this.add(taken);
+        if (this.left === 0 && this.state === LENGTH) this.finish();
+        else if (this.left === 0) this.state = CHUNK_END;
+        return bytes.subarray(taken.length);
+      }
+      case CHUNK_SIZE:
+      case CHUNK_END:
+      case TRAILERS: {
+        const end = bytes.indexOf("\r\n");
+        if (end < 0) return this.wait(bytes, MAX_CHUNK_LINE);
+        this.line(bytes.toString("latin1", 0, end));
+        return bytes.subarray(end + 2);
+      }
+      case TO_CLOSE:
+        this.add(bytes);
+        return EMPTY;
+    }
+    return bytes;
+  }
+
+  /** Reads a line of a chunked body: a chunk's size, the end of its data, or a trailer. */
+  line(text) {
+    if (this.state === CHUNK_SIZE) {
+      const size = text.split(";")[0].trim();
+      if (!/^[0-9a-fA-F]{1,12}$/.test(size)) throw new Error("a malformed chunk");
+      this.left = parseInt(size, 16);
+      this.state = this.left === 0 ? TRAILERS : CHUNK;
+    } else if (this.state === CHUNK_END) {
+      if (text !== "") throw new Error("a malformed chunk");
+      this.state = CHUNK_SIZE;
+    } else if (text === "") this.finish();
+  }
+
+  /** Keeps `bytes` for the next read, as long as they stay under `most`. */
+  wait(bytes, most) {
+    if (bytes.length > most) throw new Error("an answer's head or chunk line is too long");
+    this.pending = bytes;
+    return EMPTY;
+  }
+
+  /** Reads the head (up to its blank line): the status and how the body comes. */
+  head(text) {
+    const lines = text.split("\r\n");
+    const status = /^HTTP\/1\.[01] (\d{3})(?: |$)/.exec(lines[0]);
+    if (status === null) throw new Error("not an HTTP/1.1 answer");
+    this.status = Number(status[1]);
+    // An interim answer (1xx): the real one follows.
+    if (this.status < 200) return;
+    let length = null;
+    let chunked = false;
+    for (const line of lines.slice(1)) {
+      const colon = line.indexOf(":");
+      const name = line.slice(0, colon).trim().toLowerCase();
+      const value = line.slice(colon + 1).trim().toLowerCase();
+      if (name === "content-length") {
+        if (!/^\d{1,15}$/.test(value)) throw new Error("a malformed Content-Length");
+        length = Number(value);
+      } else if (name === "transfer-encoding") chunked = value.split(",").pop().trim() === "chunked";
+      else if (name === "connection" && value === "close") this.keep = false;
+    }
+    if (chunked) this.state = CHUNK_SIZE;
+    else if (length !== null) {
+      if (length > this.maxAnswer) this.tooLong();
+      this.left = length;
+      this.state = LENGTH;
+      if (length === 0) this.finish();
+    } else {
+      // Neither: the body is all the sidecar sends before it closes.
+      this.keep = false;
+      this.state = TO_CLOSE;
+    }
+  }
+
+  add(bytes) {
+    if (bytes.length === 0) return;
+    this.size += bytes.length;
+    if (this.size > this.maxAnswer) this.tooLong();
+    this.parts.push(bytes);
+  }
+
+  tooLong() {
+    throw new ToolError(`the sidecar's answer to ${this.what} is too long`, "ipc");
+  }
+
+  finish() {
+    this.state = DONE;
+    this.body = this.parts.length === 1 ? this.parts[0] : Buffer.concat(this.parts);
+  }
+
+  /** The connection closed: true when that ends the answer (a body that runs to the close). */
+  closed() {
+    if (this.state === TO_CLOSE) this.finish();
+    return this.state === DONE;
+  }
+}
+
+const [HEAD, LENGTH, CHUNK_SIZE, CHUNK, CHUNK_END, TRAILERS, TO_CLOSE, DONE] = [0, 1, 2, 3, 4, 5, 6, 7];
+const EMPTY = Buffer.alloc(0);
 
 function broken(what, e) {
   const why = e.code || e.message;

@@ -23,6 +23,7 @@ mod front;
 mod front_javascript;
 mod host;
 mod javascript;
+mod javascript_client;
 mod javascript_sessions;
 mod librechat;
 mod librechat_users;
