@@ -694,8 +694,6 @@ if (!MAY_SPAWN) {
       configurable: false,
     });
   }
-  // `import {spawn} from "node:child_process"` sees the refusals too.
-  syncBuiltinESMExports();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -721,9 +719,10 @@ delete process.env.MALLOC_ARENA_MAX;
     }
   }
   workerThreads.Worker = Worker;
-  // `import {Worker} from "node:worker_threads"` makes the same.
-  syncBuiltinESMExports();
 }
+// `import {spawn} from "node:child_process"` sees the refusals too, and `import {Worker} from
+// "node:worker_threads"` makes the same Workers.
+syncBuiltinESMExports();
 
 // ---------------------------------------------------------------------------------------------
 // Running the code

@@ -31,7 +31,7 @@ use axum::{Json, Router};
 use base64::Engine as _;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -329,20 +329,19 @@ async fn node_code(
     let read = tokio::task::spawn_blocking(move || {
         let _slot = slot;
         run_javascript::on_parse_stack(move || {
-            let tools: HashSet<&str> = names.catalog.ptc().map(|t| t.js_name.as_str()).collect();
-            javascript::read(&code, typescript, |n| tools.contains(n))
+            javascript::read(&code, typescript, |n| names.catalog.by_js_name(n).is_some())
         })
     })
     .await
     .map_err(|e| PreviewError::Malformed(e.to_string()))?
     .map_err(|e| PreviewError::Malformed(e.to_string()))?;
     let catalog = &snapshot.catalog;
-    let by_js_name: HashMap<&str, &Tool> = catalog
-        .direct()
-        .chain(catalog.ptc())
-        .map(|t| (t.js_name.as_str(), t))
-        .collect();
-    let by_js = |name: &str| by_js_name.get(name).copied();
+    // A PTC tool first, as code would reach it; a direct one for what the answer says of it.
+    let by_js = |name: &str| {
+        catalog
+            .by_js_name(name)
+            .or_else(|| catalog.direct().find(|t| t.js_name == name))
+    };
     let mut found = Found::default();
     for named in &read.found {
         let tool = match named.by_name {

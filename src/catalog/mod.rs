@@ -244,6 +244,8 @@ pub struct Catalog {
     tools: Vec<Tool>,
     by_name: HashMap<String, usize>,
     by_python_name: HashMap<String, usize>,
+    /// PTC tools by [`Tool::js_name`] (unique among them, as Python names are).
+    by_js_name: HashMap<String, usize>,
     pub callback: Option<Callback>,
     pub excluded: Vec<Excluded>,
     pub renames: Vec<Rename>,
@@ -332,6 +334,7 @@ impl Catalog {
         for tool in tools.iter_mut() {
             tool.js_name = names::js_name(&tool.python_name, |n| by_python_name.contains_key(n));
         }
+        let by_js_name = by_js_name(&tools);
 
         let fingerprint = fingerprint(&tools, &unavailable, policy);
         Catalog {
@@ -340,6 +343,7 @@ impl Catalog {
             tools,
             by_name,
             by_python_name,
+            by_js_name,
             callback,
             excluded,
             renames,
@@ -367,6 +371,7 @@ impl Catalog {
             .filter(|&i| out.tools[i].class == Class::Ptc)
             .map(|i| (out.tools[i].python_name.clone(), i))
             .collect();
+        out.by_js_name = by_js_name(&out.tools);
         let mut hasher = std::collections::hash_map::DefaultHasher::new();
         self.fingerprint.hash(&mut hasher);
         for t in &gone {
@@ -403,6 +408,11 @@ impl Catalog {
         self.by_python_name
             .get(python_name)
             .map(|&i| &self.tools[i])
+    }
+
+    /// A PTC tool by its JavaScript name.
+    pub fn by_js_name(&self, js_name: &str) -> Option<&Tool> {
+        self.by_js_name.get(js_name).map(|&i| &self.tools[i])
     }
 
     /// The ETag of what the model sees.
@@ -453,6 +463,14 @@ fn fingerprint(tools: &[Tool], unavailable: &[Unavailable], policy: &Policy) -> 
             .hash(&mut hasher);
     }
     hasher.finish()
+}
+
+/// The PTC tools of `tools` by JavaScript name ([`Catalog::by_js_name`]).
+fn by_js_name(tools: &[Tool]) -> HashMap<String, usize> {
+    (0..tools.len())
+        .filter(|&i| tools[i].class == Class::Ptc)
+        .map(|i| (tools[i].js_name.clone(), i))
+        .collect()
 }
 
 #[cfg(test)]
@@ -548,6 +566,8 @@ mod tests {
             c.by_python_name("complete").is_none(),
             "direct tools are not callable from code"
         );
+        assert_eq!(c.by_js_name("get_weather_2").unwrap().name, "get-weather");
+        assert!(c.by_js_name("complete").is_none());
         assert_eq!(c.renames.len(), 1);
         assert_eq!(c.version, 3);
     }
